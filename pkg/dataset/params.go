@@ -21,6 +21,9 @@ type Params struct {
 	// ToolChoice is the raw tool_choice ("auto", "none", "required" or
 	// {"type":"function","name":...}); nil when absent or null.
 	ToolChoice json.RawMessage
+	// ToolsRaw is the tools list exactly as read (nil when absent or null),
+	// echoed in the response object sent to /verify.
+	ToolsRaw json.RawMessage
 	// Raw is responses_create_params exactly as read.
 	Raw json.RawMessage
 }
@@ -102,6 +105,9 @@ func ParseParams(raw json.RawMessage) (*Params, error) {
 	}
 	if p.Tools, err = parseTools(rp.Tools); err != nil {
 		return nil, err
+	}
+	if !isNull(rp.Tools) {
+		p.ToolsRaw = rp.Tools
 	}
 	if p.Temperature, err = optNumber(rp.Temperature, "temperature", 0, 2); err != nil {
 		return nil, err

@@ -299,4 +299,3 @@ func FormatRowErrors(errs []*RowError) string {
 	}
 	return b.String()
 }
-

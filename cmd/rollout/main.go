@@ -1,0 +1,111 @@
+// Command rollout runs batches of multi-step tool-using agent rollouts
+// against OpenAI-compatible model endpoints and NeMo Gym resource servers,
+// and writes rewards to Parquet.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1   // the run could not write its results
+	exitUsage       = 2   // bad flags, config, input or output directory
+	exitInterrupted = 130 // Ctrl-C: what ran is written
+)
+
+// env is the process's outside world, injected so that the CLI is testable.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		// A second Ctrl-C now kills the process at once (Go's default).
+		stop()
+	}()
+	code := run(ctx, os.Args[1:], env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	stop()
+	os.Exit(code)
+}
+
+const usage = `rollout runs multi-step tool-using agent rollouts and scores them.
+
+Usage:
+  rollout run --input FILE --model-url URL --model NAME --server URL [flags]
+  rollout serve NAME [--addr 127.0.0.1:PORT]
+  rollout help [COMMAND]
+
+Run 'rollout run -h' for the flags of run.
+`
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, e env) int {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usage)
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], e)
+	case "serve":
+		err = cmdServe(ctx, args[1:], e)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return run(ctx, []string{args[1], "-h"}, e)
+		}
+		fmt.Fprint(e.stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(e.stderr, "rollout: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+	return exitCode(err, e.stderr)
+}
+
+// usageError is a bad flag, config, input or output directory.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func badUsage(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// errInterrupted: the run stopped on a signal; its results are written.
+var errInterrupted = errors.New("interrupted: running rollouts were drained and written; rollouts not started have no record")
+
+// errHelp: -h was asked; the usage is printed.
+var errHelp = errors.New("help")
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, errHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "rollout: %v\n", err)
+	var u usageError
+	switch {
+	case errors.As(err, &u):
+		return exitUsage
+	case errors.Is(err, errInterrupted):
+		return exitInterrupted
+	}
+	return exitFailure
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/progress"
+	"github.com/rollout-dev/rollout/pkg/replay"
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/runner"
+)
+
+// serverFlags collects repeated --server URL | NAME=URL.
+type serverFlags []string
+
+func (s *serverFlags) String() string     { return strings.Join(*s, ",") }
+func (s *serverFlags) Set(v string) error { *s = append(*s, v); return nil }
+
+type runFlags struct {
+	input, out, modelURL, model, jsonlOut, arm string
+	servers                                    serverFlags
+	concurrency, repeats, limit                int
+	maxRounds, maxFailedRounds, maxTokens      int
+	retries                                    int
+	rolloutTimeout, modelTimeout, toolTimeout  time.Duration
+	drainTimeout, progressInterval             time.Duration
+	temperature                                float64
+	seed                                       int64
+	strict, overwrite, quiet                   bool
+}
+
+func cmdRun(ctx context.Context, args []string, e env) error {
+	var f runFlags
+	fs := flag.NewFlagSet("rollout run", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(&f.input, "input", "", "task file, NeMo Gym JSONL (`FILE`; .gz is read as gzip; - is stdin)")
+	fs.StringVar(&f.out, "out", "out", "output `DIR`: rollouts.parquet, trajectories.jsonl, summary.json")
+	fs.StringVar(&f.modelURL, "model-url", e.getenv("OPENAI_BASE_URL"), "OpenAI-compatible base `URL` (e.g. http://localhost:8000/v1), or replay:GLOB to replay NeMo Gym rollout files (default $OPENAI_BASE_URL)")
+	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint (default $ROLLOUT_MODEL)")
+	fs.Var(&f.servers, "server", "resource server: `URL` for every row, or NAME=URL for rows whose agent_ref.name is NAME; builtin:NAME starts a built-in server (repeatable)")
+	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "rollouts in flight")
+	fs.IntVar(&f.repeats, "num-repeats", 1, "rollouts per task (repeated as aabbcc)")
+	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
+	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls per rollout")
+	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end a rollout as tool_error after this many consecutive rounds where every tool call failed")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max tokens per model call, overriding the rows' max_output_tokens (0: the rows')")
+	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature, overriding the rows' (-1: the rows'; 0 is sent as 0)")
+	fs.Int64Var(&f.seed, "seed", 0, "base of the per-(task, repeat) seeds sent to the model")
+	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries of a model call, seed_session or verify on 429, 5xx and connection errors")
+	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline of one rollout, seed to verify (0: none)")
+	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline of one model call (0: none)")
+	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline of one resource-server call: seed_session, a tool, verify (0: none)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long running rollouts may finish before they are cancelled")
+	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often a status line is printed when stderr is not a terminal")
+	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index) to `FILE`")
+	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "arm name written in the records")
+	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return badUsage("run: unexpected argument %q", fs.Arg(0))
+	}
+	if f.input == "" {
+		return badUsage("run: --input FILE is required")
+	}
+	if f.modelURL == "" {
+		return badUsage("run: --model-url is required (or set OPENAI_BASE_URL)")
+	}
+	if len(f.servers) == 0 {
+		return badUsage("run: --server URL is required")
+	}
+	if f.retries < 0 {
+		return badUsage("run: --retries must be >= 0")
+	}
+
+	transport := runner.NewTransport(f.concurrency)
+	policy := retry.DefaultPolicy
+	policy.MaxAttempts = f.retries + 1
+
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	// The model endpoint.
+	modelURL, modelName := f.modelURL, f.model
+	if glob, ok := strings.CutPrefix(f.modelURL, "replay:"); ok {
+		h, err := replay.Load(glob)
+		if err != nil {
+			return badUsage("--model-url %s: %v", f.modelURL, err)
+		}
+		url, stop, err := serveLocal(h)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, stop)
+		modelURL = url + "/v1"
+		if modelName == "" {
+			modelName = "replay"
+		}
+	}
+	if modelName == "" {
+		return badUsage("run: --model NAME is required (or set ROLLOUT_MODEL)")
+	}
+	apiKey := e.getenv("OPENAI_API_KEY")
+	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: policy}
+	model := agent.NewOpenAIModel(modelURL, apiKey, doer)
+
+	// The resource servers.
+	var servers runner.Servers
+	for _, s := range f.servers {
+		name, url := "", s
+		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
+			name, url = n, u
+		}
+		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
+			u, stop, err := startBuiltin(bname)
+			if err != nil {
+				return badUsage("--server %s: %v", s, err)
+			}
+			closers = append(closers, stop)
+			url = u
+			if name == "" {
+				name = bname
+			}
+		}
+		srv, err := agent.NewToolServer(name, url, transport)
+		if err != nil {
+			return badUsage("--server: %v", err)
+		}
+		srv.Retry = policy
+		srv.CallTimeout = f.toolTimeout
+		if name == "" {
+			if servers.Default != nil {
+				return badUsage("--server: two default servers (%s, %s); name them with NAME=URL", servers.Default.Base(), url)
+			}
+			srv.Name = url
+			servers.Default = srv
+			continue
+		}
+		if servers.ByName == nil {
+			servers.ByName = map[string]*agent.ToolServer{}
+		}
+		if _, dup := servers.ByName[name]; dup {
+			return badUsage("--server: %q given twice", name)
+		}
+		servers.ByName[name] = srv
+	}
+
+	opts := runner.Options{
+		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
+		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: servers,
+		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
+			ModelTimeout: f.modelTimeout, MaxTokens: f.maxTokens},
+	}
+	if f.temperature >= 0 {
+		t := f.temperature
+		opts.Agent.Temperature = &t
+	}
+	if err := opts.Validate(); err != nil {
+		return usageError{err}
+	}
+	if f.input != "-" {
+		if _, err := os.Stat(f.input); err != nil {
+			return badUsage("--input: %v", err)
+		}
+	}
+
+	outputs, err := openOutputs(f)
+	if err != nil {
+		return err
+	}
+	if !f.quiet {
+		opts.Progress = progress.New(e.stderr, f.progressInterval)
+	}
+	stopNotice := context.AfterFunc(ctx, func() {
+		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once.\n", f.drainTimeout)
+	})
+	defer stopNotice()
+	rep, runErr := runner.Run(ctx, opts, outputs.list)
+	closeErr := outputs.close()
+	if runErr != nil {
+		var bad *runner.BadInputError
+		if errors.As(runErr, &bad) {
+			return usageError{runErr}
+		}
+		return runErr
+	}
+	if closeErr != nil {
+		return fmt.Errorf("writing results: %w", closeErr)
+	}
+	if err := report.WriteSummaryJSON(filepath.Join(f.out, "summary.json"), rep.Summary); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	if err := report.PrintSummary(e.stdout, rep.Summary); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Summary.Rollouts, rep.Elapsed.Round(time.Millisecond), f.out)
+	if outputs.nemo != nil && outputs.nemo.Skipped() > 0 {
+		fmt.Fprintf(e.stderr, "rollout: %s: %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, outputs.nemo.Skipped())
+	}
+	if rep.Stop == runner.StopInterrupted {
+		return errInterrupted
+	}
+	return nil
+}
+
+type outputSet struct {
+	list []report.Output
+	nemo *report.NemoGymWriter
+}
+
+func (o *outputSet) close() error {
+	var errs []error
+	for _, out := range o.list {
+		errs = append(errs, out.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// runFiles are the files a run writes in --out.
+var runFiles = []string{"rollouts.parquet", "rollouts.parquet.tmp", "trajectories.jsonl", "summary.json"}
+
+// openOutputs checks that --out is usable and opens the writers.
+func openOutputs(f runFlags) (*outputSet, error) {
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return nil, badUsage("--out %s: %v", f.out, err)
+	}
+	parquetPath := filepath.Join(f.out, "rollouts.parquet")
+	for _, name := range runFiles {
+		path := filepath.Join(f.out, name)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		if !f.overwrite {
+			return nil, badUsage("--out %s already holds a run (%s); pass --overwrite or choose another directory", f.out, name)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, badUsage("--overwrite: %v", err)
+		}
+	}
+	set := &outputSet{}
+	pw, err := report.NewParquetWriter(parquetPath, report.ParquetOptions{})
+	if err != nil {
+		return nil, badUsage("--out %s: %v", f.out, err)
+	}
+	set.list = append(set.list, pw)
+	tw, err := report.NewTrajectoryWriter(filepath.Join(f.out, "trajectories.jsonl"))
+	if err != nil {
+		set.close()
+		return nil, badUsage("--out %s: %v", f.out, err)
+	}
+	set.list = append(set.list, tw)
+	if f.jsonlOut != "" {
+		if f.overwrite {
+			os.Remove(f.jsonlOut)
+		}
+		nw, err := report.NewNemoGymWriter(f.jsonlOut)
+		if err != nil {
+			set.close()
+			return nil, badUsage("--jsonl-out: %v", err)
+		}
+		set.nemo = nw
+		set.list = append(set.list, nw)
+	}
+	return set, nil
+}

@@ -1,0 +1,318 @@
+// Package agent runs one rollout: the model client, the resource-server
+// client (one cookie session per rollout), the policy loop and the
+// trajectory it records.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// Termination is how the agent loop ended (DESIGN §5).
+type Termination string
+
+// Terminations.
+const (
+	Completed     Termination = "completed"
+	MaxRounds     Termination = "max_rounds"
+	ContextLength Termination = "context_length"
+	ModelError    Termination = "model_error"
+	ToolError     Termination = "tool_error"
+	VerifyError   Termination = "verify_error"
+	Timeout       Termination = "timeout"
+	Cancelled     Termination = "cancelled"
+	InvalidOutput Termination = "invalid_output"
+)
+
+// Usage is token usage summed over a rollout or one round.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	CachedTokens     int `json:"cached_tokens,omitempty"`
+	ReasoningTokens  int `json:"reasoning_tokens,omitempty"`
+}
+
+func (u *Usage) add(v Usage) {
+	u.PromptTokens += v.PromptTokens
+	u.CompletionTokens += v.CompletionTokens
+	u.CachedTokens += v.CachedTokens
+	u.ReasoningTokens += v.ReasoningTokens
+}
+
+func usageOf(u openai.Usage) Usage {
+	v := Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	if u.PromptTokensDetails != nil {
+		v.CachedTokens = u.PromptTokensDetails.CachedTokens
+	}
+	if u.CompletionTokensDetails != nil {
+		v.ReasoningTokens = u.CompletionTokensDetails.ReasoningTokens
+	}
+	return v
+}
+
+// ToolCall is one tool call of a round and its result. Arguments and
+// output are in the trajectory's messages; they are not repeated here.
+type ToolCall struct {
+	CallID      string  `json:"call_id"`
+	Name        string  `json:"name"`
+	Arguments   string  `json:"-"`
+	Output      string  `json:"-"`
+	Status      int     `json:"status,omitempty"`
+	Failed      bool    `json:"failed,omitempty"`
+	Unreachable bool    `json:"unreachable,omitempty"`
+	LatencyMs   float64 `json:"latency_ms"`
+}
+
+// Round is one model call plus the tool calls it asked for.
+type Round struct {
+	Index          int        `json:"index"`
+	ModelLatencyMs float64    `json:"model_latency_ms"`
+	Usage          Usage      `json:"usage"`
+	FinishReason   string     `json:"finish_reason"`
+	Content        string     `json:"-"`
+	Reasoning      string     `json:"-"`
+	ToolCalls      []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// Trajectory is the full history of a rollout: the chat messages, rounds
+// with their usage and timing, and how it ended.
+type Trajectory struct {
+	Messages    []openai.ChatCompletionMessage `json:"messages"`
+	Rounds      []Round                        `json:"rounds"`
+	Usage       Usage                          `json:"usage"`
+	Termination Termination                    `json:"termination"`
+	// FailureClass is set when infrastructure failed (no reward then).
+	FailureClass string `json:"failure_class,omitempty"`
+	Error        string `json:"error,omitempty"`
+	// FinalText is the model's last answer.
+	FinalText string `json:"-"`
+}
+
+// ToolCalls counts the tool calls, failed ones and distinct names.
+func (t *Trajectory) ToolCalls() (calls, failed int, names []string) {
+	seen := map[string]bool{}
+	for _, r := range t.Rounds {
+		for _, c := range r.ToolCalls {
+			calls++
+			if c.Failed {
+				failed++
+			}
+			if !seen[c.Name] {
+				seen[c.Name] = true
+				names = append(names, c.Name)
+			}
+		}
+	}
+	return calls, failed, names
+}
+
+// Tools is what a rollout calls tools through; *Session implements it.
+type Tools interface {
+	CallTool(ctx context.Context, name, arguments string) ToolResult
+}
+
+// Config is the agent's settings; it is shared by all rollouts of a run.
+type Config struct {
+	Model     Model
+	ModelName string
+	// MaxRounds bounds the rounds of a rollout (default 10, never unlimited).
+	MaxRounds int
+	// MaxFailedRounds ends a rollout as tool_error after this many
+	// consecutive rounds in which every tool call failed (default 2).
+	MaxFailedRounds int
+	// ModelTimeout bounds one model call (0: only the rollout's deadline).
+	ModelTimeout time.Duration
+	// Temperature overrides the rows' temperature when set.
+	Temperature *float64
+	// MaxTokens overrides the rows' max_output_tokens when > 0.
+	MaxTokens int
+}
+
+// Defaults.
+const (
+	DefaultMaxRounds       = 10
+	DefaultMaxFailedRounds = 2
+)
+
+// Validate checks the settings and fills defaults.
+func (c *Config) Validate() error {
+	if c.Model == nil {
+		return fmt.Errorf("agent: no model")
+	}
+	if c.ModelName == "" {
+		return fmt.Errorf("agent: no model name (--model)")
+	}
+	if c.MaxRounds == 0 {
+		c.MaxRounds = DefaultMaxRounds
+	}
+	if c.MaxRounds < 1 {
+		return fmt.Errorf("max rounds must be at least 1, got %d", c.MaxRounds)
+	}
+	if c.MaxFailedRounds == 0 {
+		c.MaxFailedRounds = DefaultMaxFailedRounds
+	}
+	if c.MaxFailedRounds < 1 {
+		return fmt.Errorf("max failed rounds must be at least 1, got %d", c.MaxFailedRounds)
+	}
+	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2) {
+		return fmt.Errorf("temperature must be in [0, 2], got %g", *c.Temperature)
+	}
+	return nil
+}
+
+// Run runs the multi-step loop of one rollout (seed 004, plan A): rounds
+// until the model answers without tool calls or MaxRounds is reached; all
+// tools offered every round; every tool call of a round executed in order
+// before the next model call. It never returns an error: how the rollout
+// ended is in the trajectory.
+func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed int64) *Trajectory {
+	p := task.Params
+	tr := &Trajectory{Messages: ChatMessages(p)}
+	req := openai.ChatCompletionRequest{
+		Model:       c.ModelName,
+		Tools:       ChatTools(p.Tools),
+		ToolChoice:  ChatToolChoice(p.ToolChoice),
+		Temperature: temperature(p.Temperature),
+		MaxTokens:   c.MaxTokens,
+	}
+	if c.Temperature != nil {
+		req.Temperature = temperature(c.Temperature)
+	}
+	if p.TopP != nil {
+		req.TopP = float32(*p.TopP)
+		if req.TopP == 0 {
+			req.TopP = zeroTemperature
+		}
+	}
+	if req.MaxTokens == 0 && p.MaxOutputTokens != nil {
+		req.MaxTokens = *p.MaxOutputTokens
+	}
+	if p.ParallelToolCalls != nil && len(req.Tools) > 0 {
+		req.ParallelToolCalls = *p.ParallelToolCalls
+	}
+	s := int(seed)
+	req.Seed = &s
+	offered := make(map[string]bool, len(p.Tools))
+	for _, t := range p.Tools {
+		offered[t.Name] = true
+	}
+
+	failedRounds, unreachableRounds := 0, 0
+	for round := 0; ; round++ {
+		req.Messages = tr.Messages
+		resp, latency, err := c.call(ctx, req)
+		if err != nil {
+			term, class := modelFailure(ctx, err)
+			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, errText(err))
+			return tr
+		}
+		if len(resp.Choices) == 0 {
+			tr.Termination, tr.FailureClass = InvalidOutput, report.FailModelError
+			tr.Error = fmt.Sprintf("model call in round %d: the answer has no choices", round)
+			return tr
+		}
+		choice := resp.Choices[0]
+		msg := choice.Message
+		rd := Round{Index: round, ModelLatencyMs: ms(latency), Usage: usageOf(resp.Usage),
+			FinishReason: string(choice.FinishReason), Content: msg.Content, Reasoning: msg.ReasoningContent}
+		tr.Usage.add(rd.Usage)
+		// The history keeps what the model said, without echoing its
+		// reasoning back to it.
+		hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content}
+		for i, tc := range msg.ToolCalls {
+			tc.ID = callID(tc.ID, round, i)
+			tc.Type = openai.ToolTypeFunction
+			tc.Index = nil
+			hist.ToolCalls = append(hist.ToolCalls, tc)
+		}
+		tr.Messages = append(tr.Messages, hist)
+		if len(hist.ToolCalls) == 0 {
+			tr.Rounds = append(tr.Rounds, rd)
+			tr.FinalText = msg.Content
+			tr.Termination = Completed
+			return tr
+		}
+		allFailed, allUnreachable := true, true
+		for _, tc := range hist.ToolCalls {
+			call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
+			start := time.Now()
+			var res ToolResult
+			if !offered[call.Name] {
+				res = ToolResult{Output: fmt.Sprintf("Error: unknown tool %q; the tools are those offered in this request", call.Name), Failed: true}
+			} else {
+				res = tools.CallTool(ctx, call.Name, call.Arguments)
+			}
+			call.LatencyMs = ms(time.Since(start))
+			call.Output, call.Status, call.Failed, call.Unreachable = res.Output, res.Status, res.Failed, res.Unreachable
+			allFailed = allFailed && res.Failed
+			allUnreachable = allUnreachable && res.Unreachable
+			rd.ToolCalls = append(rd.ToolCalls, call)
+			tr.Messages = append(tr.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: call.CallID, Content: res.Output})
+		}
+		tr.Rounds = append(tr.Rounds, rd)
+		if ctx.Err() != nil {
+			tr.Termination, tr.FailureClass = Timeout, report.FailTimeout
+			if ctxCancelled(ctx) {
+				tr.Termination, tr.FailureClass = Cancelled, report.FailCancelled
+			}
+			tr.Error = fmt.Sprintf("tool calls of round %d: %v", round, ctx.Err())
+			return tr
+		}
+		if allFailed {
+			failedRounds++
+		} else {
+			failedRounds = 0
+		}
+		if allUnreachable {
+			unreachableRounds++
+		} else {
+			unreachableRounds = 0
+		}
+		if failedRounds >= c.MaxFailedRounds {
+			tr.Termination = ToolError
+			tr.Error = fmt.Sprintf("every tool call failed in %d consecutive rounds", failedRounds)
+			if unreachableRounds >= c.MaxFailedRounds {
+				// The server is down: that is infrastructure, not the model.
+				tr.FailureClass = report.FailResourceServer
+				tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", unreachableRounds, rd.ToolCalls[0].Output)
+			}
+			return tr
+		}
+		if round+1 >= c.MaxRounds {
+			tr.Termination = MaxRounds
+			return tr
+		}
+	}
+}
+
+func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, time.Duration, error) {
+	if c.ModelTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.ModelTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	resp, err := c.Model.CreateChatCompletion(ctx, req)
+	return resp, time.Since(start), err
+}
+
+func ctxCancelled(ctx context.Context) bool { return ctx.Err() == context.Canceled }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// errText is an error's message, shortened: an HTML error page or a huge
+// body should not fill the record.
+func errText(err error) string {
+	const n = 500
+	s := err.Error()
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/retry"
+)
+
+// DefaultMaxBodyBytes caps what is read of one resource-server answer.
+const DefaultMaxBodyBytes = 16 << 20
+
+// ToolServer is a resource server at a base URL (NeMo Gym protocol). It is
+// shared by all rollouts; each rollout opens its own Session.
+type ToolServer struct {
+	Name string
+	base *url.URL
+	// Transport is shared by all sessions, so that connections are reused.
+	Transport http.RoundTripper
+	// Retry is the policy of seed_session and verify. Tool calls are not
+	// retried: they may change session state (increment_counter).
+	Retry retry.Policy
+	// CallTimeout bounds one HTTP call (seed, tool, verify); 0: none.
+	CallTimeout time.Duration
+	// MaxBodyBytes caps one answer; 0: DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// NewToolServer checks base and returns a resource-server client.
+func NewToolServer(name, base string, transport http.RoundTripper) (*ToolServer, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("server %q: %w", base, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("server %q: want an http:// or https:// URL", base)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("server %q: a base URL has no query or fragment", base)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	return &ToolServer{Name: name, base: u, Transport: transport, Retry: retry.DefaultPolicy}, nil
+}
+
+// Base is the server's base URL.
+func (s *ToolServer) Base() string { return s.base.String() }
+
+// Session is one rollout's conversation with a resource server: its own
+// cookie jar, never shared, carried through seed_session, every tool call
+// and verify.
+type Session struct {
+	srv    *ToolServer
+	client *http.Client
+	doer   *retry.Doer
+}
+
+// NewSession opens a session with an empty cookie jar.
+func (s *ToolServer) NewSession() *Session {
+	jar, _ := cookiejar.New(nil) // never fails with nil options
+	c := &http.Client{Transport: s.Transport, Jar: jar, CheckRedirect: retry.NoRedirect}
+	return &Session{srv: s, client: c, doer: &retry.Doer{Client: c, Policy: s.Retry}}
+}
+
+// Jar is the session's cookie jar (tests check that sessions never share).
+func (s *Session) Jar() http.CookieJar { return s.client.Jar }
+
+// Answer is a resource server's reply to one POST.
+type Answer struct {
+	Status    int
+	Body      []byte
+	Truncated bool // the body was longer than MaxBodyBytes
+}
+
+// Post sends body to base/path. retried says whether 429, 5xx and
+// connection errors are retried under the server's policy.
+func (s *Session) Post(ctx context.Context, path string, body []byte, retried bool) (*Answer, error) {
+	if s.srv.CallTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.srv.CallTimeout)
+		defer cancel()
+	}
+	u := *s.srv.base
+	u.Path += "/" + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	var resp *http.Response
+	if retried {
+		resp, err = s.doer.Do(req)
+	} else {
+		retry.CountAttempt(ctx)
+		resp, err = s.client.Do(req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	limit := s.srv.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	a := &Answer{Status: resp.StatusCode, Body: b}
+	if int64(len(b)) > limit {
+		a.Body, a.Truncated = b[:limit], true
+	}
+	if err != nil {
+		return a, fmt.Errorf("reading the answer of %s: %w", path, err)
+	}
+	return a, nil
+}
+
+// Seed posts the whole task row to /seed_session.
+func (s *Session) Seed(ctx context.Context, row []byte) error {
+	a, err := s.Post(ctx, "seed_session", row, true)
+	if err != nil {
+		return fmt.Errorf("seed_session: %w", err)
+	}
+	if a.Status/100 != 2 {
+		return fmt.Errorf("seed_session: HTTP %d: %s", a.Status, snippet(a.Body))
+	}
+	return nil
+}
+
+// ToolResult is the outcome of one tool call.
+type ToolResult struct {
+	// Output is shown to the model: the server's answer as text, also on
+	// 4xx/5xx, or an error message when the call could not be made.
+	Output string
+	Status int
+	// Failed: the call did not succeed (HTTP error, refused, unreachable).
+	Failed bool
+	// Unreachable: no HTTP answer at all (refused, reset, timed out).
+	Unreachable bool
+}
+
+// CallTool posts the arguments to base/name. Names that could leave the
+// base URL are refused; arguments that are not a JSON object never reach
+// the server: the model gets an error message instead.
+func (s *Session) CallTool(ctx context.Context, name, arguments string) ToolResult {
+	if err := checkToolName(name); err != nil {
+		return ToolResult{Output: "Error: " + err.Error(), Failed: true}
+	}
+	args := strings.TrimSpace(arguments)
+	if args == "" {
+		args = "{}" // a call without arguments
+	}
+	if !json.Valid([]byte(args)) {
+		return ToolResult{Output: fmt.Sprintf("Error: the arguments of %s are not valid JSON: %s", name, snippet([]byte(arguments))), Failed: true}
+	}
+	if args[0] != '{' {
+		return ToolResult{Output: fmt.Sprintf("Error: the arguments of %s must be a JSON object, got %s", name, snippet([]byte(args))), Failed: true}
+	}
+	a, err := s.Post(ctx, name, []byte(args), false)
+	if err != nil {
+		res := ToolResult{Output: fmt.Sprintf("Error: tool %s failed: %v", name, err), Failed: true, Unreachable: a == nil}
+		if a != nil {
+			res.Status = a.Status
+		}
+		return res
+	}
+	res := ToolResult{Output: string(a.Body), Status: a.Status, Failed: a.Status/100 != 2}
+	if a.Truncated {
+		res.Output += fmt.Sprintf("\n[truncated: the answer of %s was longer than %d bytes]", name, len(a.Body))
+		res.Failed = true
+	}
+	return res
+}
+
+// checkToolName refuses names that would make a tool call reach another
+// path or host than base/name.
+func checkToolName(name string) error {
+	if name == "" {
+		return fmt.Errorf("empty tool name")
+	}
+	if strings.ContainsAny(name, "/?#%\\ ") || strings.Contains(name, "..") || strings.Contains(name, ":") {
+		return fmt.Errorf("tool name %q refused: it must be a plain name, not a path or URL", name)
+	}
+	switch name {
+	case "seed_session", "verify":
+		return fmt.Errorf("tool name %q refused: it is a protocol endpoint", name)
+	}
+	return nil
+}
+
+// snippet shortens a body for an error message.
+func snippet(b []byte) string {
+	const n = 300
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+// PostVerify posts to /verify (retried like seed_session); it lets a
+// Session serve as verify.Poster.
+func (s *Session) PostVerify(ctx context.Context, body []byte) (int, []byte, error) {
+	a, err := s.Post(ctx, "verify", body, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.Truncated {
+		return a.Status, a.Body, fmt.Errorf("the answer was longer than %d bytes", len(a.Body))
+	}
+	return a.Status, a.Body, nil
+}

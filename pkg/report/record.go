@@ -1,0 +1,50 @@
+// Package report turns rollout records into output: the Parquet rewards
+// file, the trajectories file, NeMo Gym-style JSONL, and summaries.
+package report
+
+import "time"
+
+// Record is the one line of output a rollout ends in (DESIGN §6), success or
+// failure. It is keyed by (TaskIndex, RolloutIndex, Arm).
+//
+// A record with an empty FailureClass has a reward; a record with a failure
+// class has HasReward false and Reward 0, and statistics leave it out.
+type Record struct {
+	TaskIndex        int64              `parquet:"task_index" json:"task_index"`
+	RolloutIndex     int64              `parquet:"rollout_index" json:"rollout_index"`
+	TaskID           string             `parquet:"task_id" json:"task_id"`
+	Arm              string             `parquet:"arm" json:"arm"`
+	Agent            string             `parquet:"agent" json:"agent"`
+	Model            string             `parquet:"model" json:"model"`
+	Reward           float64            `parquet:"reward" json:"reward"`
+	HasReward        bool               `parquet:"has_reward" json:"has_reward"`
+	RewardComponents map[string]float64 `parquet:"reward_components" json:"reward_components,omitempty"`
+	Rounds           int32              `parquet:"rounds" json:"rounds"`
+	ToolCalls        int32              `parquet:"tool_calls" json:"tool_calls"`
+	ToolNames        []string           `parquet:"tool_names,list" json:"tool_names"`
+	ToolErrors       int32              `parquet:"tool_errors" json:"tool_errors"`
+	PromptTokens     int64              `parquet:"prompt_tokens" json:"prompt_tokens"`
+	CompletionTokens int64              `parquet:"completion_tokens" json:"completion_tokens"`
+	LatencyMs        float64            `parquet:"latency_ms" json:"latency_ms"`
+	Termination      string             `parquet:"termination" json:"termination"`
+	FailureClass     string             `parquet:"failure_class" json:"failure_class"`
+	Error            string             `parquet:"error" json:"error"`
+	Attempts         int32              `parquet:"attempts" json:"attempts"`
+	StartedAt        time.Time          `parquet:"started_at,optional,timestamp(millisecond)" json:"started_at"`
+	Seed             int64              `parquet:"seed" json:"seed"`
+	SourceFile       string             `parquet:"source_file" json:"source_file"`
+	SourceLine       int64              `parquet:"source_line" json:"source_line"`
+}
+
+// Failure classes: why infrastructure or input failed. Empty on success.
+const (
+	FailNone             = ""
+	FailBadTask          = "bad_task"
+	FailModelUnavailable = "model_unavailable"
+	FailRateLimited      = "rate_limited"
+	FailModelError       = "model_error"
+	FailResourceServer   = "resource_server"
+	FailVerify           = "verify"
+	FailTimeout          = "timeout"
+	FailCancelled        = "cancelled"
+)

@@ -1,0 +1,180 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Stats keeps running statistics over records in O(1) memory in the number
+// of records (the maps grow only with the number of distinct failure
+// classes and terminations). The zero value is ready to use. Stats is not
+// safe for concurrent use.
+//
+// A record is scored when it has a reward and no failure class; the reward,
+// rounds, tool-call and latency means are over scored records only, so that
+// infrastructure failures are reported apart and never scored as 0 (DESIGN
+// §7). Token and tool-error totals are over all records.
+type Stats struct {
+	rollouts, scored, failed int
+	failures                 map[string]int
+	terminations             map[string]int
+
+	// Welford's running mean and sum of squared deviations of the reward.
+	rewardMean, rewardM2 float64
+	// Running means over scored records.
+	roundsMean, toolCallsMean, latencyMean float64
+
+	promptTokens, completionTokens, toolErrors int64
+}
+
+// Add counts one record.
+func (s *Stats) Add(r *Record) {
+	s.rollouts++
+	if r.FailureClass != FailNone {
+		s.failed++
+		if s.failures == nil {
+			s.failures = make(map[string]int)
+		}
+		s.failures[r.FailureClass]++
+	}
+	if r.Termination != "" {
+		if s.terminations == nil {
+			s.terminations = make(map[string]int)
+		}
+		s.terminations[r.Termination]++
+	}
+	s.promptTokens += r.PromptTokens
+	s.completionTokens += r.CompletionTokens
+	s.toolErrors += int64(r.ToolErrors)
+
+	if !r.HasReward || r.FailureClass != FailNone {
+		return
+	}
+	s.scored++
+	n := float64(s.scored)
+	d := r.Reward - s.rewardMean
+	s.rewardMean += d / n
+	s.rewardM2 += d * (r.Reward - s.rewardMean)
+	s.roundsMean += (float64(r.Rounds) - s.roundsMean) / n
+	s.toolCallsMean += (float64(r.ToolCalls) - s.toolCallsMean) / n
+	s.latencyMean += (r.LatencyMs - s.latencyMean) / n
+}
+
+// Summary is a snapshot of Stats. Its maps are never nil and are not shared
+// with the Stats.
+type Summary struct {
+	Rollouts        int            `json:"rollouts"`
+	Scored          int            `json:"scored"`
+	Failed          int            `json:"failed"`
+	FailuresByClass map[string]int `json:"failures_by_class"`
+	Terminations    map[string]int `json:"terminations"`
+	// MeanReward and StdErr are over scored records only. StdErr is the
+	// sample standard deviation over sqrt(n), 0 when n < 2.
+	MeanReward float64 `json:"mean_reward"`
+	StdErr     float64 `json:"std_err"`
+	// Means over scored records.
+	MeanRounds    float64 `json:"mean_rounds"`
+	MeanToolCalls float64 `json:"mean_tool_calls"`
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+	// Totals over all records.
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	ToolErrors       int64 `json:"tool_errors"`
+}
+
+// Summary returns the statistics so far.
+func (s *Stats) Summary() Summary {
+	out := Summary{
+		Rollouts:         s.rollouts,
+		Scored:           s.scored,
+		Failed:           s.failed,
+		FailuresByClass:  make(map[string]int, len(s.failures)),
+		Terminations:     make(map[string]int, len(s.terminations)),
+		MeanReward:       s.rewardMean,
+		MeanRounds:       s.roundsMean,
+		MeanToolCalls:    s.toolCallsMean,
+		MeanLatencyMs:    s.latencyMean,
+		PromptTokens:     s.promptTokens,
+		CompletionTokens: s.completionTokens,
+		ToolErrors:       s.toolErrors,
+	}
+	maps.Copy(out.FailuresByClass, s.failures)
+	maps.Copy(out.Terminations, s.terminations)
+	if s.scored >= 2 {
+		n := float64(s.scored)
+		variance := s.rewardM2 / (n - 1)
+		out.StdErr = math.Sqrt(variance) / math.Sqrt(n)
+	}
+	return out
+}
+
+// CI95 is the normal-approximation 95% confidence interval of the mean
+// reward: MeanReward ± 1.96 StdErr. It treats rollouts as independent; the
+// clustered (bootstrap over tasks) interval of DESIGN §7 is computed
+// offline.
+func (s Summary) CI95() (lo, hi float64) {
+	return s.MeanReward - 1.96*s.StdErr, s.MeanReward + 1.96*s.StdErr
+}
+
+// WriteSummaryJSON writes s as indented JSON to path, through a temporary
+// file that is synced and renamed.
+func WriteSummaryJSON(path string, s Summary) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	data = append(data, '\n')
+	if err := writeFileAtomic(path, data, 0o644); err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	return nil
+}
+
+// PrintSummary writes s to w as a compact, aligned table for people.
+func PrintSummary(w io.Writer, s Summary) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(label, value string) { fmt.Fprintf(tw, "%s\t%s\n", label, value) }
+
+	row("rollouts", strconv.Itoa(s.Rollouts))
+	row("scored", strconv.Itoa(s.Scored))
+	row("failed", strconv.Itoa(s.Failed))
+	switch {
+	case s.Scored == 0:
+		row("mean reward", "-")
+	case s.Scored == 1:
+		row("mean reward", fmt.Sprintf("%.4f (n=1, no std err)", s.MeanReward))
+	default:
+		lo, hi := s.CI95()
+		row("mean reward", fmt.Sprintf("%.4f ± %.4f (95%% CI %.4f to %.4f)", s.MeanReward, s.StdErr, lo, hi))
+	}
+	row("failures", countList(s.FailuresByClass))
+	row("terminations", countList(s.Terminations))
+	row("mean rounds", fmt.Sprintf("%.2f", s.MeanRounds))
+	row("mean tool calls", fmt.Sprintf("%.2f", s.MeanToolCalls))
+	row("tool errors", strconv.FormatInt(s.ToolErrors, 10))
+	row("tokens", fmt.Sprintf("%d prompt, %d completion", s.PromptTokens, s.CompletionTokens))
+	row("mean latency", fmt.Sprintf("%.1f ms", s.MeanLatencyMs))
+	return tw.Flush()
+}
+
+// countList formats counts as "a 1, b 2", keys sorted; "-" when empty.
+func countList(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
+}

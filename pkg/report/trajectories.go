@@ -1,0 +1,73 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// TrajectoryWriter writes one JSON line per result to the trajectories
+// file (DESIGN §6), keyed like the record:
+//
+//	{"task_index":0,"rollout_index":0,"arm":"single","task_id":"t0","trajectory":{...}}
+//
+// "trajectory" is null when the result has none. The file is opened for
+// appending, so a resumed run adds to it.
+type TrajectoryWriter struct {
+	file *jsonlFile
+	buf  bytes.Buffer
+	enc  *json.Encoder
+}
+
+var _ Output = (*TrajectoryWriter)(nil)
+
+type trajectoryLine struct {
+	TaskIndex    int64           `json:"task_index"`
+	RolloutIndex int64           `json:"rollout_index"`
+	Arm          string          `json:"arm"`
+	TaskID       string          `json:"task_id"`
+	Trajectory   json.RawMessage `json:"trajectory"`
+}
+
+// NewTrajectoryWriter opens path for appending, creating it if needed.
+func NewTrajectoryWriter(path string) (*TrajectoryWriter, error) {
+	f, err := openJSONL(path)
+	if err != nil {
+		return nil, fmt.Errorf("trajectory output: %w", err)
+	}
+	t := &TrajectoryWriter{file: f}
+	t.enc = json.NewEncoder(&t.buf)
+	t.enc.SetEscapeHTML(false)
+	return t, nil
+}
+
+// Write appends the result's trajectory as one line. A trajectory that is
+// not valid JSON is an error and nothing is written. Pretty-printed
+// trajectories are compacted onto the line.
+func (t *TrajectoryWriter) Write(r *Result) error {
+	traj := r.Trajectory
+	if len(bytes.TrimSpace(traj)) == 0 {
+		traj = nil // encodes as null
+	}
+	t.buf.Reset()
+	err := t.enc.Encode(trajectoryLine{
+		TaskIndex:    r.Record.TaskIndex,
+		RolloutIndex: r.Record.RolloutIndex,
+		Arm:          r.Record.Arm,
+		TaskID:       r.Record.TaskID,
+		Trajectory:   traj,
+	})
+	if err != nil {
+		return fmt.Errorf("trajectory output: task %d rollout %d: %w", r.Record.TaskIndex, r.Record.RolloutIndex, err)
+	}
+	if err := t.file.writeLine(t.buf.Bytes()); err != nil {
+		return fmt.Errorf("trajectory output: %w", err)
+	}
+	return nil
+}
+
+// Flush hands buffered lines to the operating system (without fsync).
+func (t *TrajectoryWriter) Flush() error { return t.file.Flush() }
+
+// Close flushes and fsyncs the file.
+func (t *TrajectoryWriter) Close() error { return t.file.Close() }

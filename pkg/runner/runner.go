@@ -1,0 +1,386 @@
+// Package runner runs a batch of rollouts: it streams tasks, expands
+// repeats, keeps a bounded sliding window of rollouts in flight, routes each
+// task to its resource server, verifies, and hands every result to one
+// writer goroutine that owns the outputs, the statistics and the progress.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/progress"
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/verify"
+)
+
+// Options configure a run. Validate fills defaults.
+type Options struct {
+	// Input is the task file ("-": stdin; .gz is decompressed).
+	Input string
+	// Limit keeps the first Limit tasks (0: all); Repeats is the number
+	// of rollouts per task.
+	Limit, Repeats int
+	// Concurrency is the number of rollouts in flight (default 64).
+	Concurrency int
+	// Strict refuses to start when any row is malformed.
+	Strict bool
+	// RolloutTimeout bounds one rollout from seed to verify (0: none).
+	RolloutTimeout time.Duration
+	// DrainTimeout bounds how long running rollouts may go on after the
+	// run is interrupted (default 30 s); then they are cancelled.
+	DrainTimeout time.Duration
+	// Arm names the policy arm in the records (default "multi").
+	Arm string
+	// Seed is the base of the per-(task, repeat) seeds.
+	Seed int64
+	// Agent is the model and loop settings.
+	Agent agent.Config
+	// Servers routes tasks to resource servers.
+	Servers Servers
+	// Progress shows the run (nil: nothing).
+	Progress progress.Reporter
+}
+
+// Defaults.
+const (
+	DefaultConcurrency  = 64
+	DefaultDrainTimeout = 30 * time.Second
+	DefaultArm          = "multi"
+)
+
+// Validate checks the options and fills defaults.
+func (o *Options) Validate() error {
+	if o.Input == "" {
+		return errors.New("no input: --input FILE (or - for stdin)")
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Concurrency < 1 {
+		return fmt.Errorf("concurrency must be at least 1, got %d", o.Concurrency)
+	}
+	if o.Repeats == 0 {
+		o.Repeats = 1
+	}
+	if o.Repeats < 1 {
+		return fmt.Errorf("num-repeats must be at least 1, got %d", o.Repeats)
+	}
+	if o.Limit < 0 {
+		return fmt.Errorf("limit must be >= 0, got %d", o.Limit)
+	}
+	if o.RolloutTimeout < 0 {
+		return fmt.Errorf("rollout timeout must be >= 0, got %v", o.RolloutTimeout)
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.Arm == "" {
+		o.Arm = DefaultArm
+	}
+	if o.Servers.Default == nil && len(o.Servers.ByName) == 0 {
+		return errors.New("no resource server: --server URL or --server NAME=URL")
+	}
+	if o.Progress == nil {
+		o.Progress = progress.New(nil, 0)
+	}
+	return o.Agent.Validate()
+}
+
+// Servers routes a task to a resource server: by its agent_ref.name, else
+// the default one.
+type Servers struct {
+	Default *agent.ToolServer
+	ByName  map[string]*agent.ToolServer
+}
+
+// For returns the server of a task and the agent name for its record.
+func (s Servers) For(t *dataset.Task) (*agent.ToolServer, string, error) {
+	if t.AgentRef != nil {
+		if srv, ok := s.ByName[t.AgentRef.Name]; ok {
+			return srv, t.AgentRef.Name, nil
+		}
+	}
+	if s.Default != nil {
+		name := s.Default.Name
+		if t.AgentRef != nil {
+			name = t.AgentRef.Name
+		}
+		return s.Default, name, nil
+	}
+	if t.AgentRef == nil {
+		return nil, "", fmt.Errorf("the row has no agent_ref.name and no default --server URL is set (named servers: %s)", s.names())
+	}
+	return nil, "", fmt.Errorf("no --server for agent_ref.name %q (named servers: %s)", t.AgentRef.Name, s.names())
+}
+
+func (s Servers) names() string {
+	var n []string
+	for k := range s.ByName {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return strings.Join(n, ", ")
+}
+
+// StopReason says why a run ended.
+type StopReason string
+
+// Stop reasons.
+const (
+	StopCompleted   StopReason = "completed"
+	StopInterrupted StopReason = "interrupted"
+)
+
+// Report is what a run returns.
+type Report struct {
+	Summary report.Summary
+	Stop    StopReason
+	// Started counts rollouts started; every one of them has a record.
+	Started int
+	Elapsed time.Duration
+}
+
+// BadInputError is a run refused for its input (--strict, unreadable).
+type BadInputError struct{ Msg string }
+
+func (e *BadInputError) Error() string { return e.Msg }
+
+// Run runs every rollout of the input and writes each result to every
+// output. It returns when all started rollouts have a record. When ctx is
+// cancelled (Ctrl-C) no new rollout starts; running ones get DrainTimeout
+// to finish, then are cancelled and recorded as such. Outputs are not
+// closed: the caller does that.
+func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if o.Strict {
+		if o.Input == "-" {
+			return nil, &BadInputError{Msg: "--strict needs a file: it reads the input twice"}
+		}
+		errs, _, err := dataset.Validate(o.Input, 20)
+		if err != nil {
+			return nil, &BadInputError{Msg: err.Error()}
+		}
+		if len(errs) > 0 {
+			return nil, &BadInputError{Msg: fmt.Sprintf("--strict: %d malformed row(s), nothing run:\n%s", len(errs), dataset.FormatRowErrors(errs))}
+		}
+	}
+	total := -1
+	if n, err := dataset.Count(o.Input); err == nil && n >= 0 {
+		if o.Limit > 0 {
+			n = min(n, o.Limit)
+		}
+		total = n * o.Repeats
+	}
+	rd, err := dataset.Open(o.Input)
+	if err != nil {
+		return nil, &BadInputError{Msg: err.Error()}
+	}
+	defer rd.Close()
+
+	// Rollouts run under runCtx, which outlives ctx by DrainTimeout.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	stopDrain := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(o.DrainTimeout, cancelRun)
+		context.AfterFunc(runCtx, func() { t.Stop() })
+	})
+	defer stopDrain()
+
+	results := make(chan *report.Result, o.Concurrency)
+	var stats report.Stats
+	var writeErr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for res := range results {
+			stats.Add(&res.Record)
+			for _, out := range outputs {
+				if err := out.Write(res); err != nil && writeErr == nil {
+					writeErr = err
+					cancelRun() // an output that cannot write loses data: stop
+				}
+			}
+			o.Progress.Update(status(&stats, total))
+		}
+	}()
+
+	r := &run{o: &o}
+	p := pool.New().WithMaxGoroutines(o.Concurrency)
+	started := 0
+	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats}, func(t *dataset.Task, k int) error {
+		if ctx.Err() != nil || runCtx.Err() != nil {
+			return errStop
+		}
+		started++
+		p.Go(func() { results <- r.rollout(runCtx, t, k) })
+		return nil
+	})
+	p.Wait()
+	close(results)
+	<-written
+	o.Progress.Finish(status(&stats, total))
+
+	rep := &Report{Summary: stats.Summary(), Stop: StopCompleted, Started: started, Elapsed: time.Since(start)}
+	if ctx.Err() != nil {
+		rep.Stop = StopInterrupted
+	}
+	if writeErr != nil {
+		return rep, fmt.Errorf("writing results: %w", writeErr)
+	}
+	if readErr != nil && readErr != errStop {
+		return rep, &BadInputError{Msg: fmt.Sprintf("reading tasks stopped after %d rollouts: %v", started, readErr)}
+	}
+	return rep, nil
+}
+
+var errStop = errors.New("stop")
+
+func status(s *report.Stats, total int) progress.Status {
+	sum := s.Summary()
+	return progress.Status{Done: sum.Rollouts, Total: total, Failed: sum.Failed, MeanReward: sum.MeanReward, Scored: sum.Scored}
+}
+
+type run struct {
+	o *Options
+}
+
+// rollout runs one (task, rollout index): seed_session, the agent loop,
+// verify. It always returns a result; failures are fields of its record.
+func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Result {
+	o := r.o
+	rec := report.Record{
+		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: o.Arm, Model: o.Agent.ModelName,
+		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
+	}
+	res := &report.Result{}
+	start := time.Now()
+	defer func() {
+		rec.LatencyMs = float64(time.Since(start).Microseconds()) / 1000
+		res.Record = rec
+	}()
+	if t.Err != nil {
+		rec.Termination, rec.FailureClass, rec.Error = "", report.FailBadTask, t.Err.Error()
+		return res
+	}
+	srv, agentName, err := o.Servers.For(t)
+	rec.Agent = agentName
+	if err != nil {
+		rec.FailureClass, rec.Error = report.FailBadTask, fmt.Sprintf("%s:%d: %v", t.File, t.Line, err)
+		return res
+	}
+	if o.RolloutTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.RolloutTimeout)
+		defer cancel()
+	}
+	var counter retry.Counter
+	ctx = retry.WithCounter(ctx, &counter)
+	defer func() { rec.Attempts = int32(counter.Attempts()) }()
+
+	sess := srv.NewSession()
+	if err := sess.Seed(ctx, t.Raw); err != nil {
+		rec.FailureClass, rec.Error = ctxFailure(ctx, report.FailResourceServer), err.Error()
+		rec.Termination = string(termination(rec.FailureClass, agent.ToolError))
+		return res
+	}
+
+	tr := o.Agent.Run(ctx, t, sess, rec.Seed)
+	calls, failed, names := tr.ToolCalls()
+	rec.Rounds, rec.ToolCalls, rec.ToolErrors, rec.ToolNames = int32(len(tr.Rounds)), int32(calls), int32(failed), names
+	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
+	rec.Termination, rec.FailureClass, rec.Error = string(tr.Termination), tr.FailureClass, tr.Error
+	defer func() {
+		if b, err := json.Marshal(tr); err == nil {
+			res.Trajectory = b
+		}
+	}()
+	if tr.FailureClass != "" {
+		return res
+	}
+
+	resp := agent.BuildResponse(responseID(t.Index, k, o.Arm), float64(rec.StartedAt.Unix()), o.Agent.ModelName, t.Params, tr)
+	rb, err := json.Marshal(resp)
+	if err != nil { // cannot happen: the response is plain data
+		rec.FailureClass, rec.Error = report.FailVerify, err.Error()
+		return res
+	}
+	body := t.AppendObject(make([]byte, 0, len(t.Raw)+len(rb)+16), []string{"response"}, dataset.Field{Key: "response", Value: rb})
+	keys := make([]string, len(t.Fields))
+	for i, f := range t.Fields {
+		keys[i] = f.Key
+	}
+	v, err := verify.Remote(ctx, sess, body, keys)
+	if err != nil {
+		rec.FailureClass, rec.Error = ctxFailure(ctx, report.FailVerify), err.Error()
+		rec.Termination = string(termination(rec.FailureClass, agent.VerifyError))
+		return res
+	}
+	rec.Reward, rec.HasReward, rec.RewardComponents = v.Reward, true, v.Components
+	res.Verify = v.Answer
+	return res
+}
+
+// ctxFailure names a failure by the rollout's context when it ended: a
+// deadline is a timeout, a cancel is cancelled, else it is fallback.
+func ctxFailure(ctx context.Context, fallback string) string {
+	switch ctx.Err() {
+	case context.DeadlineExceeded:
+		return report.FailTimeout
+	case context.Canceled:
+		return report.FailCancelled
+	}
+	return fallback
+}
+
+// termination is how a rollout that failed outside the agent loop ended.
+func termination(class string, otherwise agent.Termination) agent.Termination {
+	switch class {
+	case report.FailTimeout:
+		return agent.Timeout
+	case report.FailCancelled:
+		return agent.Cancelled
+	}
+	return otherwise
+}
+
+// responseID is the Responses id of a rollout: its key.
+func responseID(task, rollout int, arm string) string {
+	return fmt.Sprintf("resp_%s_%d_%d", arm, task, rollout)
+}
+
+// Seed is the seed of rollout (task, k): the same in every arm and run with
+// the same base, different across keys (splitmix64 of the key). It fits in
+// 31 bits, which every server's seed parameter accepts.
+func Seed(base int64, task, k int) int64 {
+	x := uint64(base) ^ uint64(task)*0x9E3779B97F4A7C15 ^ uint64(k)*0xC2B2AE3D27D4EB4F
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	x ^= x >> 31
+	return int64(x & 0x7fffffff)
+}
+
+// NewTransport is the HTTP transport shared by all rollouts of a run: its
+// idle pool is sized to the concurrency so that connections are reused.
+func NewTransport(concurrency int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = concurrency + 16
+	t.IdleConnTimeout = 90 * time.Second
+	t.ResponseHeaderTimeout = 0 // deadlines come from contexts
+	return t
+}

@@ -1,0 +1,329 @@
+// Package servers holds rollout's built-in resource servers: Go re-implementations of the three
+// example resource servers of NVIDIA NeMo Gym (example_multi_step, example_session_state_mgmt,
+// example_single_tool_call), written from their documented and observable behaviour.
+//
+// Each server is a plain http.Handler that speaks the NeMo Gym resource-server protocol
+// (DESIGN §3):
+//
+//   - GET  /              liveness, answers {"status":"ok"}
+//   - POST /seed_session  the whole task row; sets up per-session state; answers {}
+//   - POST /{tool}        the tool's JSON arguments object; answers the tool's JSON result
+//   - POST /verify        the task row plus "response"; answers the request's fields plus
+//     "reward" and the server's reward components
+//
+// Sessions are a signed cookie (HMAC-SHA256 over a random session id, with a key drawn at random
+// for each handler). Every response carries the cookie; a request without a valid one starts a
+// new, empty session, so a client that loses its cookie scores 0 on a stateful server, exactly as
+// with NeMo Gym. Bad arguments are answered 422 with a FastAPI-style {"detail": [...]} body; an
+// error NeMo Gym's Python would raise while verifying is answered 500 with the exception's repr
+// as a JSON string, as NeMo Gym's exception middleware does.
+package servers
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+// maxBodyBytes bounds every request body. /verify carries whole trajectories, so it is generous.
+const maxBodyBytes = 64 << 20
+
+// sessionMaxAge is the cookie lifetime, Starlette SessionMiddleware's default (14 days).
+const sessionMaxAge = 14 * 24 * 60 * 60
+
+// builtin describes one built-in resource server.
+type builtin struct {
+	name string
+	// class is the Python class name; with the name it forms the session cookie name, as NeMo
+	// Gym's get_session_middleware_key does ("<Class>___<name>").
+	class string
+	make  func(name string) resourceServer
+}
+
+var builtins = []builtin{
+	{name: "example_multi_step", class: "ExampleMultiStepResourcesServer", make: newMultiStep},
+	{name: "example_session_state_mgmt", class: "StatefulCounterResourcesServer", make: newCounter},
+	{name: "example_single_tool_call", class: "SimpleWeatherResourcesServer", make: newWeather},
+}
+
+// Names lists the built-in resource servers, sorted.
+func Names() []string {
+	names := make([]string, 0, len(builtins))
+	for _, b := range builtins {
+		names = append(names, b.name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns the named built-in resource server as an http.Handler. Each call returns an
+// independent server: its own session key and its own session state.
+func New(name string) (http.Handler, error) {
+	for _, b := range builtins {
+		if b.name == name {
+			key := make([]byte, 32)
+			if _, err := rand.Read(key); err != nil {
+				return nil, fmt.Errorf("servers: session key: %w", err)
+			}
+			return &handler{
+				name:       b.name,
+				cookieName: b.class + "___" + b.name,
+				key:        key,
+				impl:       b.make(b.name),
+			}, nil
+		}
+	}
+	return nil, fmt.Errorf("servers: unknown resource server %q (built-in: %s)", name, strings.Join(Names(), ", "))
+}
+
+// resourceServer is one server's behaviour; the handler does routing, sessions and errors.
+// Implementations guard their own state: methods are called concurrently.
+type resourceServer interface {
+	// tool returns the tool endpoint of that name.
+	tool(name string) (toolFunc, bool)
+	// seedSession sets up the session's state from the task row.
+	seedSession(sid string, row *object) error
+	// verify scores a trajectory. It first validates its own fields of the request into errs;
+	// when errs is then not empty (the handler's checks of responses_create_params and response
+	// are already in it) it returns at once with nothing. Otherwise it returns the fields to add
+	// to the echoed request, "reward" first, or the error the Python would raise.
+	verify(sid string, req *object, output []outputItem, errs *validationErrors) ([]field, error)
+}
+
+// toolFunc serves one tool. body is the raw request body (the model's arguments). It returns the
+// result as ordered fields, written the way NeMo Gym's recorded tool outputs are written.
+type toolFunc func(sid string, body []byte) ([]field, error)
+
+type handler struct {
+	name       string
+	cookieName string
+	key        []byte
+	impl       resourceServer
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sid := h.session(w, r)
+
+	switch r.URL.Path {
+	case "/":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, "GET")
+			return
+		}
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+		return
+	case "/seed_session":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, "POST")
+			return
+		}
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		row, err := parseBodyObject(body)
+		if err == nil {
+			err = h.impl.seedSession(sid, row)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, []byte(`{}`))
+		return
+	case "/verify":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, "POST")
+			return
+		}
+		body, ok := readBody(w, r)
+		if !ok {
+			return
+		}
+		h.serveVerify(w, sid, body)
+		return
+	}
+
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	fn, ok := h.impl.tool(name)
+	if !ok || name == "" || strings.Contains(name, "/") {
+		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
+		return
+	}
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, "POST")
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	fields, err := fn(sid, body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pythonJSON(marshalFields(fields)))
+}
+
+func (h *handler) serveVerify(w http.ResponseWriter, sid string, body []byte) {
+	req, err := parseBodyObject(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var errs validationErrors
+	output := validateVerifyRequest(req, &errs)
+	extra, err := h.impl.verify(sid, req, output, &errs)
+	switch {
+	case len(errs) > 0:
+		writeError(w, errs)
+	case err != nil:
+		writeError(w, err)
+	default:
+		writeJSON(w, http.StatusOK, echo(req, extra))
+	}
+}
+
+// echo is the verify answer: the request's fields in their order, then the verify fields (a
+// request field of the same name gives way to the verify field).
+func echo(req *object, extra []field) []byte {
+	replaced := make(map[string]bool, len(extra))
+	for _, f := range extra {
+		replaced[f.key] = true
+	}
+	fields := make([]field, 0, len(req.fields)+len(extra))
+	for _, f := range req.fields {
+		if !replaced[f.key] {
+			fields = append(fields, f)
+		}
+	}
+	return marshalFields(append(fields, extra...))
+}
+
+// session returns the request's session id, starting a new session when the request carries no
+// validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).
+func (h *handler) session(w http.ResponseWriter, r *http.Request) string {
+	sid := ""
+	if c, err := r.Cookie(h.cookieName); err == nil {
+		sid, _ = h.checkCookie(c.Value)
+	}
+	if sid == "" {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			panic(fmt.Sprintf("servers: session id: %v", err)) // crypto/rand never fails on supported platforms
+		}
+		sid = hex.EncodeToString(b)
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name:     h.cookieName,
+		Value:    sid + "." + h.sign(sid),
+		Path:     "/",
+		MaxAge:   sessionMaxAge,
+		HttpOnly: true,
+		SameSite: http.SameSiteLaxMode,
+	})
+	return sid
+}
+
+func (h *handler) sign(sid string) string {
+	m := hmac.New(sha256.New, h.key)
+	m.Write([]byte(sid))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (h *handler) checkCookie(value string) (string, bool) {
+	sid, sig, ok := strings.Cut(value, ".")
+	if !ok || sid == "" {
+		return "", false
+	}
+	if !hmac.Equal([]byte(sig), []byte(h.sign(sid))) {
+		return "", false
+	}
+	return sid, true
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, []byte(`{"detail":"Request body too large"}`))
+		} else {
+			writeJSON(w, http.StatusBadRequest, []byte(`{"detail":"Could not read the request body"}`))
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeJSON(w, http.StatusMethodNotAllowed, []byte(`{"detail":"Method Not Allowed"}`))
+}
+
+// pyError is an exception the Python server would raise while handling a request; NeMo Gym's
+// exception middleware answers it 500 with repr(e) as a JSON string.
+type pyError struct {
+	class string // Python exception class, e.g. "KeyError"
+	msg   string
+}
+
+func (e *pyError) Error() string { return e.class + "(" + pyRepr(e.msg) + ")" }
+
+// writeError answers err: validation errors 422 (FastAPI's shape), anything else 500.
+func writeError(w http.ResponseWriter, err error) {
+	var verrs validationErrors
+	if errors.As(err, &verrs) {
+		body, _ := json.Marshal(map[string]any{"detail": []fieldError(verrs)})
+		writeJSON(w, http.StatusUnprocessableEntity, body)
+		return
+	}
+	body, _ := json.Marshal(err.Error())
+	writeJSON(w, http.StatusInternalServerError, body)
+}
+
+// pyRepr renders s as Python's repr of a str (close enough for error messages).
+func pyRepr(s string) string {
+	quote := "'"
+	if strings.Contains(s, "'") && !strings.Contains(s, `"`) {
+		quote = `"`
+	}
+	var b strings.Builder
+	b.WriteString(quote)
+	for _, r := range s {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case string(r) == quote:
+			b.WriteString(`\` + quote)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteString(quote)
+	return b.String()
+}

@@ -1,0 +1,138 @@
+// Package verify turns a finished rollout into a reward: the resource
+// server's /verify (NeMo Gym protocol) or, later, local checkers.
+package verify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Result is a reward with its components.
+type Result struct {
+	Reward float64
+	// Components are the answer's numeric and boolean fields (booleans as
+	// 0/1) and its reward_components, except reward itself and the fields
+	// the server echoed back from the task row.
+	Components map[string]float64
+	// Answer is the server's answer as sent.
+	Answer json.RawMessage
+}
+
+// Poster sends a POST to a resource server within a rollout's session;
+// agent.Session implements it through PostJSON.
+type Poster interface {
+	PostVerify(ctx context.Context, body []byte) (status int, answer []byte, err error)
+}
+
+// Error is a failed verification: failure class "verify", never reward 0.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("verify: HTTP %d: %s", e.Status, e.Msg)
+	}
+	return "verify: " + e.Msg
+}
+
+// Remote posts body (the task row plus "response") to /verify and reads
+// the reward. rowKeys are the task row's top-level keys, which the server
+// may echo and which are not reward components.
+func Remote(ctx context.Context, p Poster, body []byte, rowKeys []string) (*Result, error) {
+	status, answer, err := p.PostVerify(ctx, body)
+	if err != nil {
+		return nil, &Error{Msg: err.Error()}
+	}
+	if status/100 != 2 {
+		return nil, &Error{Status: status, Msg: snippet(answer)}
+	}
+	return Parse(answer, rowKeys)
+}
+
+// Parse reads a verify answer: a JSON object with a numeric "reward".
+func Parse(answer []byte, rowKeys []string) (*Result, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(answer))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return nil, &Error{Msg: fmt.Sprintf("the answer is not a JSON object (%v): %s", err, snippet(answer))}
+	}
+	raw, ok := fields["reward"]
+	if !ok {
+		return nil, &Error{Msg: "the answer has no reward: " + snippet(answer)}
+	}
+	var reward float64
+	if err := json.Unmarshal(raw, &reward); err != nil {
+		return nil, &Error{Msg: fmt.Sprintf("reward is %s, want a number", snippet(raw))}
+	}
+	if math.IsNaN(reward) || math.IsInf(reward, 0) {
+		return nil, &Error{Msg: "reward is not a finite number"}
+	}
+	skip := map[string]bool{"reward": true, "reward_components": true, "response": true, "responses_create_params": true}
+	for _, k := range rowKeys {
+		skip[k] = true
+	}
+	comps := map[string]float64{}
+	for k, v := range fields {
+		if skip[k] {
+			continue
+		}
+		if f, ok := scalar(v); ok {
+			comps[k] = f
+		}
+	}
+	if raw, ok := fields["reward_components"]; ok && string(raw) != "null" {
+		var rc map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &rc); err != nil {
+			return nil, &Error{Msg: "reward_components is not an object of numbers"}
+		}
+		for k, v := range rc {
+			f, ok := scalar(v)
+			if !ok {
+				return nil, &Error{Msg: fmt.Sprintf("reward_components.%s is %s, want a number", k, snippet(v))}
+			}
+			comps[k] = f
+		}
+	}
+	if len(comps) == 0 {
+		comps = nil
+	}
+	return &Result{Reward: reward, Components: comps, Answer: answer}, nil
+}
+
+// scalar reads a JSON number or boolean (true 1, false 0).
+func scalar(v json.RawMessage) (float64, bool) {
+	switch s := strings.TrimSpace(string(v)); s {
+	case "true":
+		return 1, true
+	case "false":
+		return 0, true
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// IsError reports whether err is a verification failure.
+func IsError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+func snippet(b []byte) string {
+	const n = 300
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
