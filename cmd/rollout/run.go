@@ -120,16 +120,21 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return badUsage("run: --model NAME is required (or set ROLLOUT_MODEL)")
 	}
 	apiKey := e.getenv("OPENAI_API_KEY")
-	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: policy}
+	// --model-timeout bounds each attempt; retries come on top, within
+	// the rollout's deadline.
+	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: policy, AttemptTimeout: f.modelTimeout}
 	model := agent.NewOpenAIModel(modelURL, apiKey, doer)
 
 	// The resource servers.
 	var servers runner.Servers
 	for _, s := range f.servers {
+		// name routes rows by agent_ref.name; label names the server in
+		// the records' agent column.
 		name, url := "", s
 		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
 			name, url = n, u
 		}
+		label := name
 		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
 			u, stop, err := startBuiltin(bname)
 			if err != nil {
@@ -137,11 +142,14 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			}
 			closers = append(closers, stop)
 			url = u
-			if name == "" {
-				name = bname
+			if label == "" {
+				label = bname
 			}
 		}
-		srv, err := agent.NewToolServer(name, url, transport)
+		if label == "" {
+			label = url
+		}
+		srv, err := agent.NewToolServer(label, url, transport)
 		if err != nil {
 			return badUsage("--server: %v", err)
 		}
@@ -149,9 +157,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		srv.CallTimeout = f.toolTimeout
 		if name == "" {
 			if servers.Default != nil {
-				return badUsage("--server: two default servers (%s, %s); name them with NAME=URL", servers.Default.Base(), url)
+				return badUsage("--server: two servers for every row (%s, %s); name them with NAME=URL", servers.Default.Name, s)
 			}
-			srv.Name = url
 			servers.Default = srv
 			continue
 		}
@@ -168,7 +175,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
 		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: servers,
 		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
-			ModelTimeout: f.modelTimeout, MaxTokens: f.maxTokens},
+			MaxTokens: f.maxTokens},
 	}
 	if f.temperature >= 0 {
 		t := f.temperature
@@ -183,6 +190,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 	}
 
+	if err := runner.CheckInput(&opts); err != nil {
+		return usageError{err}
+	}
 	outputs, err := openOutputs(f)
 	if err != nil {
 		return err

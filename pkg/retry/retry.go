@@ -47,6 +47,9 @@ func (p Policy) Validate() error {
 type Doer struct {
 	Client *http.Client
 	Policy Policy
+	// AttemptTimeout bounds each attempt, until its body is closed
+	// (0: only the request's context).
+	AttemptTimeout time.Duration
 	// Sleep waits for d or until ctx ends; tests replace it.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
@@ -128,7 +131,7 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 		if counter != nil {
 			counter.attempts.Add(1)
 		}
-		resp, err := d.Client.Do(r)
+		resp, err := d.send(r)
 		status := 0
 		if resp != nil {
 			status = resp.StatusCode
@@ -153,6 +156,33 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// send makes one attempt, under AttemptTimeout when set: the deadline
+// covers reading the body too, and ends when the body is closed.
+func (d *Doer) send(r *http.Request) (*http.Response, error) {
+	if d.AttemptTimeout <= 0 {
+		return d.Client.Do(r)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d.AttemptTimeout)
+	resp, err := d.Client.Do(r.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // backoff is full jitter: a uniform wait in [0, min(max, base*2^(n-1))].

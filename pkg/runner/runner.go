@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sourcegraph/conc/pool"
@@ -166,17 +167,8 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 		return nil, err
 	}
 	start := time.Now()
-	if o.Strict {
-		if o.Input == "-" {
-			return nil, &BadInputError{Msg: "--strict needs a file: it reads the input twice"}
-		}
-		errs, _, err := dataset.Validate(o.Input, 20)
-		if err != nil {
-			return nil, &BadInputError{Msg: err.Error()}
-		}
-		if len(errs) > 0 {
-			return nil, &BadInputError{Msg: fmt.Sprintf("--strict: %d malformed row(s), nothing run:\n%s", len(errs), dataset.FormatRowErrors(errs))}
-		}
+	if err := CheckInput(&o); err != nil {
+		return nil, err
 	}
 	total := -1
 	if n, err := dataset.Count(o.Input); err == nil && n >= 0 {
@@ -220,13 +212,21 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 
 	r := &run{o: &o}
 	p := pool.New().WithMaxGoroutines(o.Concurrency)
-	started := 0
+	var started atomic.Int64
 	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats}, func(t *dataset.Task, k int) error {
 		if ctx.Err() != nil || runCtx.Err() != nil {
 			return errStop
 		}
-		started++
-		p.Go(func() { results <- r.rollout(runCtx, t, k) })
+		// Go blocks until a slot is free: a sliding window.
+		p.Go(func() {
+			// An interrupt while this rollout waited for its slot: it
+			// does not start (and has no record; a resume runs it).
+			if ctx.Err() != nil || runCtx.Err() != nil {
+				return
+			}
+			started.Add(1)
+			results <- r.rollout(runCtx, t, k)
+		})
 		return nil
 	})
 	p.Wait()
@@ -234,7 +234,7 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 	<-written
 	o.Progress.Finish(status(&stats, total))
 
-	rep := &Report{Summary: stats.Summary(), Stop: StopCompleted, Started: started, Elapsed: time.Since(start)}
+	rep := &Report{Summary: stats.Summary(), Stop: StopCompleted, Started: int(started.Load()), Elapsed: time.Since(start)}
 	if ctx.Err() != nil {
 		rep.Stop = StopInterrupted
 	}
@@ -242,12 +242,34 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 		return rep, fmt.Errorf("writing results: %w", writeErr)
 	}
 	if readErr != nil && readErr != errStop {
-		return rep, &BadInputError{Msg: fmt.Sprintf("reading tasks stopped after %d rollouts: %v", started, readErr)}
+		return rep, &BadInputError{Msg: fmt.Sprintf("reading tasks stopped after %d rollouts: %v", rep.Started, readErr)}
 	}
 	return rep, nil
 }
 
 var errStop = errors.New("stop")
+
+// CheckInput checks that the input can be read and, with Strict, that every
+// row is well-formed (a full pass over the file), so that a caller can
+// refuse a bad input before it creates any output. Run calls it; after a
+// successful check it clears Strict, so that the pass is not made twice.
+func CheckInput(o *Options) error {
+	if !o.Strict {
+		return nil
+	}
+	if o.Input == "-" {
+		return &BadInputError{Msg: "--strict needs a file: it reads the input twice"}
+	}
+	errs, _, err := dataset.Validate(o.Input, 20)
+	if err != nil {
+		return &BadInputError{Msg: err.Error()}
+	}
+	if len(errs) > 0 {
+		return &BadInputError{Msg: fmt.Sprintf("--strict: malformed rows, nothing run (first %d shown):\n%s", len(errs), dataset.FormatRowErrors(errs))}
+	}
+	o.Strict = false
+	return nil
+}
 
 func status(s *report.Stats, total int) progress.Status {
 	sum := s.Summary()

@@ -25,7 +25,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -290,12 +289,11 @@ func (e *pyError) Error() string { return e.class + "(" + pyRepr(e.msg) + ")" }
 func writeError(w http.ResponseWriter, err error) {
 	var verrs validationErrors
 	if errors.As(err, &verrs) {
-		body, _ := json.Marshal(map[string]any{"detail": []fieldError(verrs)})
+		body := marshalFields([]field{{"detail", []fieldError(verrs)}})
 		writeJSON(w, http.StatusUnprocessableEntity, body)
 		return
 	}
-	body, _ := json.Marshal(err.Error())
-	writeJSON(w, http.StatusInternalServerError, body)
+	writeJSON(w, http.StatusInternalServerError, marshalValue(err.Error()))
 }
 
 // pyRepr renders s as Python's repr of a str (close enough for error messages).
