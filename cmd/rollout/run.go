@@ -57,7 +57,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.Int64Var(&f.seed, "seed", 0, "base of the per-(task, repeat) seeds sent to the model")
 	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries of a model call, seed_session or verify on 429, 5xx and connection errors")
 	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline of one rollout, seed to verify (0: none)")
-	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline of one model call (0: none)")
+	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline of one model request attempt; retries come on top, within --rollout-timeout (0: none)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline of one resource-server call: seed_session, a tool, verify (0: none)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long running rollouts may finish before they are cancelled")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often a status line is printed when stderr is not a terminal")
