@@ -61,8 +61,9 @@ func fixtureRecords(n int) []Record {
 		if i%7 == 6 {
 			r.StartedAt = time.Time{} // never started
 		}
-		if i%11 == 10 {
-			r.StartedAt = r.StartedAt.In(time.FixedZone("UTC+5", 5*3600))
+		if i%11 == 10 && !r.StartedAt.IsZero() {
+			// Not UTC, and finer than the column's milliseconds.
+			r.StartedAt = r.StartedAt.Add(123_456 * time.Nanosecond).In(time.FixedZone("UTC+5", 5*3600))
 		}
 		recs[i] = r
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
@@ -70,13 +72,26 @@ func (p *ParquetWriter) Path() string { return p.path }
 // Rows is the number of records written so far.
 func (p *ParquetWriter) Rows() int64 { return p.rows }
 
-// Write adds the result's record as one row.
+// Timestamps that parquet-go can read back: it turns milliseconds into
+// nanoseconds in an int64, which overflows outside these years.
+var (
+	minStartedAt = time.Unix(0, math.MinInt64).Add(time.Millisecond).Truncate(time.Millisecond)
+	maxStartedAt = time.Unix(0, math.MaxInt64).Truncate(time.Millisecond)
+)
+
+// Write adds the result's record as one row. A record whose StartedAt is
+// neither zero (written as null) nor within the years 1678 to 2262 is
+// refused with an error; the writer stays usable.
 func (p *ParquetWriter) Write(r *Result) error {
 	if p.closed {
 		return errors.New("parquet output: write after close")
 	}
 	if p.err != nil {
 		return p.err
+	}
+	if t := r.Record.StartedAt; !t.IsZero() && (t.Before(minStartedAt) || t.After(maxStartedAt)) {
+		return fmt.Errorf("parquet output: task %d rollout %d: started_at %v out of range",
+			r.Record.TaskIndex, r.Record.RolloutIndex, t)
 	}
 	p.one[0] = r.Record
 	_, err := p.w.Write(p.one[:])
