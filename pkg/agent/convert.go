@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -180,7 +181,7 @@ func BuildResponse(id string, createdAt float64, model string, p *dataset.Params
 	seq := 0
 	nextID := func(prefix string) string {
 		seq++
-		return prefix + id[len("resp_"):] + "_" + strconv.Itoa(seq)
+		return prefix + strings.TrimPrefix(id, "resp_") + "_" + strconv.Itoa(seq)
 	}
 	for _, rd := range tr.Rounds {
 		if rd.Reasoning != "" {

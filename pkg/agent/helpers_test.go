@@ -264,10 +264,11 @@ func (f *fakeResource) serve(w http.ResponseWriter, r *http.Request) {
 		f.next++
 		sid = "s" + strconv.Itoa(f.next)
 	}
+	h := f.extra[name]
 	f.mu.Unlock()
 	f.ev.add("tool:" + name)
 	http.SetCookie(w, &http.Cookie{Name: "sid", Value: sid, Path: "/", HttpOnly: true})
-	if h := f.extra[name]; h != nil {
+	if h != nil {
 		h(w, r)
 		return
 	}
@@ -322,6 +323,13 @@ func (f *fakeResource) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// handle adds or replaces a tool (or endpoint).
+func (f *fakeResource) handle(name string, h http.HandlerFunc) {
+	f.mu.Lock()
+	f.extra[name] = h
+	f.mu.Unlock()
 }
 
 func (f *fakeResource) log() []resCall {
@@ -390,6 +398,10 @@ func parseTask(t testing.TB, row string) *dataset.Task {
 		t.Fatalf("row: %v", task.Err)
 	}
 	return task
+}
+
+func fieldRaw(key, value string) dataset.Field {
+	return dataset.Field{Key: key, Value: json.RawMessage(value)}
 }
 
 func equalStrings(a, b []string) bool {

@@ -6,6 +6,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -177,9 +178,12 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	req := openai.ChatCompletionRequest{
 		Model:       c.ModelName,
 		Tools:       ChatTools(p.Tools),
-		ToolChoice:  ChatToolChoice(p.ToolChoice),
 		Temperature: temperature(p.Temperature),
 		MaxTokens:   c.MaxTokens,
+	}
+	if len(req.Tools) > 0 {
+		// Chat Completions servers reject tool_choice without tools.
+		req.ToolChoice = ChatToolChoice(p.ToolChoice)
 	}
 	if c.Temperature != nil {
 		req.Temperature = temperature(c.Temperature)
@@ -312,7 +316,7 @@ func errText(err error) string {
 	const n = 500
 	s := err.Error()
 	if len(s) > n {
-		s = s[:n] + "…"
+		s = strings.ToValidUTF8(s[:n], "") + "…" // never cut a character in two
 	}
 	return s
 }

@@ -387,9 +387,9 @@ func TestRunResourceServerDown(t *testing.T) {
 func TestRunPartialFailuresContinue(t *testing.T) {
 	res := newFakeResource(t, nil)
 	m := newFakeModel(t, nil,
-		toolCalls(call{"a", "fail", `{}`}),                              // all failed (1)
+		toolCalls(call{"a", "fail", `{}`}),                               // all failed (1)
 		toolCalls(call{"b", "fail", `{}`}, call{"c", "increment", `{}`}), // partial: reset
-		toolCalls(call{"d", "reject", `{}`}),                            // all failed (1)
+		toolCalls(call{"d", "reject", `{}`}),                             // all failed (1)
 		toolCalls(call{"e", "increment", `{}`}, call{"f", "fail", `{}`}), // partial: reset
 		final("2"))
 	task := parseTask(t, counterRow(""))

@@ -198,7 +198,7 @@ func snippet(b []byte) string {
 	const n = 300
 	s := strings.TrimSpace(string(b))
 	if len(s) > n {
-		s = s[:n] + "…"
+		s = strings.ToValidUTF8(s[:n], "") + "…" // never cut a character in two
 	}
 	return s
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -25,7 +26,7 @@ type Policy struct {
 	// BaseDelay is the first backoff; it doubles each retry up to MaxDelay.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
-	// MaxRetryAfter caps a server's Retry-After.
+	// MaxRetryAfter caps a server's Retry-After (0: DefaultPolicy's cap).
 	MaxRetryAfter time.Duration
 }
 
@@ -146,7 +147,11 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 		wait := d.backoff(attempt)
 		if resp != nil {
 			if ra, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-				wait = min(ra, d.Policy.MaxRetryAfter)
+				limit := d.Policy.MaxRetryAfter
+				if limit <= 0 {
+					limit = DefaultPolicy.MaxRetryAfter
+				}
+				wait = min(ra, limit)
 			}
 			// Drain a little so that the connection can be reused.
 			io.CopyN(io.Discard, resp.Body, 64<<10)
@@ -203,6 +208,9 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		if s >= float64(math.MaxInt64/int64(time.Second)) {
+			return math.MaxInt64, true // saturate: a converted overflow is negative
+		}
 		return time.Duration(s * float64(time.Second)), true
 	}
 	if t, err := http.ParseTime(v); err == nil {

@@ -65,7 +65,7 @@ func Parse(answer []byte, rowKeys []string) (*Result, error) {
 		return nil, &Error{Msg: fmt.Sprintf("the answer is not a JSON object (%v): %s", err, snippet(answer))}
 	}
 	raw, ok := fields["reward"]
-	if !ok {
+	if !ok || isNull(raw) { // null would read as 0
 		return nil, &Error{Msg: "the answer has no reward: " + snippet(answer)}
 	}
 	var reward float64
@@ -94,6 +94,9 @@ func Parse(answer []byte, rowKeys []string) (*Result, error) {
 			return nil, &Error{Msg: "reward_components is not an object of numbers"}
 		}
 		for k, v := range rc {
+			if isNull(v) {
+				continue
+			}
 			f, ok := scalar(v)
 			if !ok {
 				return nil, &Error{Msg: fmt.Sprintf("reward_components.%s is %s, want a number", k, snippet(v))}
@@ -114,6 +117,8 @@ func scalar(v json.RawMessage) (float64, bool) {
 		return 1, true
 	case "false":
 		return 0, true
+	case "null":
+		return 0, false // json.Unmarshal would leave 0 and no error
 	}
 	var f float64
 	if err := json.Unmarshal(v, &f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -128,11 +133,13 @@ func IsError(err error) bool {
 	return errors.As(err, &e)
 }
 
+func isNull(v json.RawMessage) bool { return strings.TrimSpace(string(v)) == "null" }
+
 func snippet(b []byte) string {
 	const n = 300
 	s := strings.TrimSpace(string(b))
 	if len(s) > n {
-		s = s[:n] + "…"
+		s = strings.ToValidUTF8(s[:n], "") + "…" // never cut a character in two
 	}
 	return s
 }
