@@ -5,10 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
@@ -38,7 +40,24 @@ type runFlags struct {
 	strict, overwrite, quiet                   bool
 }
 
+// syncWriter serializes writes: the interrupt notice, the progress and the
+// run's own messages share stderr.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// Unwrap lets progress see whether stderr is a terminal.
+func (s *syncWriter) Unwrap() io.Writer { return s.w }
+
 func cmdRun(ctx context.Context, args []string, e env) error {
+	e.stderr = &syncWriter{w: e.stderr}
 	var f runFlags
 	fs := flag.NewFlagSet("rollout run", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
