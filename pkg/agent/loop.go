@@ -6,7 +6,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -310,13 +309,5 @@ func ctxCancelled(ctx context.Context) bool { return ctx.Err() == context.Cancel
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// errText is an error's message, shortened: an HTML error page or a huge
-// body should not fill the record.
-func errText(err error) string {
-	const n = 500
-	s := err.Error()
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…" // never cut a character in two
-	}
-	return s
-}
+// errText is an error's message, shortened for the record.
+func errText(err error) string { return report.Clip(err.Error(), 500) }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
@@ -194,14 +195,7 @@ func checkToolName(name string) error {
 }
 
 // snippet shortens a body for an error message.
-func snippet(b []byte) string {
-	const n = 300
-	s := strings.TrimSpace(string(b))
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…" // never cut a character in two
-	}
-	return s
-}
+func snippet(b []byte) string { return report.Clip(string(b), 300) }
 
 // PostVerify posts to /verify (retried like seed_session); it lets a
 // Session serve as verify.Poster.

@@ -2,7 +2,10 @@
 // file, the trajectories file, NeMo Gym-style JSONL, and summaries.
 package report
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Record is the one line of output a rollout ends in (DESIGN §6), success or
 // failure. It is keyed by (TaskIndex, RolloutIndex, Arm).
@@ -48,3 +51,14 @@ const (
 	FailTimeout          = "timeout"
 	FailCancelled        = "cancelled"
 )
+
+// Clip shortens a message for a record's error column (and other error
+// text): trimmed, at most n bytes, never cutting a character in two. An
+// HTML error page or a huge body must not fill the record.
+func Clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}

@@ -89,6 +89,12 @@ type Summary struct {
 	ToolErrors       int64 `json:"tool_errors"`
 }
 
+// Progress is the few numbers a progress display needs, without the
+// copies Summary makes: cheap enough to call after every record.
+func (s *Stats) Progress() (rollouts, scored, failed int, meanReward float64) {
+	return s.rollouts, s.scored, s.failed, s.rewardMean
+}
+
 // Summary returns the statistics so far.
 func (s *Stats) Summary() Summary {
 	out := Summary{

@@ -272,8 +272,8 @@ func CheckInput(o *Options) error {
 }
 
 func status(s *report.Stats, total int) progress.Status {
-	sum := s.Summary()
-	return progress.Status{Done: sum.Rollouts, Total: total, Failed: sum.Failed, MeanReward: sum.MeanReward, Scored: sum.Scored}
+	done, scored, failed, mean := s.Progress()
+	return progress.Status{Done: done, Total: total, Failed: failed, MeanReward: mean, Scored: scored}
 }
 
 type run struct {

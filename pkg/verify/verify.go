@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 // Result is a reward with its components.
@@ -135,11 +137,4 @@ func IsError(err error) bool {
 
 func isNull(v json.RawMessage) bool { return strings.TrimSpace(string(v)) == "null" }
 
-func snippet(b []byte) string {
-	const n = 300
-	s := strings.TrimSpace(string(b))
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…" // never cut a character in two
-	}
-	return s
-}
+func snippet(b []byte) string { return report.Clip(string(b), 300) }
