@@ -19,6 +19,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
+	"github.com/rollout-dev/rollout/pkg/servers"
 )
 
 // serverFlags collects repeated --server URL | NAME=URL.
@@ -145,7 +146,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	model := agent.NewOpenAIModel(modelURL, apiKey, doer)
 
 	// The resource servers.
-	var servers runner.Servers
+	var routes runner.Servers
 	for _, s := range f.servers {
 		// name routes rows by agent_ref.name; label names the server in
 		// the records' agent column.
@@ -155,7 +156,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 		label := name
 		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
-			u, stop, err := startBuiltin(bname)
+			u, stop, err := startBuiltin(bname, servers.Options{})
 			if err != nil {
 				return badUsage("--server %s: %v", s, err)
 			}
@@ -175,24 +176,24 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		srv.Retry = policy
 		srv.CallTimeout = f.toolTimeout
 		if name == "" {
-			if servers.Default != nil {
-				return badUsage("--server: two servers for every row (%s, %s); name them with NAME=URL", servers.Default.Name, s)
+			if routes.Default != nil {
+				return badUsage("--server: two servers for every row (%s, %s); name them with NAME=URL", routes.Default.Name, s)
 			}
-			servers.Default = srv
+			routes.Default = srv
 			continue
 		}
-		if servers.ByName == nil {
-			servers.ByName = map[string]*agent.ToolServer{}
+		if routes.ByName == nil {
+			routes.ByName = map[string]*agent.ToolServer{}
 		}
-		if _, dup := servers.ByName[name]; dup {
+		if _, dup := routes.ByName[name]; dup {
 			return badUsage("--server: %q given twice", name)
 		}
-		servers.ByName[name] = srv
+		routes.ByName[name] = srv
 	}
 
 	opts := runner.Options{
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
-		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: servers,
+		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes,
 		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
 			MaxTokens: f.maxTokens},
 	}

@@ -38,10 +38,11 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if name == "" {
 		return badUsage("serve: which server? one of: %s", strings.Join(servers.Names(), ", "))
 	}
-	h, err := servers.New(name)
+	h, err := servers.New(name, servers.Options{})
 	if err != nil {
 		return usageError{err}
 	}
+	defer h.Close()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return badUsage("serve: %v", err)
@@ -77,10 +78,15 @@ func serveLocal(h http.Handler) (url string, stop func(), err error) {
 }
 
 // startBuiltin starts the built-in resource server name in this process.
-func startBuiltin(name string) (string, func(), error) {
-	h, err := servers.New(name)
+func startBuiltin(name string, opts servers.Options) (string, func(), error) {
+	h, err := servers.New(name, opts)
 	if err != nil {
 		return "", nil, err
 	}
-	return serveLocal(h)
+	url, stop, err := serveLocal(h)
+	if err != nil {
+		h.Close()
+		return "", nil, err
+	}
+	return url, func() { stop(); h.Close() }, nil
 }

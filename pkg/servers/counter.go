@@ -1,8 +1,11 @@
 package servers
 
 import (
+	"context"
 	"math/big"
-	"sync"
+	"strconv"
+
+	"github.com/rollout-dev/rollout/pkg/session"
 )
 
 // counter is example_session_state_mgmt (formerly example_stateful_counter): one integer counter
@@ -15,13 +18,13 @@ import (
 //   - verify: reward = 1.0 if the session has a counter and it equals expected_count, else 0.0.
 //
 // A session the server never saw (e.g. a client that lost its cookie) has no counter: reward 0.
-// Like the Python, state is kept for the life of the server.
+// State lives in the server's session store (memory or Redis): it expires TTL after the
+// session's last write, or at once on POST /end_session.
 type counter struct {
-	mu     sync.Mutex
-	counts map[string]*big.Int
+	store session.Store
 }
 
-func newCounter(string) resourceServer { return &counter{counts: map[string]*big.Int{}} }
+func newCounter(_ string, store session.Store) resourceServer { return &counter{store: store} }
 
 func (c *counter) tool(name string) (toolFunc, bool) {
 	switch name {
@@ -33,17 +36,27 @@ func (c *counter) tool(name string) (toolFunc, bool) {
 	return nil, false
 }
 
-// setdefault is Python's dict.setdefault on the counters; c.mu must be held.
-func (c *counter) setdefault(sid string, v *big.Int) *big.Int {
-	if n, ok := c.counts[sid]; ok {
-		return n
-	}
-	n := new(big.Int).Set(v)
-	c.counts[sid] = n
-	return n
+// update applies fn to the session's counter, starting from def when the session has none
+// (Python's dict.setdefault), stores the result and returns it.
+func (c *counter) update(ctx context.Context, sid string, def *big.Int, fn func(n *big.Int)) (*big.Int, error) {
+	var out *big.Int
+	err := c.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
+		n := new(big.Int).Set(def)
+		if ok {
+			if _, parsed := n.SetString(string(old), 10); !parsed {
+				return nil, &pyError{"ValueError", "corrupt counter state " + strconv.Quote(string(old))}
+			}
+		}
+		if fn != nil {
+			fn(n)
+		}
+		out = n
+		return []byte(n.String()), nil
+	})
+	return out, err
 }
 
-func (c *counter) seedSession(sid string, row *object) error {
+func (c *counter) seedSession(ctx context.Context, sid string, row *object) error {
 	initial := new(big.Int)
 	if raw, ok := row.get("initial_count"); ok {
 		var errs validationErrors
@@ -53,13 +66,11 @@ func (c *counter) seedSession(sid string, row *object) error {
 		}
 		initial = n
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setdefault(sid, initial)
-	return nil
+	_, err := c.update(ctx, sid, initial, nil)
+	return err
 }
 
-func (c *counter) increment(sid string, body []byte) ([]field, error) {
+func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]field, error) {
 	args, err := parseBodyObject(body)
 	if err != nil {
 		return nil, err
@@ -72,22 +83,22 @@ func (c *counter) increment(sid string, body []byte) ([]field, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.setdefault(sid, new(big.Int))
-	n.Add(n, count)
+	if _, err := c.update(ctx, sid, new(big.Int), func(n *big.Int) { n.Add(n, count) }); err != nil {
+		return nil, err
+	}
 	return []field{{"success", true}}, nil
 }
 
 // get takes no arguments; like the FastAPI route without a body model, it ignores the body.
-func (c *counter) get(sid string, _ []byte) ([]field, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := new(big.Int).Set(c.setdefault(sid, new(big.Int)))
+func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]field, error) {
+	n, err := c.update(ctx, sid, new(big.Int), nil)
+	if err != nil {
+		return nil, err
+	}
 	return []field{{"count", n}}, nil
 }
 
-func (c *counter) verify(sid string, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (c *counter) verify(ctx context.Context, sid string, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
 	var expected *big.Int
 	if raw, ok := required(req, "expected_count", []any{"body"}, errs); ok {
 		expected, _ = laxInt(raw, []any{"body", "expected_count"}, errs)
@@ -95,11 +106,13 @@ func (c *counter) verify(sid string, req *object, _ []outputItem, errs *validati
 	if len(*errs) > 0 {
 		return nil, nil
 	}
+	state, ok, err := c.store.Get(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
 	reward := 0.0
-	c.mu.Lock()
-	if n, ok := c.counts[sid]; ok && n.Cmp(expected) == 0 {
+	if n, parsed := new(big.Int).SetString(string(state), 10); ok && parsed && n.Cmp(expected) == 0 {
 		reward = 1.0
 	}
-	c.mu.Unlock()
 	return []field{{"reward", pyFloat(reward)}}, nil
 }

@@ -1,10 +1,13 @@
 package servers
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/big"
 	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/session"
 )
 
 // multiStep is example_multi_step: the model looks up the value of every relevant synonym with
@@ -28,7 +31,7 @@ type multiStep struct {
 	name string
 }
 
-func newMultiStep(name string) resourceServer { return &multiStep{name: name} }
+func newMultiStep(name string, _ session.Store) resourceServer { return &multiStep{name: name} }
 
 func (m *multiStep) tool(name string) (toolFunc, bool) {
 	switch name {
@@ -50,7 +53,7 @@ func synonymValue(s string) int64 {
 	return sum
 }
 
-func (m *multiStep) getSynonymValue(_ string, body []byte) ([]field, error) {
+func (m *multiStep) getSynonymValue(_ context.Context, _ string, body []byte) ([]field, error) {
 	args, err := parseBodyObject(body)
 	if err != nil {
 		return nil, err
@@ -66,7 +69,7 @@ func (m *multiStep) getSynonymValue(_ string, body []byte) ([]field, error) {
 	return []field{{"synonym_value", synonymValue(synonym)}}, nil
 }
 
-func (m *multiStep) extractSynonymValues(_ string, body []byte) ([]field, error) {
+func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byte) ([]field, error) {
 	args, err := parseBodyObject(body)
 	if err != nil {
 		return nil, err
@@ -81,9 +84,9 @@ func (m *multiStep) extractSynonymValues(_ string, body []byte) ([]field, error)
 	return []field{{"success", true}}, nil
 }
 
-func (m *multiStep) seedSession(string, *object) error { return nil }
+func (m *multiStep) seedSession(context.Context, string, *object) error { return nil }
 
-func (m *multiStep) verify(_ string, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
+func (m *multiStep) verify(_ context.Context, _ string, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
 	loc := []any{"body"}
 	if raw, ok := required(req, "id", loc, errs); ok {
 		laxInt(raw, at(loc, "id"), errs)

@@ -20,6 +20,7 @@
 package servers
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -31,6 +32,9 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/session"
 )
 
 // maxBodyBytes bounds every request body. /verify carries whole trajectories, so it is generous.
@@ -45,7 +49,7 @@ type builtin struct {
 	// class is the Python class name; with the name it forms the session cookie name, as NeMo
 	// Gym's get_session_middleware_key does ("<Class>___<name>").
 	class string
-	make  func(name string) resourceServer
+	make  func(name string, store session.Store) resourceServer
 }
 
 var builtins = []builtin{
@@ -64,22 +68,58 @@ func Names() []string {
 	return names
 }
 
-// New returns the named built-in resource server as an http.Handler. Each call returns an
-// independent server: its own session key and its own session state.
-func New(name string) (http.Handler, error) {
+// Options configure a built-in resource server.
+type Options struct {
+	// Store keeps the sessions' state. Servers sharing one store (e.g. Redis) share their
+	// sessions and accept each other's cookies. nil means a new in-memory store of the server's
+	// own, closed by Server.Close.
+	Store session.Store
+	// TTL is the session lifetime after its last write for the store New opens when Store is
+	// nil; 0 means session.DefaultTTL.
+	TTL time.Duration
+}
+
+// Server is one built-in resource server, an http.Handler.
+type Server struct {
+	handler
+	ownStore bool
+}
+
+// Close releases the server's own session store (not a store passed in Options).
+func (s *Server) Close() error {
+	if s.ownStore {
+		return s.store.Close()
+	}
+	return nil
+}
+
+// New returns the named built-in resource server. Each call returns an independent server: a
+// new in-memory session store and cookie key unless opts.Store is shared.
+func New(name string, opts Options) (*Server, error) {
 	for _, b := range builtins {
-		if b.name == name {
-			key := make([]byte, 32)
-			if _, err := rand.Read(key); err != nil {
-				return nil, fmt.Errorf("servers: session key: %w", err)
-			}
-			return &handler{
-				name:       b.name,
-				cookieName: b.class + "___" + b.name,
-				key:        key,
-				impl:       b.make(b.name),
-			}, nil
+		if b.name != name {
+			continue
 		}
+		store, own := opts.Store, false
+		if store == nil {
+			store, own = session.NewMemory(session.Options{Prefix: name, TTL: opts.TTL}), true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		key, err := store.Secret(ctx, "cookie:"+name)
+		if err != nil {
+			if own {
+				store.Close()
+			}
+			return nil, fmt.Errorf("servers: %s: session key: %w", name, err)
+		}
+		return &Server{handler: handler{
+			name:       b.name,
+			cookieName: b.class + "___" + b.name,
+			key:        key,
+			store:      store,
+			impl:       b.make(b.name, store),
+		}, ownStore: own}, nil
 	}
 	return nil, fmt.Errorf("servers: unknown resource server %q (built-in: %s)", name, strings.Join(Names(), ", "))
 }
@@ -90,22 +130,23 @@ type resourceServer interface {
 	// tool returns the tool endpoint of that name.
 	tool(name string) (toolFunc, bool)
 	// seedSession sets up the session's state from the task row.
-	seedSession(sid string, row *object) error
+	seedSession(ctx context.Context, sid string, row *object) error
 	// verify scores a trajectory. It first validates its own fields of the request into errs;
 	// when errs is then not empty (the handler's checks of responses_create_params and response
 	// are already in it) it returns at once with nothing. Otherwise it returns the fields to add
 	// to the echoed request, "reward" first, or the error the Python would raise.
-	verify(sid string, req *object, output []outputItem, errs *validationErrors) ([]field, error)
+	verify(ctx context.Context, sid string, req *object, output []outputItem, errs *validationErrors) ([]field, error)
 }
 
 // toolFunc serves one tool. body is the raw request body (the model's arguments). It returns the
 // result as ordered fields, written the way NeMo Gym's recorded tool outputs are written.
-type toolFunc func(sid string, body []byte) ([]field, error)
+type toolFunc func(ctx context.Context, sid string, body []byte) ([]field, error)
 
 type handler struct {
 	name       string
 	cookieName string
 	key        []byte
+	store      session.Store
 	impl       resourceServer
 }
 
@@ -131,7 +172,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		row, err := parseBodyObject(body)
 		if err == nil {
-			err = h.impl.seedSession(sid, row)
+			err = h.impl.seedSession(r.Context(), sid, row)
 		}
 		if err != nil {
 			writeError(w, err)
@@ -148,7 +189,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		h.serveVerify(w, sid, body)
+		h.serveVerify(w, r.Context(), sid, body)
+		return
+	case "/end_session":
+		// rollout's extension to the protocol: the client is done with the session; its state
+		// is dropped now instead of when its TTL runs out.
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, "POST")
+			return
+		}
+		if err := h.store.Delete(r.Context(), sid); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, []byte(`{}`))
 		return
 	}
 
@@ -166,7 +220,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fields, err := fn(sid, body)
+	fields, err := fn(r.Context(), sid, body)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -174,7 +228,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, pythonJSON(marshalFields(fields)))
 }
 
-func (h *handler) serveVerify(w http.ResponseWriter, sid string, body []byte) {
+func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, sid string, body []byte) {
 	req, err := parseBodyObject(body)
 	if err != nil {
 		writeError(w, err)
@@ -182,7 +236,7 @@ func (h *handler) serveVerify(w http.ResponseWriter, sid string, body []byte) {
 	}
 	var errs validationErrors
 	output := validateVerifyRequest(req, &errs)
-	extra, err := h.impl.verify(sid, req, output, &errs)
+	extra, err := h.impl.verify(ctx, sid, req, output, &errs)
 	switch {
 	case len(errs) > 0:
 		writeError(w, errs)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +22,7 @@ import (
 
 func startServer(t *testing.T, name string) *httptest.Server {
 	t.Helper()
-	h, err := New(name)
+	h, err := New(name, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,22 +32,22 @@ func startServer(t *testing.T, name string) *httptest.Server {
 }
 
 // session is one rollout's client: its own cookie jar.
-type session struct {
+type testSession struct {
 	t    *testing.T
 	base string
 	c    *http.Client
 }
 
-func newSession(t *testing.T, srv *httptest.Server) *session {
+func newSession(t *testing.T, srv *httptest.Server) *testSession {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &session{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
+	return &testSession{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
 }
 
-func (s *session) do(method, path string, body []byte) (int, []byte, http.Header) {
+func (s *testSession) do(method, path string, body []byte) (int, []byte, http.Header) {
 	s.t.Helper()
 	req, err := http.NewRequest(method, s.base+path, bytes.NewReader(body))
 	if err != nil {
@@ -66,14 +68,14 @@ func (s *session) do(method, path string, body []byte) (int, []byte, http.Header
 	return resp.StatusCode, out, resp.Header
 }
 
-func (s *session) post(path string, body []byte) (int, []byte) {
+func (s *testSession) post(path string, body []byte) (int, []byte) {
 	s.t.Helper()
 	code, out, _ := s.do(http.MethodPost, path, body)
 	return code, out
 }
 
 // mustPost posts and wants a 200.
-func (s *session) mustPost(path string, body []byte) []byte {
+func (s *testSession) mustPost(path string, body []byte) []byte {
 	s.t.Helper()
 	code, out := s.post(path, body)
 	if code != http.StatusOK {
@@ -82,7 +84,7 @@ func (s *session) mustPost(path string, body []byte) []byte {
 	return out
 }
 
-func (s *session) verify(row []byte, response json.RawMessage) map[string]any {
+func (s *testSession) verify(row []byte, response json.RawMessage) map[string]any {
 	s.t.Helper()
 	return decode(s.t, s.mustPost("/verify", withResponse(s.t, row, response)))
 }
@@ -860,15 +862,24 @@ func cookieFrom(t *testing.T, srv *httptest.Server, name string) string {
 func TestNewAndNames(t *testing.T) {
 	names := Names()
 	want := []string{"example_multi_step", "example_session_state_mgmt", "example_single_tool_call"}
-	if !reflect.DeepEqual(names, want) {
-		t.Errorf("Names() = %v", names)
+	if !sort.StringsAreSorted(names) {
+		t.Errorf("Names() = %v, not sorted", names)
 	}
-	for _, n := range names {
-		if h, err := New(n); err != nil || h == nil {
-			t.Errorf("New(%q) = %v, %v", n, h, err)
+	for _, w := range want {
+		if !slices.Contains(names, w) {
+			t.Errorf("Names() = %v, without %s", names, w)
 		}
 	}
-	_, err := New("example_nope")
+	for _, n := range names {
+		h, err := New(n, Options{})
+		if err != nil || h == nil {
+			t.Fatalf("New(%q) = %v, %v", n, h, err)
+		}
+		if err := h.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	_, err := New("example_nope", Options{})
 	if err == nil {
 		t.Fatal("New(unknown) succeeded")
 	}

@@ -1,11 +1,17 @@
 package servers
 
+import (
+	"context"
+
+	"github.com/rollout-dev/rollout/pkg/session"
+)
+
 // weather is example_single_tool_call (formerly example_simple_weather): one tool, get_weather
 // {city} → {"city": city, "weather_description": "The weather in <city> is cold."}; verify always
 // answers reward 1.0. Stateless.
 type weather struct{}
 
-func newWeather(string) resourceServer { return weather{} }
+func newWeather(string, session.Store) resourceServer { return weather{} }
 
 func (weather) tool(name string) (toolFunc, bool) {
 	if name == "get_weather" {
@@ -14,7 +20,7 @@ func (weather) tool(name string) (toolFunc, bool) {
 	return nil, false
 }
 
-func getWeather(_ string, body []byte) ([]field, error) {
+func getWeather(_ context.Context, _ string, body []byte) ([]field, error) {
 	args, err := parseBodyObject(body)
 	if err != nil {
 		return nil, err
@@ -33,8 +39,8 @@ func getWeather(_ string, body []byte) ([]field, error) {
 	}, nil
 }
 
-func (weather) seedSession(string, *object) error { return nil }
+func (weather) seedSession(context.Context, string, *object) error { return nil }
 
-func (weather) verify(string, *object, []outputItem, *validationErrors) ([]field, error) {
+func (weather) verify(context.Context, string, *object, []outputItem, *validationErrors) ([]field, error) {
 	return []field{{"reward", pyFloat(1.0)}}, nil
 }
