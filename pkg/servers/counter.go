@@ -8,6 +8,10 @@ import (
 	"github.com/rollout-dev/rollout/pkg/session"
 )
 
+func init() {
+	register(builtin{name: "example_session_state_mgmt", class: "StatefulCounterResourcesServer", make: newCounter})
+}
+
 // counter is example_session_state_mgmt (formerly example_stateful_counter): one integer counter
 // per session, seeded from the task row's initial_count.
 //

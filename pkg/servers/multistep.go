@@ -10,6 +10,10 @@ import (
 	"github.com/rollout-dev/rollout/pkg/session"
 )
 
+func init() {
+	register(builtin{name: "example_multi_step", class: "ExampleMultiStepResourcesServer", make: newMultiStep})
+}
+
 // multiStep is example_multi_step: the model looks up the value of every relevant synonym with
 // get_synonym_value and reports the list with extract_synonym_values. Stateless.
 //

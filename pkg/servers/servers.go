@@ -52,10 +52,16 @@ type builtin struct {
 	make  func(name string, store session.Store) resourceServer
 }
 
-var builtins = []builtin{
-	{name: "example_multi_step", class: "ExampleMultiStepResourcesServer", make: newMultiStep},
-	{name: "example_session_state_mgmt", class: "StatefulCounterResourcesServer", make: newCounter},
-	{name: "example_single_tool_call", class: "SimpleWeatherResourcesServer", make: newWeather},
+// builtins is the registry, filled by each server's file with register in an init function.
+var builtins []builtin
+
+func register(b builtin) {
+	for _, o := range builtins {
+		if o.name == b.name {
+			panic("servers: " + b.name + " registered twice")
+		}
+	}
+	builtins = append(builtins, b)
 }
 
 // Names lists the built-in resource servers, sorted.

@@ -6,6 +6,10 @@ import (
 	"github.com/rollout-dev/rollout/pkg/session"
 )
 
+func init() {
+	register(builtin{name: "example_single_tool_call", class: "SimpleWeatherResourcesServer", make: newWeather})
+}
+
 // weather is example_single_tool_call (formerly example_simple_weather): one tool, get_weather
 // {city} → {"city": city, "weather_description": "The weather in <city> is cold."}; verify always
 // answers reward 1.0. Stateless.
