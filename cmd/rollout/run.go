@@ -19,7 +19,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
-	"github.com/rollout-dev/rollout/pkg/servers"
+	"github.com/rollout-dev/rollout/pkg/session"
 )
 
 // serverFlags collects repeated --server URL | NAME=URL.
@@ -30,6 +30,8 @@ func (s *serverFlags) Set(v string) error { *s = append(*s, v); return nil }
 
 type runFlags struct {
 	input, out, modelURL, model, jsonlOut, arm string
+	sessionStore                               string
+	sessionTTL                                 time.Duration
 	servers                                    serverFlags
 	concurrency, repeats, limit                int
 	maxRounds, maxFailedRounds, maxTokens      int
@@ -81,6 +83,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline of one resource-server call: seed_session, a tool, verify (0: none)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long running rollouts may finish before they are cancelled")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often a status line is printed when stderr is not a terminal")
+	fs.StringVar(&f.sessionStore, "session-store", "memory", "session store of the builtin: servers: memory, or redis://HOST:PORT/DB")
+	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session this long after its last write")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index) to `FILE`")
 	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "arm name written in the records")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
@@ -154,9 +158,10 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
 			name, url = n, u
 		}
+		url0 := url
 		label := name
 		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
-			u, stop, err := startBuiltin(bname, servers.Options{})
+			u, stop, err := startBuiltin(ctx, bname, f.sessionStore, f.sessionTTL)
 			if err != nil {
 				return badUsage("--server %s: %v", s, err)
 			}
@@ -174,6 +179,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return badUsage("--server: %v", err)
 		}
 		srv.Retry = policy
+		srv.EndSession = strings.HasPrefix(url0, "builtin:")
 		srv.CallTimeout = f.toolTimeout
 		if name == "" {
 			if routes.Default != nil {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/servers"
+	"github.com/rollout-dev/rollout/pkg/session"
 )
 
 // cmdServe runs a built-in resource server until interrupted.
@@ -18,8 +20,10 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("rollout serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
+	storeURL := fs.String("session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")
+	ttl := fs.Duration("session-ttl", session.DefaultTTL, "drop a session this long after its last write")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT]\n\nNAME is one of: %s\n\n", strings.Join(servers.Names(), ", "))
+		fmt.Fprintf(e.stderr, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB]\n\nNAME is one of: %s\n\n", strings.Join(servers.Names(), ", "))
 		fs.PrintDefaults()
 	}
 	name := ""
@@ -38,9 +42,12 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if name == "" {
 		return badUsage("serve: which server? one of: %s", strings.Join(servers.Names(), ", "))
 	}
-	h, err := servers.New(name, servers.Options{})
+	if !slices.Contains(servers.Names(), name) {
+		return badUsage("serve: unknown server %q; one of: %s", name, strings.Join(servers.Names(), ", "))
+	}
+	h, err := newBuiltin(ctx, name, *storeURL, *ttl)
 	if err != nil {
-		return usageError{err}
+		return badUsage("serve: --session-store: %v", err)
 	}
 	defer h.Close()
 	ln, err := net.Listen("tcp", *addr)
@@ -78,8 +85,9 @@ func serveLocal(h http.Handler) (url string, stop func(), err error) {
 }
 
 // startBuiltin starts the built-in resource server name in this process.
-func startBuiltin(name string, opts servers.Options) (string, func(), error) {
-	h, err := servers.New(name, opts)
+// storeURL is memory or redis://…; ttl the sessions' lifetime after their last write.
+func startBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (string, func(), error) {
+	h, err := newBuiltin(ctx, name, storeURL, ttl)
 	if err != nil {
 		return "", nil, err
 	}
@@ -89,4 +97,33 @@ func startBuiltin(name string, opts servers.Options) (string, func(), error) {
 		return "", nil, err
 	}
 	return url, func() { stop(); h.Close() }, nil
+}
+
+// builtinServer is a built-in resource server with the session store it owns.
+type builtinServer struct {
+	*servers.Server
+	store session.Store
+}
+
+func (b builtinServer) Close() error {
+	b.Server.Close()
+	return b.store.Close()
+}
+
+// newBuiltin opens the session store at storeURL (keys prefixed with the server's name) and
+// the named server on it.
+func newBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (*builtinServer, error) {
+	if !slices.Contains(servers.Names(), name) {
+		return nil, fmt.Errorf("unknown built-in server %q (built-in: %s)", name, strings.Join(servers.Names(), ", "))
+	}
+	store, err := session.Open(ctx, storeURL, session.Options{Prefix: name, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := servers.New(name, servers.Options{Store: store})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return &builtinServer{Server: srv, store: store}, nil
 }

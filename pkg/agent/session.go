@@ -33,6 +33,10 @@ type ToolServer struct {
 	CallTimeout time.Duration
 	// MaxBodyBytes caps one answer; 0: DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// EndSession says the server takes POST /end_session (rollout's built-in servers do; it is
+	// not part of NeMo Gym's protocol), so a rollout drops its session state when it is done
+	// instead of leaving it to the server's TTL.
+	EndSession bool
 }
 
 // NewToolServer checks base and returns a resource-server client.
@@ -193,6 +197,37 @@ func checkToolName(name string) error {
 	}
 	return nil
 }
+
+// End tells the server the session is over (POST /end_session) when the server takes it
+// (ToolServer.EndSession); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
+// a few seconds, and run even when ctx is already cancelled, so that an interrupted rollout still
+// frees its state. Its error is for logs only; the rollout's result does not depend on it.
+func (s *Session) End(ctx context.Context) error {
+	if !s.srv.EndSession {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endSessionTimeout)
+	defer cancel()
+	u := *s.srv.base
+	u.Path += "/end_session"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), strings.NewReader("{}"))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("end_session: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("end_session: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+const endSessionTimeout = 5 * time.Second
 
 // snippet shortens a body for an error message.
 func snippet(b []byte) string { return report.Clip(string(b), 300) }

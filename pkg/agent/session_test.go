@@ -312,3 +312,51 @@ func TestNewToolServerValidates(t *testing.T) {
 		}
 	}
 }
+
+// End posts /end_session with the session's cookie only when the server takes it, and runs even
+// when the rollout's context is already cancelled.
+func TestSessionEnd(t *testing.T) {
+	var mu sync.Mutex
+	var ended []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "s", Value: "abc", Path: "/"})
+		if r.URL.Path == "/end_session" {
+			c, err := r.Cookie("s")
+			mu.Lock()
+			if err == nil {
+				ended = append(ended, c.Value)
+			} else {
+				ended = append(ended, "no cookie")
+			}
+			mu.Unlock()
+		}
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	ts, err := agent.NewToolServer("s", srv.URL, srv.Client().Transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sess := ts.NewSession()
+	if err := sess.Seed(context.Background(), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.End(context.Background()); err != nil || len(ended) != 0 {
+		t.Fatalf("End without EndSession: err %v, posted %v", err, ended)
+	}
+
+	ts.EndSession = true
+	sess = ts.NewSession()
+	if err := sess.Seed(context.Background(), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := sess.End(ctx); err != nil {
+		t.Fatalf("End after cancel: %v", err)
+	}
+	if len(ended) != 1 || ended[0] != "abc" {
+		t.Fatalf("end_session posts: %v, want one with the session's cookie", ended)
+	}
+}

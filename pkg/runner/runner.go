@@ -314,6 +314,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 	defer func() { rec.Attempts = int32(counter.Attempts()) }()
 
 	sess := srv.NewSession()
+	defer sess.End(ctx) //nolint:errcheck // best-effort cleanup; the record does not depend on it
 	if err := sess.Seed(ctx, t.Raw); err != nil {
 		rec.FailureClass, rec.Error = ctxFailure(ctx, report.FailResourceServer), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.ToolError))
