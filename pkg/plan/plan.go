@@ -31,6 +31,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -77,13 +78,23 @@ func ParseRef(s string) (Ref, error) {
 	r := Ref{Call: n}
 	if hasPtr {
 		for _, tok := range strings.Split(rest, "/") {
-			if strings.Contains(strings.ReplaceAll(strings.ReplaceAll(tok, "~0", ""), "~1", ""), "~") {
+			if !validEscapes(tok) {
 				return Ref{}, fmt.Errorf("reference %q: bad escape in %q (use ~0 for ~ and ~1 for /)", s, tok)
 			}
 			r.Pointer = append(r.Pointer, strings.NewReplacer("~1", "/", "~0", "~").Replace(tok))
 		}
 	}
 	return r, nil
+}
+
+// validEscapes reports whether every "~" of a pointer token starts "~0" or "~1".
+func validEscapes(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		if tok[i] == '~' && (i+1 == len(tok) || (tok[i+1] != '0' && tok[i+1] != '1')) {
+			return false
+		}
+	}
+	return true
 }
 
 // Parse decodes and checks a plan: at least one round, no empty round, every call named with an
@@ -96,6 +107,9 @@ func Parse(raw json.RawMessage) (*Plan, error) {
 	var p Plan
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("not a plan: %v", err)
+	}
+	if !onlySpace(raw[dec.InputOffset():]) {
+		return nil, fmt.Errorf("not a plan: trailing data after the JSON object")
 	}
 	if len(p.Rounds) == 0 {
 		return nil, fmt.Errorf("rounds: empty; a plan needs at least one round of tool calls")
@@ -152,8 +166,8 @@ func walkRefs(v any, where string, fn func(ref, at string) error) error {
 		if ref, ok := refOf(x); ok {
 			return fn(ref, where)
 		}
-		for k, e := range x {
-			if err := walkRefs(e, where+"."+k, fn); err != nil {
+		for _, k := range sortedKeys(x) {
+			if err := walkRefs(x[k], where+"."+k, fn); err != nil {
 				return err
 			}
 		}
@@ -165,6 +179,17 @@ func walkRefs(v any, where string, fn func(ref, at string) error) error {
 		}
 	}
 	return nil
+}
+
+// sortedKeys returns m's keys in order, so that errors and missing references come out in
+// the same order every time.
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // refOf reports whether m is a reference object: exactly one key, "$ref", with a string.
@@ -216,11 +241,23 @@ func Resolve(raw json.RawMessage, outputs Outputs) (resolved json.RawMessage, mi
 		return nil, nil, err
 	}
 	v = resolve(v, outputs, &missing)
-	out, err := json.Marshal(v)
+	out, err := marshal(v)
 	if err != nil {
 		return nil, missing, err
 	}
 	return out, missing, nil
+}
+
+// marshal is compact JSON without HTML escaping: "<" stays "<" in arguments and in the final
+// text.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func resolve(v any, outputs Outputs, missing *[]string) any {
@@ -234,8 +271,8 @@ func resolve(v any, outputs Outputs, missing *[]string) any {
 			}
 			return val
 		}
-		for k, e := range x {
-			x[k] = resolve(e, outputs, missing)
+		for _, k := range sortedKeys(x) {
+			x[k] = resolve(x[k], outputs, missing)
 		}
 	case []any:
 		for i, e := range x {
@@ -275,9 +312,10 @@ func Lookup(ref string, outputs Outputs) (any, bool) {
 }
 
 // FinalText is the final answer's text: the resolved "final" as a string, or as compact JSON
-// when it is not one, or "Done." when the plan has no "final".
+// when it is not one (a reference that resolves to nothing is "null"), or "Done." when the plan
+// has no "final" (or "final": null).
 func (p *Plan) FinalText(outputs Outputs) (string, []string, error) {
-	if len(p.Final) == 0 {
+	if len(p.Final) == 0 || string(bytes.TrimSpace(p.Final)) == "null" {
 		return "Done.", nil, nil
 	}
 	out, missing, err := Resolve(p.Final, outputs)
@@ -285,7 +323,7 @@ func (p *Plan) FinalText(outputs Outputs) (string, []string, error) {
 		return "", missing, err
 	}
 	var s string
-	if json.Unmarshal(out, &s) == nil {
+	if len(out) > 0 && out[0] == '"' && json.Unmarshal(out, &s) == nil {
 		return s, missing, nil
 	}
 	return string(out), missing, nil
@@ -308,8 +346,13 @@ func decode(raw []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	if dec.More() {
+	if !onlySpace(raw[dec.InputOffset():]) {
 		return nil, fmt.Errorf("trailing data after JSON value")
 	}
 	return v, nil
+}
+
+// onlySpace reports whether b is nothing but JSON whitespace.
+func onlySpace(b []byte) bool {
+	return len(bytes.Trim(b, " \t\r\n")) == 0
 }
