@@ -18,6 +18,7 @@ const (
 	exitOK          = 0
 	exitFailure     = 1   // the run could not write its results
 	exitUsage       = 2   // bad flags, config, input or output directory
+	exitChecks      = 3   // a check failed: validate found problems
 	exitInterrupted = 130 // Ctrl-C: what ran is written
 )
 
@@ -45,7 +46,10 @@ const usage = `rollout runs multi-step tool-using agent rollouts and scores them
 
 Usage:
   rollout run --input FILE --model-url URL --model NAME --server URL [flags]
-  rollout serve NAME [--addr 127.0.0.1:PORT]
+  rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB]
+  rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]
+  rollout validate FILE... [--oracle] [--server URL|NAME=URL|builtin:NAME]
+  rollout gen NAME [--seed N] [--n N] [-o FILE]
   rollout help [COMMAND]
 
 Run 'rollout run -h' for the flags of run.
@@ -57,12 +61,25 @@ func run(ctx context.Context, args []string, e env) int {
 		fmt.Fprint(e.stderr, usage)
 		return exitUsage
 	}
+	if addr := e.getenv("ROLLOUT_DEBUG_ADDR"); addr != "" {
+		stop, err := startDebug(addr, e.stderr)
+		if err != nil {
+			return exitCode(usageError{err}, e.stderr)
+		}
+		defer stop()
+	}
 	var err error
 	switch args[0] {
 	case "run":
 		err = cmdRun(ctx, args[1:], e)
 	case "serve":
 		err = cmdServe(ctx, args[1:], e)
+	case "sim":
+		err = cmdSim(ctx, args[1:], e)
+	case "gen":
+		err = cmdGen(ctx, args[1:], e)
+	case "validate":
+		err = cmdValidate(ctx, args[1:], e)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return run(ctx, []string{args[1], "-h"}, e)
@@ -106,6 +123,8 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitUsage
 	case errors.Is(err, errInterrupted):
 		return exitInterrupted
+	case errors.Is(err, errCheckFailed):
+		return exitChecks
 	}
 	return exitFailure
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/sim"
 )
 
 // serverFlags collects repeated --server URL | NAME=URL.
@@ -66,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	fs.StringVar(&f.input, "input", "", "task file, NeMo Gym JSONL (`FILE`; .gz is read as gzip; - is stdin)")
 	fs.StringVar(&f.out, "out", "out", "output `DIR`: rollouts.parquet, trajectories.jsonl, summary.json")
-	fs.StringVar(&f.modelURL, "model-url", e.getenv("OPENAI_BASE_URL"), "OpenAI-compatible base `URL` (e.g. http://localhost:8000/v1), or replay:GLOB to replay NeMo Gym rollout files (default $OPENAI_BASE_URL)")
+	fs.StringVar(&f.modelURL, "model-url", e.getenv("OPENAI_BASE_URL"), "OpenAI-compatible base `URL` (e.g. http://localhost:8000/v1); builtin:sim for the model simulator (see the --sim-* knobs); replay:GLOB to replay NeMo Gym rollout files (default $OPENAI_BASE_URL)")
 	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint (default $ROLLOUT_MODEL)")
 	fs.Var(&f.servers, "server", "resource server: `URL` for every row, or NAME=URL for rows whose agent_ref.name is NAME; builtin:NAME starts a built-in server (repeatable)")
 	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "rollouts in flight")
@@ -90,6 +91,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	simOptions := simKnobs(fs, "sim-")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
@@ -139,6 +141,34 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		if modelName == "" {
 			modelName = "replay"
 		}
+	} else if f.modelURL == "builtin:sim" {
+		// The simulator plays the reference plans of the run's own tasks.
+		if f.input == "-" {
+			return badUsage("--model-url builtin:sim reads the tasks' plans from --input FILE, not from stdin")
+		}
+		opts, err := simOptions()
+		if err != nil {
+			return usageError{err}
+		}
+		ts, err := sim.LoadTasks(f.input)
+		if err != nil {
+			return badUsage("--model-url builtin:sim: %v", err)
+		}
+		h, err := sim.New(ts, opts)
+		if err != nil {
+			return usageError{err}
+		}
+		url, stop, err := serveLocal(h)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, stop)
+		modelURL = url + "/v1"
+		if modelName == "" {
+			modelName = sim.ModelID
+		}
+	} else if strings.HasPrefix(f.modelURL, "builtin:") {
+		return badUsage("--model-url %s: the built-in endpoint is builtin:sim", f.modelURL)
 	}
 	if modelName == "" {
 		return badUsage("run: --model NAME is required (or set ROLLOUT_MODEL)")
@@ -150,51 +180,12 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	model := agent.NewOpenAIModel(modelURL, apiKey, doer)
 
 	// The resource servers.
-	var routes runner.Servers
-	for _, s := range f.servers {
-		// name routes rows by agent_ref.name; label names the server in
-		// the records' agent column.
-		name, url := "", s
-		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
-			name, url = n, u
-		}
-		url0 := url
-		label := name
-		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
-			u, stop, err := startBuiltin(ctx, bname, f.sessionStore, f.sessionTTL)
-			if err != nil {
-				return badUsage("--server %s: %v", s, err)
-			}
-			closers = append(closers, stop)
-			url = u
-			if label == "" {
-				label = bname
-			}
-		}
-		if label == "" {
-			label = url
-		}
-		srv, err := agent.NewToolServer(label, url, transport)
-		if err != nil {
-			return badUsage("--server: %v", err)
-		}
-		srv.Retry = policy
-		srv.EndSession = strings.HasPrefix(url0, "builtin:")
-		srv.CallTimeout = f.toolTimeout
-		if name == "" {
-			if routes.Default != nil {
-				return badUsage("--server: two servers for every row (%s, %s); name them with NAME=URL", routes.Default.Name, s)
-			}
-			routes.Default = srv
-			continue
-		}
-		if routes.ByName == nil {
-			routes.ByName = map[string]*agent.ToolServer{}
-		}
-		if _, dup := routes.ByName[name]; dup {
-			return badUsage("--server: %q given twice", name)
-		}
-		routes.ByName[name] = srv
+	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
+		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, transport: transport, policy: policy,
+	})
+	closers = append(closers, stops...)
+	if err != nil {
+		return err
 	}
 
 	opts := runner.Options{
@@ -317,4 +308,64 @@ func openOutputs(f runFlags) (*outputSet, error) {
 		set.list = append(set.list, nw)
 	}
 	return set, nil
+}
+
+// serverSetup is how buildServers makes resource-server clients.
+type serverSetup struct {
+	store       string        // session store of the builtin: servers
+	ttl         time.Duration // their session TTL
+	toolTimeout time.Duration
+	transport   http.RoundTripper
+	policy      retry.Policy
+}
+
+// buildServers turns --server flags (URL, NAME=URL, builtin:NAME, NAME=builtin:NAME) into the
+// run's routes, starting the built-in servers named; stops shuts those down (also on error).
+func buildServers(ctx context.Context, specs []string, c serverSetup) (routes runner.Servers, stops []func(), err error) {
+	for _, s := range specs {
+		// name routes rows by agent_ref.name; label names the server in
+		// the records' agent column.
+		name, url := "", s
+		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
+			name, url = n, u
+		}
+		builtin := strings.HasPrefix(url, "builtin:")
+		label := name
+		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
+			u, stop, err := startBuiltin(ctx, bname, c.store, c.ttl)
+			if err != nil {
+				return routes, stops, badUsage("--server %s: %v", s, err)
+			}
+			stops = append(stops, stop)
+			url = u
+			if label == "" {
+				label = bname
+			}
+		}
+		if label == "" {
+			label = url
+		}
+		srv, err := agent.NewToolServer(label, url, c.transport)
+		if err != nil {
+			return routes, stops, badUsage("--server: %v", err)
+		}
+		srv.Retry = c.policy
+		srv.EndSession = builtin
+		srv.CallTimeout = c.toolTimeout
+		if name == "" {
+			if routes.Default != nil {
+				return routes, stops, badUsage("--server: two servers for every row (%s, %s); name them with NAME=URL", routes.Default.Name, s)
+			}
+			routes.Default = srv
+			continue
+		}
+		if routes.ByName == nil {
+			routes.ByName = map[string]*agent.ToolServer{}
+		}
+		if _, dup := routes.ByName[name]; dup {
+			return routes, stops, badUsage("--server: %q given twice", name)
+		}
+		routes.ByName[name] = srv
+	}
+	return routes, stops, nil
 }

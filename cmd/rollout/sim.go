@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/sim"
+)
+
+// taskFiles collects repeated --tasks FILE.
+type taskFiles []string
+
+func (t *taskFiles) String() string     { return strings.Join(*t, ",") }
+func (t *taskFiles) Set(v string) error { *t = append(*t, v); return nil }
+
+// simKnobs registers the simulator's knobs on fs, each flag named prefix+knob, and returns a
+// function that builds the options once fs is parsed: the profile's values, overridden by the
+// knob flags that were given.
+func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
+	var o sim.Options
+	profile := fs.String(prefix+"profile", "none", "simulator error profile: "+strings.Join(sim.ProfileNames(), ", ")+" (knob flags override it)")
+	fs.Int64Var(&o.Seed, prefix+"seed", 0, "simulator seed: the same seed and requests give the same answers")
+	fs.Var(&o.Latency, prefix+"latency", "simulated latency per model call: `D`, uniform:MIN-MAX, normal:MEAN,STDDEV or exp:MEAN")
+	fs.Float64Var(&o.WrongArgument, prefix+"wrong-argument", 0, "probability per round that one argument of a planned call is wrong")
+	fs.Float64Var(&o.SkipStep, prefix+"skip-step", 0, "probability per round that one planned call is skipped")
+	fs.Float64Var(&o.PrematureAnswer, prefix+"premature-answer", 0, "probability per round of answering before the plan is done")
+	fs.Float64Var(&o.MalformedToolCall, prefix+"malformed-tool-call", 0, "probability per round that a tool call's arguments are not valid JSON")
+	fs.Float64Var(&o.HTTP429, prefix+"http-429", 0, "probability per request of an HTTP 429 (a retry draws again)")
+	fs.Float64Var(&o.HTTP500, prefix+"http-500", 0, "probability per request of an HTTP 500 (a retry draws again)")
+	fs.DurationVar(&o.RetryAfter, prefix+"retry-after", 0, "Retry-After sent with an injected 429 (0: none)")
+	fs.Float64Var(&o.ToolCountErrorSlope, prefix+"tool-count-error-slope", 0, "extra wrong-argument probability per tool offered beyond --"+prefix+"tool-count-baseline (models seed 003's 'many tools confuse the model'; 0: off)")
+	fs.IntVar(&o.ToolCountBaseline, prefix+"tool-count-baseline", 0, "tools offered that cost nothing under --"+prefix+"tool-count-error-slope")
+	return func() (sim.Options, error) {
+		base, err := sim.Profile(*profile)
+		if err != nil {
+			return sim.Options{}, err
+		}
+		fs.Visit(func(f *flag.Flag) {
+			switch strings.TrimPrefix(f.Name, prefix) {
+			case "seed":
+				base.Seed = o.Seed
+			case "latency":
+				base.Latency = o.Latency
+			case "wrong-argument":
+				base.WrongArgument = o.WrongArgument
+			case "skip-step":
+				base.SkipStep = o.SkipStep
+			case "premature-answer":
+				base.PrematureAnswer = o.PrematureAnswer
+			case "malformed-tool-call":
+				base.MalformedToolCall = o.MalformedToolCall
+			case "http-429":
+				base.HTTP429 = o.HTTP429
+			case "http-500":
+				base.HTTP500 = o.HTTP500
+			case "retry-after":
+				base.RetryAfter = o.RetryAfter
+			case "tool-count-error-slope":
+				base.ToolCountErrorSlope = o.ToolCountErrorSlope
+			case "tool-count-baseline":
+				base.ToolCountBaseline = o.ToolCountBaseline
+			}
+		})
+		if err := base.Validate(); err != nil {
+			return sim.Options{}, err
+		}
+		return base, nil
+	}
+}
+
+// cmdSim serves the model simulator until interrupted.
+func cmdSim(ctx context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("rollout sim", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
+	var tasks taskFiles
+	fs.Var(&tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
+	knobs := simKnobs(fs, "")
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]\n\n"+
+			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
+			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
+			"and injected errors.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return badUsage("sim: unexpected argument %q (task files go after --tasks)", fs.Arg(0))
+	}
+	opts, err := knobs()
+	if err != nil {
+		return usageError{err}
+	}
+	ts, err := sim.LoadTasks(tasks...)
+	if err != nil {
+		return usageError{err}
+	}
+	for _, w := range ts.Warnings() {
+		fmt.Fprintf(e.stderr, "rollout: sim: %s\n", w)
+	}
+	s, err := sim.New(ts, opts)
+	if err != nil {
+		return usageError{err}
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return badUsage("sim: %v", err)
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stdout, "http://%s/v1\n", ln.Addr())
+	fmt.Fprintf(e.stderr, "rollout: simulator on http://%s/v1 with %d tasks (%d with a plan); Ctrl-C to stop\n", ln.Addr(), ts.Len(), ts.Plans())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	st := s.Stats()
+	fmt.Fprintf(e.stderr, "rollout: simulator served %d requests\n", st.Requests)
+	return err
+}
