@@ -1439,3 +1439,24 @@ func TestMalformed(t *testing.T) {
 		}
 	}
 }
+
+func TestProfiles(t *testing.T) {
+	for _, name := range ProfileNames() {
+		o, err := Profile(name)
+		if err != nil {
+			t.Fatalf("Profile(%q): %v", name, err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Errorf("profile %q is not valid: %v", name, err)
+		}
+	}
+	if o, err := Profile(""); err != nil || o.WrongArgument != 0 || o.Latency.Dist != DistNone {
+		t.Errorf(`Profile("") = %+v, %v; want the error-free profile`, o, err)
+	}
+	if o, _ := Profile("realistic"); o.WrongArgument == 0 || o.HTTP429 == 0 || o.Latency.Dist == DistNone {
+		t.Errorf("realistic profile has no errors or latency: %+v", o)
+	}
+	if _, err := Profile("perfect"); err == nil || !strings.Contains(err.Error(), "realistic") {
+		t.Errorf("unknown profile: err %v, want one listing the profiles", err)
+	}
+}
