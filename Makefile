@@ -1,29 +1,56 @@
 # rollout: two commands set everything up: `make run` and `make test`.
 GO       ?= go
 BIN      := bin/rollout
-OUT      ?= out/demo
 PKGS     := ./...
 
-.PHONY: all build run test race vet lint fmt bench fuzz clean
+.PHONY: all build run replay data oracle test race vet lint fmt bench fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rollout
 
-# The main job on the built-in defaults: no API key, no network. The 15 NeMo
-# Gym example tasks run against the built-in Go re-implementations of NeMo
-# Gym's three example resource servers, over real HTTP on loopback; the model
-# is a replay of the model calls NeMo Gym recorded for those tasks
-# (data/nemo_gym_examples.rollouts.jsonl), so the rewards can be checked
-# against NeMo Gym's.
+# The main job on the built-in defaults: no API key, no network. The
+# extraction tasks (240) and the workflow tasks (60) run at the same time, each
+# against its built-in resource server and the built-in model simulator with
+# the "realistic" error profile (latency, wrong arguments, skipped steps, 429s,
+# 500s), over real HTTP on loopback. Results go to out/extraction and
+# out/workflow; the summaries are printed at the end.
+SIM_FLAGS ?= --model-url builtin:sim --sim-profile realistic --sim-seed 1
 run: build
-	$(BIN) run --input data/nemo_gym_examples.jsonl --out $(OUT) --overwrite \
+	@mkdir -p out
+	@echo "rollout: running data/extraction.jsonl and data/workflow.jsonl against the simulator ..." >&2
+	@$(BIN) run --input data/extraction.jsonl --out out/extraction --overwrite --quiet \
+		$(SIM_FLAGS) --server builtin:extraction > out/extraction.txt & ext=$$!; \
+	$(BIN) run --input data/workflow.jsonl --out out/workflow --overwrite --quiet \
+		$(SIM_FLAGS) --server builtin:workflow > out/workflow.txt & wf=$$!; \
+	status=0; wait $$ext || status=$$?; wait $$wf || status=$$?; \
+	echo "== extraction: data/extraction.jsonl -> out/extraction"; cat out/extraction.txt; echo; \
+	echo "== workflow: data/workflow.jsonl -> out/workflow"; cat out/workflow.txt; \
+	exit $$status
+
+# NeMo Gym compatibility: the 15 NeMo Gym example tasks against the built-in
+# Go re-implementations of NeMo Gym's three example resource servers, with the
+# model calls NeMo Gym recorded replayed (data/nemo_gym_examples.rollouts.jsonl),
+# so the rewards can be checked against NeMo Gym's.
+replay: build
+	$(BIN) run --input data/nemo_gym_examples.jsonl --out out/nemo_gym --overwrite \
 		--model-url replay:data/nemo_gym_examples.rollouts.jsonl \
 		--server example_multi_step=builtin:example_multi_step \
 		--server example_session_state_mgmt=builtin:example_session_state_mgmt \
 		--server example_single_tool_call=builtin:example_single_tool_call \
-		--jsonl-out $(OUT)/nemo_gym_rollouts.jsonl
+		--jsonl-out out/nemo_gym/nemo_gym_rollouts.jsonl
+
+# The task files of the built-in servers are generated, deterministically;
+# `make data` rewrites them (a test checks they match the generators).
+data: build
+	$(BIN) gen extraction --seed 1 -o data/extraction.jsonl
+	$(BIN) gen workflow --seed 1 -o data/workflow.jsonl
+
+# Proves every task's reference plan: reward 1, and < 1 without any required call.
+oracle: build
+	$(BIN) validate data/extraction.jsonl --oracle --server builtin:extraction
+	$(BIN) validate data/workflow.jsonl --oracle --server builtin:workflow
 
 test: vet
 	$(GO) test -race -count=1 $(PKGS)

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollout-dev/rollout/internal/redistest"
+)
+
+const extractionData = "../../data/extraction.jsonl"
+
+// headLines copies the first n lines of src to a file in a temporary directory.
+func headLines(t *testing.T, src string, n int) string {
+	t.Helper()
+	lines := strings.SplitAfter(readFile(t, src), "\n")
+	p := filepath.Join(t.TempDir(), filepath.Base(src))
+	if err := os.WriteFile(p, []byte(strings.Join(lines[:n], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The simulator, started in-process by --model-url builtin:sim, plays each extraction task's
+// reference plan against the built-in extraction server: every rollout scores 1. Its knobs
+// reach it: with every round's arguments perturbed, rewards fall.
+func TestRunBuiltinSim(t *testing.T) {
+	input := headLines(t, extractionData, 20)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
+		"--server", "builtin:extraction", "--concurrency", "8", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	recs := readRecords(t, dir)
+	if len(recs) != 20 {
+		t.Fatalf("%d records, want 20", len(recs))
+	}
+	for _, rec := range recs {
+		if !rec.HasReward || rec.Reward != 1 || rec.Model != "rollout-sim" || rec.Agent != "extraction" || rec.Rounds < 3 {
+			t.Errorf("task %d: reward %v (%q %s) model %q agent %q rounds %d", rec.TaskIndex, rec.Reward, rec.FailureClass, rec.Error, rec.Model, rec.Agent, rec.Rounds)
+		}
+	}
+
+	dir = t.TempDir()
+	r = runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
+		"--server", "builtin:extraction", "--quiet", "--sim-wrong-argument", "1")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	for _, rec := range readRecords(t, dir) {
+		if rec.Reward >= 1 {
+			t.Errorf("task %d: reward %v with every argument wrong", rec.TaskIndex, rec.Reward)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"--sim-profile", "perfect"},
+		{"--sim-wrong-argument", "1.5"},
+		{"--sim-latency", "soon"},
+	} {
+		r := runCLI(t, context.Background(), nil, append([]string{"run", "--input", input, "--out", t.TempDir(), "--model-url", "builtin:sim", "--server", "builtin:extraction"}, args...)...)
+		if r.code != exitUsage {
+			t.Errorf("%v: exit %d, want %d; stderr %s", args, r.code, exitUsage, r.stderr)
+		}
+	}
+	r = runCLI(t, context.Background(), nil, "run", "--input", "-", "--out", t.TempDir(), "--model-url", "builtin:sim", "--server", "builtin:extraction")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "not from stdin") {
+		t.Errorf("builtin:sim with stdin: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// `rollout sim` serves the simulator on its own: a run pointed at its URL scores like the
+// in-process one, and Ctrl-C stops it cleanly.
+func TestSimCommand(t *testing.T) {
+	input := headLines(t, extractionData, 10)
+	done := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() {
+		done <- run(ctx, []string{"sim", "--tasks", input, "--seed", "3"}, env{stdout: pw, stderr: io.Discard, getenv: func(string) string { return "" }})
+		pw.Close()
+	}()
+	url, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no URL from rollout sim: %v", err)
+	}
+	go io.Copy(io.Discard, pr)
+	url = strings.TrimSpace(url)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/v1") {
+		t.Fatalf("sim printed %q, want a loopback /v1 URL", url)
+	}
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", url, "--model", "rollout-sim", "--server", "builtin:extraction", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	for _, rec := range readRecords(t, dir) {
+		if rec.Reward != 1 {
+			t.Errorf("task %d: reward %v (%s)", rec.TaskIndex, rec.Reward, rec.Error)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("sim exited %d after Ctrl-C, want 0", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sim did not stop after Ctrl-C")
+	}
+
+	if r := runCLI(t, context.Background(), nil, "sim", "--tasks", filepath.Join(t.TempDir(), "none.jsonl")); r.code != exitUsage || !strings.Contains(r.stderr, "none.jsonl") {
+		t.Errorf("missing task file: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// `rollout gen` writes the same bytes for the same seed, other bytes for another, and the
+// committed data files are what it writes.
+func TestGen(t *testing.T) {
+	a := runCLI(t, context.Background(), nil, "gen", "extraction", "--n", "5", "--seed", "7")
+	b := runCLI(t, context.Background(), nil, "gen", "extraction", "--n", "5", "--seed", "7")
+	c := runCLI(t, context.Background(), nil, "gen", "extraction", "--n", "5", "--seed", "8")
+	if a.code != 0 || a.stdout == "" || a.stdout != b.stdout {
+		t.Fatalf("same seed: exit %d, outputs differ or empty; stderr %s", a.code, a.stderr)
+	}
+	if a.stdout == c.stdout {
+		t.Error("seeds 7 and 8 wrote the same tasks")
+	}
+	if n := strings.Count(a.stdout, "\n"); n != 5 {
+		t.Errorf("--n 5 wrote %d lines", n)
+	}
+	for _, name := range []string{"extraction", "workflow"} {
+		out := filepath.Join(t.TempDir(), name+".jsonl")
+		r := runCLI(t, context.Background(), nil, "gen", name, "-o", out)
+		if r.code != 0 {
+			t.Fatalf("gen %s: exit %d: %s", name, r.code, r.stderr)
+		}
+		if readFile(t, out) != readFile(t, "../../data/"+name+".jsonl") {
+			t.Errorf("data/%s.jsonl is not what `rollout gen %s` writes: run make data", name, name)
+		}
+	}
+	for _, args := range [][]string{{"gen"}, {"gen", "nope"}, {"gen", "extraction", "--n", "-1"}, {"gen", "extraction", "-o", "/nonexistent/dir/x.jsonl"}} {
+		if r := runCLI(t, context.Background(), nil, args...); r.code == 0 {
+			t.Errorf("%v: exit 0", args)
+		}
+	}
+}
+
+// `rollout validate` lints (problems on stdout as FILE:LINE, exit 3) and, with --oracle, proves
+// the plans: a plan with a call the task does not need, and a plan that does not solve its
+// task, are both caught at their lines.
+func TestValidate(t *testing.T) {
+	input := headLines(t, extractionData, 6)
+	r := runCLI(t, context.Background(), nil, "validate", input, "--oracle", "--server", "builtin:extraction")
+	if r.code != 0 || r.stdout != "" {
+		t.Fatalf("good tasks: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "oracle: 6 tasks") {
+		t.Errorf("stderr does not report the oracle: %s", r.stderr)
+	}
+
+	lines := strings.Split(strings.TrimSpace(readFile(t, input)), "\n")
+	// Line 2: an extra call that changes nothing (a repeat of the first call, in a round of
+	// its own at the end). Line 4: the answer's values reversed, so the plan scores 0.
+	lines[1] = mutateRow(t, lines[1], func(row map[string]any) {
+		p := row["reference_plan"].(map[string]any)
+		rounds := p["rounds"].([]any)
+		first := rounds[0].([]any)[0]
+		p["rounds"] = append(rounds[:len(rounds)-1:len(rounds)-1], []any{first}, rounds[len(rounds)-1])
+	})
+	lines[3] = mutateRow(t, lines[3], func(row map[string]any) {
+		p := row["reference_plan"].(map[string]any)
+		rounds := p["rounds"].([]any)
+		last := rounds[len(rounds)-1].([]any)[0].(map[string]any)
+		args := last["arguments"].(map[string]any)
+		for k, v := range args {
+			if vs, ok := v.([]any); ok && len(vs) > 1 {
+				for i, j := 0, len(vs)-1; i < j; i, j = i+1, j-1 {
+					vs[i], vs[j] = vs[j], vs[i]
+				}
+				args[k] = vs
+			}
+		}
+	})
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	os.WriteFile(bad, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	r = runCLI(t, context.Background(), nil, "validate", bad, "--oracle", "--server", "builtin:extraction")
+	if r.code != exitChecks {
+		t.Fatalf("bad plans: exit %d, want %d\nstdout: %s\nstderr: %s", r.code, exitChecks, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, bad+":2: reference_plan: without call") || !strings.Contains(r.stdout, "not needed") {
+		t.Errorf("the unneeded call on line 2 is not reported:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, bad+":4: reference_plan: the reference plan scores 0") {
+		t.Errorf("the failing plan on line 4 is not reported:\n%s", r.stdout)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if !strings.HasPrefix(line, bad+":2:") && !strings.HasPrefix(line, bad+":4:") {
+			t.Errorf("unexpected problem: %s", line)
+		}
+	}
+
+	// Lint errors: exit 3, FILE:LINE on stdout, no oracle run.
+	lint := filepath.Join(t.TempDir(), "lint.jsonl")
+	os.WriteFile(lint, []byte(lines[0]+"\n{\"responses_create_params\": {\"input\": 5}}\n"), 0o644)
+	r = runCLI(t, context.Background(), nil, "validate", lint)
+	if r.code != exitChecks || !strings.HasPrefix(r.stdout, lint+":2: responses_create_params.input") {
+		t.Errorf("lint: exit %d stdout %q", r.code, r.stdout)
+	}
+	// --oracle needs to know the server when rows do not name one.
+	r = runCLI(t, context.Background(), nil, "validate", input, "--oracle")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--server") {
+		t.Errorf("no server: exit %d stderr %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, context.Background(), nil, "validate"); r.code != exitUsage {
+		t.Errorf("no file: exit %d", r.code)
+	}
+}
+
+func mutateRow(t *testing.T, line string, fn func(map[string]any)) string {
+	t.Helper()
+	var row map[string]any
+	if err := json.Unmarshal([]byte(line), &row); err != nil {
+		t.Fatal(err)
+	}
+	fn(row)
+	b, err := json.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The built-in servers keep their sessions in Redis with --session-store: the stateful NeMo
+// Gym example scores as with memory. An unreachable store is a usage error naming it.
+func TestRunSessionStoreRedis(t *testing.T) {
+	url := redistest.Start(t)
+	dir := t.TempDir()
+	args := append([]string{"run", "--input", examples, "--out", dir, "--model-url", "replay:" + exampleRollouts,
+		"--session-store", url, "--quiet"}, builtinServers...)
+	r := runCLI(t, context.Background(), nil, args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	for _, rec := range readRecords(t, dir) {
+		if rec.Reward != 1 {
+			t.Errorf("task %d (%s): reward %v (%s)", rec.TaskIndex, rec.Agent, rec.Reward, rec.Error)
+		}
+	}
+	r = runCLI(t, context.Background(), nil, append([]string{"run", "--input", examples, "--out", t.TempDir(), "--model-url", "replay:" + exampleRollouts,
+		"--session-store", "redis://127.0.0.1:1/0"}, builtinServers...)...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "127.0.0.1:1") {
+		t.Errorf("unreachable Redis: exit %d stderr %s", r.code, r.stderr)
+	}
+	r = runCLI(t, context.Background(), nil, "serve", "counter", "--session-store", "mongodb://x")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "mongodb://x") {
+		t.Errorf("unknown store: exit %d stderr %s", r.code, r.stderr)
+	}
+}
