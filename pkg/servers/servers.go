@@ -345,8 +345,22 @@ type pyError struct {
 
 func (e *pyError) Error() string { return e.class + "(" + pyRepr(e.msg) + ")" }
 
-// writeError answers err: validation errors 422 (FastAPI's shape), anything else 500.
+// statusBodyError is an error answered with its own status and JSON body, e.g. a FastAPI
+// HTTPException {"detail": …}: 409 for a tool called before /seed_session, 404 for an unknown id.
+type statusBodyError interface {
+	error
+	statusBody() (status int, body []byte)
+}
+
+// writeError answers err: a statusBodyError its status and body, validation errors 422
+// (FastAPI's shape), anything else 500.
 func writeError(w http.ResponseWriter, err error) {
+	var serr statusBodyError
+	if errors.As(err, &serr) {
+		status, body := serr.statusBody()
+		writeJSON(w, status, body)
+		return
+	}
 	var verrs validationErrors
 	if errors.As(err, &verrs) {
 		body := marshalFields([]field{{"detail", []fieldError(verrs)}})

@@ -339,7 +339,7 @@ func wantFields(t *testing.T, got map[string]any, want map[string]any) {
 // ---- replay of NeMo Gym's recorded rollouts ----
 
 func TestReplayRecordedRollouts(t *testing.T) {
-	for _, server := range Names() {
+	for _, server := range nemoGymExamples {
 		t.Run(server, func(t *testing.T) {
 			srv := startServer(t, server)
 			for i, rec := range loadRecords(t, server) {
@@ -695,7 +695,7 @@ func TestGetWeather(t *testing.T) {
 // ---- protocol: strict verify, routing, sessions ----
 
 func TestStrictVerify(t *testing.T) {
-	for _, server := range Names() {
+	for _, server := range nemoGymExamples {
 		t.Run(server, func(t *testing.T) {
 			srv := startServer(t, server)
 			rec := loadRecords(t, server)[0]
@@ -907,3 +907,7 @@ func TestPythonJSON(t *testing.T) {
 		}
 	}
 }
+
+// nemoGymExamples are the re-implemented NeMo Gym example servers, whose recorded rollouts are
+// in testdata/nemo-gym.
+var nemoGymExamples = []string{"example_multi_step", "example_session_state_mgmt", "example_single_tool_call"}
