@@ -27,10 +27,13 @@ type memEntry struct {
 }
 
 // NewMemory returns an in-memory store. Its sweeper runs until Close.
-func NewMemory(opts Options) *Memory {
+func NewMemory(opts Options) *Memory { return newMemory(opts, time.Now) }
+
+// newMemory is NewMemory with a clock of the caller's (tests use a fake one).
+func newMemory(opts Options, now func() time.Time) *Memory {
 	m := &Memory{
 		ttl:     opts.ttl(),
-		now:     time.Now,
+		now:     now,
 		entries: map[string]memEntry{},
 		secrets: map[string][]byte{},
 		stop:    make(chan struct{}),

@@ -6,7 +6,8 @@
 // instances behind one address share their sessions). A store is opened from a URL by Open:
 //
 //	""  or "memory"            in-process memory
-//	redis://HOST:PORT/DB       a Redis server (github.com/redis/go-redis/v9)
+//	redis://HOST:PORT/DB       a Redis server (github.com/redis/go-redis/v9); also
+//	redis://USER:PASSWORD@HOST:PORT/DB, and rediss:// for TLS
 //
 // State is opaque bytes (the servers keep JSON). Every write refreshes the session's TTL, so a
 // session lives TTL after its last write; an abandoned session is dropped when its TTL runs out,
@@ -17,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"time"
 )
@@ -74,6 +76,18 @@ func Open(ctx context.Context, url string, opts Options) (Store, error) {
 	case strings.HasPrefix(url, "redis://") || strings.HasPrefix(url, "rediss://"):
 		return OpenRedis(ctx, url, opts)
 	default:
-		return nil, fmt.Errorf("session store %q: want memory or redis://HOST:PORT/DB", url)
+		return nil, fmt.Errorf("session store %q: unknown kind; want memory or redis://HOST:PORT/DB", redact(url))
 	}
+}
+
+// redact is url with any password replaced, for error messages.
+func redact(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "…" + raw[i:]
+		}
+		return raw
+	}
+	return u.Redacted()
 }
