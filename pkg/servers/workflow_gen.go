@@ -716,6 +716,7 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 		{"catalog", catalogJSON},
 		{"requirements", workflowObj{{"components", reqs}}},
 		{"reference_plan", workflowObj{{"rounds", rounds}, {"final", final}}},
+		{"agent_ref", workflowObj{{"type", "responses_api_agents"}, {"name", "workflow"}}},
 	}
 	return row, text
 }
