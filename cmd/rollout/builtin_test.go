@@ -159,7 +159,8 @@ func TestGen(t *testing.T) {
 // task, are both caught at their lines.
 func TestValidate(t *testing.T) {
 	input := headLines(t, extractionData, 6)
-	r := runCLI(t, context.Background(), nil, "validate", input, "--oracle", "--server", "builtin:extraction")
+	// The rows name their server (agent_ref.name "extraction"), a built-in one: no --server.
+	r := runCLI(t, context.Background(), nil, "validate", input, "--oracle")
 	if r.code != 0 || r.stdout != "" {
 		t.Fatalf("good tasks: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -216,7 +217,9 @@ func TestValidate(t *testing.T) {
 		t.Errorf("lint: exit %d stdout %q", r.code, r.stdout)
 	}
 	// --oracle needs to know the server when rows do not name one.
-	r = runCLI(t, context.Background(), nil, "validate", input, "--oracle")
+	anon := filepath.Join(t.TempDir(), "anon.jsonl")
+	os.WriteFile(anon, []byte(mutateRow(t, lines[0], func(row map[string]any) { delete(row, "agent_ref") })+"\n"), 0o644)
+	r = runCLI(t, context.Background(), nil, "validate", anon, "--oracle")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--server") {
 		t.Errorf("no server: exit %d stderr %s", r.code, r.stderr)
 	}
