@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Exit codes.
@@ -30,7 +32,14 @@ type env struct {
 	getenv func(string) string
 }
 
+// redisQuiet drops go-redis's own log lines (dial retries and the like): the session store
+// returns its errors, and the CLI reports them once, in its own words.
+type redisQuiet struct{}
+
+func (redisQuiet) Printf(context.Context, string, ...any) {}
+
 func main() {
+	redis.SetLogger(redisQuiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
