@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,20 +48,9 @@ func cmdGen(_ context.Context, args []string, e env) error {
 		fmt.Fprintln(e.stderr)
 		fs.PrintDefaults()
 	}
-	name := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return badUsage("gen: unexpected argument %q", fs.Arg(fs.NArg()-1))
+	name, err := parseNamed(fs, args)
+	if err != nil {
+		return err
 	}
 	g, ok := generators[name]
 	if !ok {

@@ -6,10 +6,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -38,8 +40,9 @@ type redisQuiet struct{}
 
 func (redisQuiet) Printf(context.Context, string, ...any) {}
 
+func init() { redis.SetLogger(redisQuiet{}) }
+
 func main() {
-	redis.SetLogger(redisQuiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
@@ -136,4 +139,27 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitChecks
 	}
 	return exitFailure
+}
+
+// parseNamed parses the arguments of a command that takes one NAME, before or after its flags
+// ("rollout serve NAME --addr …" or "rollout serve --addr … NAME"). name is "" when none was
+// given; a second argument is a usage error.
+func parseNamed(fs *flag.FlagSet, args []string) (name string, err error) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", errHelp
+		}
+		return "", usageError{err}
+	}
+	rest := fs.Args()
+	if name == "" && len(rest) > 0 {
+		name, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return "", badUsage("%s: unexpected argument %q", fs.Name(), rest[0])
+	}
+	return name, nil
 }

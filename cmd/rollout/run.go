@@ -125,22 +125,16 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 	}()
 
-	// The model endpoint.
+	// The model endpoint: a URL, or one served in this process.
 	modelURL, modelName := f.modelURL, f.model
+	var local http.Handler
+	localName := ""
 	if glob, ok := strings.CutPrefix(f.modelURL, "replay:"); ok {
 		h, err := replay.Load(glob)
 		if err != nil {
 			return badUsage("--model-url %s: %v", f.modelURL, err)
 		}
-		url, stop, err := serveLocal(h)
-		if err != nil {
-			return err
-		}
-		closers = append(closers, stop)
-		modelURL = url + "/v1"
-		if modelName == "" {
-			modelName = "replay"
-		}
+		local, localName = h, "replay"
 	} else if f.modelURL == "builtin:sim" {
 		// The simulator plays the reference plans of the run's own tasks.
 		if f.input == "-" {
@@ -158,17 +152,20 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		if err != nil {
 			return usageError{err}
 		}
-		url, stop, err := serveLocal(h)
+		local, localName = h, sim.ModelID
+	} else if strings.HasPrefix(f.modelURL, "builtin:") {
+		return badUsage("--model-url %s: the built-in endpoint is builtin:sim", f.modelURL)
+	}
+	if local != nil {
+		url, stop, err := serveLocal(local)
 		if err != nil {
 			return err
 		}
 		closers = append(closers, stop)
 		modelURL = url + "/v1"
 		if modelName == "" {
-			modelName = sim.ModelID
+			modelName = localName
 		}
-	} else if strings.HasPrefix(f.modelURL, "builtin:") {
-		return badUsage("--model-url %s: the built-in endpoint is builtin:sim", f.modelURL)
 	}
 	if modelName == "" {
 		return badUsage("run: --model NAME is required (or set ROLLOUT_MODEL)")

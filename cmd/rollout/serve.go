@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -26,18 +25,9 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stderr, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB]\n\nNAME is one of: %s\n\n", strings.Join(servers.Names(), ", "))
 		fs.PrintDefaults()
 	}
-	name := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
+	name, err := parseNamed(fs, args)
+	if err != nil {
+		return err
 	}
 	if name == "" {
 		return badUsage("serve: which server? one of: %s", strings.Join(servers.Names(), ", "))
@@ -54,9 +44,15 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return badUsage("serve: %v", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(e.stdout, "http://%s\n", ln.Addr())
 	fmt.Fprintf(e.stderr, "rollout: serving %s on http://%s (Ctrl-C to stop)\n", name, ln.Addr())
+	return serveUntilDone(ctx, ln, h)
+}
+
+// serveUntilDone serves h on ln until ctx is done, then shuts down: gracefully for 2 s, then
+// at once.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -64,9 +60,14 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		return err
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Connections a client opened but never used (StateNew) hold a graceful shutdown for
+	// 5 s; past the bound, whatever is left is closed: the server has stopped either way.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	return nil
 }
 
 // serveLocal serves h on a loopback port in this process, over real HTTP.

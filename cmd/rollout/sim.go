@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/rollout-dev/rollout/pkg/sim"
 )
@@ -117,19 +115,9 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return badUsage("sim: %v", err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(e.stdout, "http://%s/v1\n", ln.Addr())
 	fmt.Fprintf(e.stderr, "rollout: simulator on http://%s/v1 with %d tasks (%d with a plan); Ctrl-C to stop\n", ln.Addr(), ts.Len(), ts.Plans())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = srv.Shutdown(sctx)
+	err = serveUntilDone(ctx, ln, s)
 	st := s.Stats()
 	fmt.Fprintf(e.stderr, "rollout: simulator served %d requests\n", st.Requests)
 	return err

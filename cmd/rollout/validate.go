@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -111,26 +110,18 @@ func cmdValidate(ctx context.Context, args []string, e env) error {
 // defaultOracleServers is builtin:NAME for every agent_ref.name in the file that is a built-in
 // server, and for a file whose rows name none, an error asking for --server.
 func defaultOracleServers(path string) ([]string, error) {
-	r, err := dataset.Open(path)
-	if err != nil {
-		return nil, badUsage("validate: %v", err)
-	}
-	defer r.Close()
 	names := map[string]bool{}
 	unnamed := false
-	for {
-		t, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, badUsage("validate: %v", err)
-		}
+	err := dataset.ReadFile(path, func(t *dataset.Task) error {
 		if t.AgentRef == nil || t.AgentRef.Name == "" {
 			unnamed = true
-			continue
+		} else {
+			names[t.AgentRef.Name] = true
 		}
-		names[t.AgentRef.Name] = true
+		return nil
+	})
+	if err != nil {
+		return nil, badUsage("validate: %v", err)
 	}
 	var specs []string
 	for n := range names {

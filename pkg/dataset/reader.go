@@ -223,6 +223,17 @@ func Each(r *Reader, opt Options, fn func(t *Task, rolloutIndex int) error) erro
 	return nil
 }
 
+// ReadFile opens the task file at path and calls fn for each of its tasks in order, malformed
+// ones included (with Err set). It stops at the first error of fn or of the reader.
+func ReadFile(path string, fn func(t *Task) error) error {
+	r, err := Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return Each(r, Options{}, func(t *Task, _ int) error { return fn(t) })
+}
+
 // Count counts the tasks of a file (its non-blank lines) without parsing
 // them, so that progress can show a total. It returns -1 for stdin.
 func Count(path string) (int, error) {

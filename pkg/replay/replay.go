@@ -9,7 +9,6 @@ package replay
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -67,19 +66,7 @@ type record struct {
 }
 
 func (h *Handler) addFile(path string) error {
-	r, err := dataset.Open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	for {
-		t, err := r.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return dataset.ReadFile(path, func(t *dataset.Task) error {
 		if t.Err != nil {
 			return t.Err
 		}
@@ -91,7 +78,8 @@ func (h *Handler) addFile(path string) error {
 			return fmt.Errorf("%s:%d: response.output: missing; a replay file holds NeMo Gym rollout records", t.File, t.Line)
 		}
 		h.byKey[key(t.Params)] = splitRounds(rec)
-	}
+		return nil
+	})
 }
 
 // splitRounds regroups the output as rounds: a round is a run of

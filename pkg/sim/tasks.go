@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
@@ -65,23 +64,7 @@ func LoadTasks(paths ...string) (*Tasks, error) {
 }
 
 func (ts *Tasks) load(path string) error {
-	r, err := dataset.Open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	for {
-		t, err := r.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := ts.Add(t); err != nil {
-			return err
-		}
-	}
+	return dataset.ReadFile(path, ts.Add)
 }
 
 // Add indexes one task. A task with Err is skipped with a warning.

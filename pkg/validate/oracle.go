@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -143,30 +141,18 @@ type oracleTask struct {
 }
 
 func plannedTasks(path string) ([]*oracleTask, error) {
-	r, err := dataset.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
 	var out []*oracleTask
-	for {
-		t, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
+	err := dataset.ReadFile(path, func(t *dataset.Task) error {
 		raw := t.Field(plan.Field)
 		if t.Err != nil || raw == nil || isNull(raw) {
-			continue
+			return nil
 		}
-		p, err := plan.Parse(raw)
-		if err != nil {
-			continue // Lint reports it
+		if p, err := plan.Parse(raw); err == nil { // Lint reports the others
+			out = append(out, &oracleTask{task: t, plan: p})
 		}
-		out = append(out, &oracleTask{task: t, plan: p})
-	}
+		return nil
+	})
+	return out, err
 }
 
 // playPass writes rows to path and runs them through the simulator and the servers; it returns
