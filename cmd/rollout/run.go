@@ -42,6 +42,7 @@ type runFlags struct {
 	temperature                                float64
 	seed                                       int64
 	strict, overwrite, quiet                   bool
+	resume, force, retryFailed                 bool
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -90,6 +91,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "arm name written in the records")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
+	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out (after a crash, kill or Ctrl-C): run only the rollouts that have no record")
+	fs.BoolVar(&f.force, "force", false, "with --resume: resume even though the input or the config differs from the run's (manifest.json)")
+	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the rollouts whose failure was an infrastructure one (rate_limited, model_unavailable, resource_server, verify, timeout, cancelled)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
 	simOptions := simKnobs(fs, "sim-")
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +133,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	modelURL, modelName := f.modelURL, f.model
 	var local http.Handler
 	localName := ""
+	var simUsed *sim.Options // part of the run's identity
 	if glob, ok := strings.CutPrefix(f.modelURL, "replay:"); ok {
 		h, err := replay.Load(glob)
 		if err != nil {
@@ -153,6 +158,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return usageError{err}
 		}
 		local, localName = h, sim.ModelID
+		simUsed = &opts
 	} else if strings.HasPrefix(f.modelURL, "builtin:") {
 		return badUsage("--model-url %s: the built-in endpoint is builtin:sim", f.modelURL)
 	}
@@ -207,19 +213,33 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := runner.CheckInput(&opts); err != nil {
 		return usageError{err}
 	}
-	outputs, err := openOutputs(f)
+	cfg := runConfig{Arm: opts.Arm, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
+		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
+		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed}
+	if simUsed != nil {
+		cfg.Sim = fmt.Sprintf("%+v", *simUsed)
+	}
+	done, resumed, err := prepareOut(f, cfg)
 	if err != nil {
 		return err
+	}
+	opts.Done = done
+	sink, err := report.OpenSink(f.out, report.SinkOptions{NemoGym: f.jsonlOut})
+	if err != nil {
+		return badUsage("--out %s: %v", f.out, err)
 	}
 	if !f.quiet {
 		opts.Progress = progress.New(e.stderr, f.progressInterval)
 	}
+	if resumed {
+		fmt.Fprintf(e.stderr, "rollout: resuming %s: %d rollouts already have a record\n", f.out, len(done))
+	}
 	stopNotice := context.AfterFunc(ctx, func() {
-		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once.\n", f.drainTimeout)
+		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once (then rollout run --resume finishes the run).\n", f.drainTimeout)
 	})
 	defer stopNotice()
-	rep, runErr := runner.Run(ctx, opts, outputs.list)
-	closeErr := outputs.close()
+	rep, runErr := runner.Run(ctx, opts, []report.Output{sink})
+	closeErr := sink.Close()
 	if runErr != nil {
 		var bad *runner.BadInputError
 		if errors.As(runErr, &bad) {
@@ -230,15 +250,18 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if closeErr != nil {
 		return fmt.Errorf("writing results: %w", closeErr)
 	}
-	if err := report.WriteSummaryJSON(filepath.Join(f.out, "summary.json"), rep.Summary); err != nil {
+	// The journal is the truth; the Parquet file and the summary are derived from it, over
+	// every record of the run, resumed ones included.
+	sum, err := report.Finalize(f.out, report.ParquetOptions{})
+	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
-	if err := report.PrintSummary(e.stdout, rep.Summary); err != nil {
+	if err := report.PrintSummary(e.stdout, sum); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Summary.Rollouts, rep.Elapsed.Round(time.Millisecond), f.out)
-	if outputs.nemo != nil && outputs.nemo.Skipped() > 0 {
-		fmt.Fprintf(e.stderr, "rollout: %s: %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, outputs.nemo.Skipped())
+	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
+	if n := sink.NemoGym(); n != nil && n.Skipped() > 0 {
+		fmt.Fprintf(e.stderr, "rollout: %s: %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, n.Skipped())
 	}
 	if rep.Stop == runner.StopInterrupted {
 		return errInterrupted
@@ -246,65 +269,101 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-type outputSet struct {
-	list []report.Output
-	nemo *report.NemoGymWriter
-}
-
-func (o *outputSet) close() error {
-	var errs []error
-	for _, out := range o.list {
-		errs = append(errs, out.Close())
-	}
-	return errors.Join(errs...)
+// runConfig is what makes a run's results what they are; its hash is in the manifest, and a
+// resume with another one is refused unless --force. Concurrency, timeouts and retries are not
+// in it: they may change between resumes.
+type runConfig struct {
+	Arm             string   `json:"arm"`
+	Repeats         int      `json:"num_repeats"`
+	Limit           int      `json:"limit"`
+	ModelURL        string   `json:"model_url"`
+	Model           string   `json:"model"`
+	Servers         []string `json:"servers"`
+	MaxRounds       int      `json:"max_rounds"`
+	MaxFailedRounds int      `json:"max_failed_rounds"`
+	MaxTokens       int      `json:"max_tokens"`
+	Temperature     *float64 `json:"temperature"`
+	Seed            int64    `json:"seed"`
+	Sim             string   `json:"sim,omitempty"` // the simulator's knobs, with builtin:sim
 }
 
 // runFiles are the files a run writes in --out.
-var runFiles = []string{"rollouts.parquet", "rollouts.parquet.tmp", "trajectories.jsonl", "summary.json"}
+var runFiles = []string{report.ManifestFile, report.JournalFile, report.TrajectoriesFile, report.ParquetFile,
+	report.ParquetFile + ".tmp", report.SummaryFile}
 
-// openOutputs checks that --out is usable and opens the writers.
-func openOutputs(f runFlags) (*outputSet, error) {
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return nil, badUsage("--out %s: %v", f.out, err)
+// prepareOut readies --out: for a new run it refuses an earlier run's files (unless
+// --overwrite removes them) and writes the manifest; with --resume it checks the manifest
+// against this invocation and compacts the journal. done lists the rollouts that have a record.
+func prepareOut(f runFlags, cfg runConfig) (done report.Done, resumed bool, err error) {
+	switch {
+	case f.force && !f.resume:
+		return nil, false, badUsage("--force goes with --resume")
+	case f.retryFailed && !f.resume:
+		return nil, false, badUsage("--retry-failed goes with --resume")
+	case f.resume && f.overwrite:
+		return nil, false, badUsage("--resume and --overwrite contradict each other")
+	case f.resume && f.input == "-":
+		return nil, false, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
 	}
-	parquetPath := filepath.Join(f.out, "rollouts.parquet")
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return nil, false, badUsage("--out %s: %v", f.out, err)
+	}
+	var mf *report.Manifest
+	if f.input == "-" {
+		mf, err = report.NewManifest(os.DevNull, cfg)
+		if mf != nil {
+			mf.Input, mf.InputSHA256 = "-", ""
+		}
+	} else {
+		mf, err = report.NewManifest(f.input, cfg)
+	}
+	if err != nil {
+		return nil, false, badUsage("--input: %v", err)
+	}
+	if f.resume {
+		old, err := report.ReadManifest(f.out)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, false, badUsage("--resume: %s holds no run to resume (no %s)", f.out, report.ManifestFile)
+		}
+		if err != nil {
+			return nil, false, badUsage("--resume: %v", err)
+		}
+		if diffs := mf.Differences(old); len(diffs) > 0 && !f.force {
+			return nil, false, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
+		}
+		var keep func(*report.Record) bool
+		if f.retryFailed {
+			keep = func(r *report.Record) bool { return !report.InfraFailure(r.FailureClass) }
+		}
+		done, err := report.Compact(f.out, f.jsonlOut, keep)
+		if err != nil {
+			return nil, false, fmt.Errorf("--resume: %w", err)
+		}
+		old.Resumes = append(old.Resumes, report.Resume{At: time.Now().UTC(), Forced: len(mf.Differences(old)) > 0, RetryFailed: f.retryFailed})
+		if err := report.WriteManifest(f.out, old); err != nil {
+			return nil, false, err
+		}
+		return done, true, nil
+	}
 	for _, name := range runFiles {
 		path := filepath.Join(f.out, name)
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
 		if !f.overwrite {
-			return nil, badUsage("--out %s already holds a run (%s); pass --overwrite or choose another directory", f.out, name)
+			return nil, false, badUsage("--out %s already holds a run (%s); pass --resume to finish it, --overwrite to replace it, or choose another directory", f.out, name)
 		}
 		if err := os.Remove(path); err != nil {
-			return nil, badUsage("--overwrite: %v", err)
+			return nil, false, badUsage("--overwrite: %v", err)
 		}
 	}
-	set := &outputSet{}
-	pw, err := report.NewParquetWriter(parquetPath, report.ParquetOptions{})
-	if err != nil {
-		return nil, badUsage("--out %s: %v", f.out, err)
+	if f.jsonlOut != "" && f.overwrite {
+		os.Remove(f.jsonlOut)
 	}
-	set.list = append(set.list, pw)
-	tw, err := report.NewTrajectoryWriter(filepath.Join(f.out, "trajectories.jsonl"))
-	if err != nil {
-		set.close()
-		return nil, badUsage("--out %s: %v", f.out, err)
+	if err := report.WriteManifest(f.out, mf); err != nil {
+		return nil, false, badUsage("--out %s: %v", f.out, err)
 	}
-	set.list = append(set.list, tw)
-	if f.jsonlOut != "" {
-		if f.overwrite {
-			os.Remove(f.jsonlOut)
-		}
-		nw, err := report.NewNemoGymWriter(f.jsonlOut)
-		if err != nil {
-			set.close()
-			return nil, badUsage("--jsonl-out: %v", err)
-		}
-		set.nemo = nw
-		set.list = append(set.list, nw)
-	}
-	return set, nil
+	return report.Done{}, false, nil
 }
 
 // serverSetup is how buildServers makes resource-server clients.

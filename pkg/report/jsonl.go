@@ -90,6 +90,20 @@ func (j *jsonlFile) Flush() error {
 	return j.w.Flush()
 }
 
+// Sync flushes buffered lines and makes them durable (fsync).
+func (j *jsonlFile) Sync() error {
+	if j.closed {
+		return nil
+	}
+	if err := j.w.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", j.path, err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("%s: %w", j.path, err)
+	}
+	return nil
+}
+
 // Close flushes, syncs and closes the file. Later calls do nothing.
 func (j *jsonlFile) Close() error {
 	if j.closed {

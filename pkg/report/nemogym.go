@@ -123,5 +123,8 @@ func (n *NemoGymWriter) spliceKeys(dst *bytes.Buffer, obj json.RawMessage, task,
 // Flush hands buffered lines to the operating system (without fsync).
 func (n *NemoGymWriter) Flush() error { return n.file.Flush() }
 
+// Sync makes the lines written so far durable.
+func (n *NemoGymWriter) Sync() error { return n.file.Sync() }
+
 // Close flushes and fsyncs the file.
 func (n *NemoGymWriter) Close() error { return n.file.Close() }

@@ -69,5 +69,8 @@ func (t *TrajectoryWriter) Write(r *Result) error {
 // Flush hands buffered lines to the operating system (without fsync).
 func (t *TrajectoryWriter) Flush() error { return t.file.Flush() }
 
+// Sync makes the lines written so far durable.
+func (t *TrajectoryWriter) Sync() error { return t.file.Sync() }
+
 // Close flushes and fsyncs the file.
 func (t *TrajectoryWriter) Close() error { return t.file.Close() }

@@ -51,6 +51,8 @@ type Options struct {
 	Servers Servers
 	// Progress shows the run (nil: nothing).
 	Progress progress.Reporter
+	// Done lists the rollouts that already have a record (a resumed run): they are skipped.
+	Done report.Done
 }
 
 // Defaults.
@@ -175,7 +177,7 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 		if o.Limit > 0 {
 			n = min(n, o.Limit)
 		}
-		total = n * o.Repeats
+		total = max(n*o.Repeats-len(o.Done), 0)
 	}
 	rd, err := dataset.Open(o.Input)
 	if err != nil {
@@ -216,6 +218,9 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats}, func(t *dataset.Task, k int) error {
 		if ctx.Err() != nil || runCtx.Err() != nil {
 			return errStop
+		}
+		if o.Done.Has(int64(t.Index), int64(k), o.Arm) {
+			return nil
 		}
 		// Go blocks until a slot is free: a sliding window.
 		p.Go(func() {

@@ -1,0 +1,238 @@
+package report
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// The files of a run's output directory.
+const (
+	JournalFile      = "journal.jsonl"
+	TrajectoriesFile = "trajectories.jsonl"
+	ParquetFile      = "rollouts.parquet"
+	SummaryFile      = "summary.json"
+	ManifestFile     = "manifest.json"
+)
+
+// Key identifies a rollout: (task index, rollout index, arm). It is what resume and
+// de-duplication use.
+type Key struct {
+	Task    int64
+	Rollout int64
+	Arm     string
+}
+
+func (r *Record) Key() Key { return Key{r.TaskIndex, r.RolloutIndex, r.Arm} }
+
+// Done is the set of rollouts that have a record.
+type Done map[Key]struct{}
+
+// Has reports whether the rollout has a record.
+func (d Done) Has(task, rollout int64, arm string) bool {
+	_, ok := d[Key{task, rollout, arm}]
+	return ok
+}
+
+// Sink is the crash-safe output of a run. While the run is alive its journal is the truth: one
+// JSON record per line, appended. Each result's trajectory (and NeMo Gym line, with
+// --jsonl-out) is appended to its own file before the record, and the sink syncs in batches,
+// side files first, journal last. So after a crash at any moment, every record in the journal
+// has its trajectory on disk, and a rollout without a record is simply run again on resume
+// (Compact drops its orphaned side lines). The Parquet file and the summary are derived from
+// the journal when the run ends (Finalize).
+type Sink struct {
+	mu       sync.Mutex
+	journal  *jsonlFile
+	sides    []sideFile
+	buf      bytes.Buffer
+	enc      *json.Encoder
+	pending  int
+	every    int
+	interval time.Duration
+	lastSync time.Time
+	err      error
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// sideFile is an output appended before the journal and synced before it.
+type sideFile interface {
+	Output
+	Sync() error
+}
+
+// SinkOptions configure a Sink.
+type SinkOptions struct {
+	// SyncEvery syncs after this many records (default 256); SyncInterval syncs pending
+	// records at least this often (default 200 ms). What a crash may lose is at most that:
+	// rollouts that a resume runs again.
+	SyncEvery    int
+	SyncInterval time.Duration
+	// NemoGym, when set, also writes NeMo Gym-style records to that path.
+	NemoGym string
+}
+
+// OpenSink opens (for appending) the journal and the trajectories file in dir.
+func OpenSink(dir string, opt SinkOptions) (*Sink, error) {
+	if opt.SyncEvery <= 0 {
+		opt.SyncEvery = 256
+	}
+	if opt.SyncInterval <= 0 {
+		opt.SyncInterval = 200 * time.Millisecond
+	}
+	s := &Sink{every: opt.SyncEvery, interval: opt.SyncInterval, lastSync: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	s.enc = json.NewEncoder(&s.buf)
+	s.enc.SetEscapeHTML(false)
+	tw, err := NewTrajectoryWriter(join(dir, TrajectoriesFile))
+	if err != nil {
+		return nil, err
+	}
+	s.sides = append(s.sides, tw)
+	if opt.NemoGym != "" {
+		nw, err := NewNemoGymWriter(opt.NemoGym)
+		if err != nil {
+			tw.Close()
+			return nil, err
+		}
+		s.sides = append(s.sides, nw)
+	}
+	if s.journal, err = openJSONL(join(dir, JournalFile)); err != nil {
+		for _, f := range s.sides {
+			f.Close()
+		}
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	go s.ticker()
+	return s, nil
+}
+
+// NemoGym is the NeMo Gym writer, or nil.
+func (s *Sink) NemoGym() *NemoGymWriter {
+	for _, f := range s.sides {
+		if n, ok := f.(*NemoGymWriter); ok {
+			return n
+		}
+	}
+	return nil
+}
+
+func (s *Sink) ticker() {
+	defer close(s.done)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			if s.pending > 0 && time.Since(s.lastSync) >= s.interval && s.err == nil {
+				s.err = s.syncLocked()
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Write appends one result: its side lines, then its record.
+func (s *Sink) Write(r *Result) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	for _, f := range s.sides {
+		if err := f.Write(r); err != nil {
+			s.err = err
+			return err
+		}
+	}
+	s.buf.Reset()
+	if err := s.enc.Encode(&r.Record); err != nil {
+		s.err = fmt.Errorf("journal: task %d rollout %d: %w", r.Record.TaskIndex, r.Record.RolloutIndex, err)
+		return s.err
+	}
+	if err := s.journal.writeLine(s.buf.Bytes()); err != nil {
+		s.err = fmt.Errorf("journal: %w", err)
+		return s.err
+	}
+	s.pending++
+	if s.pending >= s.every {
+		s.err = s.syncLocked()
+	}
+	return s.err
+}
+
+// syncLocked makes everything written so far durable: side files first, then the journal.
+func (s *Sink) syncLocked() error {
+	for _, f := range s.sides {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	if err := s.journal.Sync(); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	s.pending = 0
+	s.lastSync = time.Now()
+	return nil
+}
+
+// Close syncs and closes every file.
+func (s *Sink) Close() error {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	if s.err != nil {
+		errs = append(errs, s.err)
+	}
+	for _, f := range s.sides {
+		errs = append(errs, f.Close())
+	}
+	errs = append(errs, s.journal.Close())
+	return errors.Join(errs...)
+}
+
+// ScanJournal calls fn for every record of the journal at path, in order. A torn last line
+// (a crash in the middle of a write) is ignored; any other line that does not parse is an
+// error naming the line.
+func ScanJournal(path string, fn func(rec *Record) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<20)
+	line := 0
+	for {
+		b, err := br.ReadBytes('\n')
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			return nil // torn tail: the rollout has no record and runs again
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		line++
+		var rec Record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("%s:%d: not a record: %v", path, line, err)
+		}
+		if err := fn(&rec); err != nil {
+			return err
+		}
+	}
+}
+
+func join(dir, name string) string { return dir + string(os.PathSeparator) + name }
