@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -217,7 +218,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
 		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed}
 	if simUsed != nil {
-		cfg.Sim = fmt.Sprintf("%+v", *simUsed)
+		cfg.Sim = knobValues(*simUsed)
 	}
 	done, resumed, err := prepareOut(f, cfg)
 	if err != nil {
@@ -273,18 +274,32 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 // resume with another one is refused unless --force. Concurrency, timeouts and retries are not
 // in it: they may change between resumes.
 type runConfig struct {
-	Arm             string   `json:"arm"`
-	Repeats         int      `json:"num_repeats"`
-	Limit           int      `json:"limit"`
-	ModelURL        string   `json:"model_url"`
-	Model           string   `json:"model"`
-	Servers         []string `json:"servers"`
-	MaxRounds       int      `json:"max_rounds"`
-	MaxFailedRounds int      `json:"max_failed_rounds"`
-	MaxTokens       int      `json:"max_tokens"`
-	Temperature     *float64 `json:"temperature"`
-	Seed            int64    `json:"seed"`
-	Sim             string   `json:"sim,omitempty"` // the simulator's knobs, with builtin:sim
+	Arm             string            `json:"arm"`
+	Repeats         int               `json:"num_repeats"`
+	Limit           int               `json:"limit"`
+	ModelURL        string            `json:"model_url"`
+	Model           string            `json:"model"`
+	Servers         []string          `json:"servers"`
+	MaxRounds       int               `json:"max_rounds"`
+	MaxFailedRounds int               `json:"max_failed_rounds"`
+	MaxTokens       int               `json:"max_tokens"`
+	Temperature     *float64          `json:"temperature"`
+	Seed            int64             `json:"seed"`
+	Sim             map[string]string `json:"sim,omitempty"` // the simulator's knobs, with builtin:sim
+}
+
+// knobValues lists the simulator's knobs that are set, by name (its Options' fields; functions
+// and zero values left out), so that every knob is part of the run's identity, and a knob
+// added in a later version, unset, does not change it.
+func knobValues(o sim.Options) map[string]string {
+	m := map[string]string{}
+	v := reflect.ValueOf(o)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() != reflect.Func && !f.IsZero() {
+			m[v.Type().Field(i).Name] = fmt.Sprint(f.Interface())
+		}
+	}
+	return m
 }
 
 // runFiles are the files a run writes in --out.

@@ -83,23 +83,42 @@ const rcp = "responses_create_params"
 
 // ParseParams validates and parses a responses_create_params object.
 func ParseParams(raw json.RawMessage) (*Params, error) {
+	if !isNull(raw) && kindOf(raw) == "an object" && !json.Valid(raw) {
+		return nil, errf(rcp, "%v", syntaxError(raw))
+	}
+	return parseParams(raw)
+}
+
+// parseParams parses responses_create_params, which is valid JSON (a member of a valid row).
+// Its members are looked up by their exact names (encoding/json would also take "Input"), and
+// a duplicate member is an error.
+func parseParams(raw json.RawMessage) (*Params, error) {
 	if isNull(raw) {
 		return nil, errf(rcp, "missing: every row needs responses_create_params")
 	}
 	if kindOf(raw) != "an object" {
 		return nil, errf(rcp, "is %s, want an object", kindOf(raw))
 	}
-	var rp rawParams
-	if err := json.Unmarshal(raw, &rp); err != nil {
+	fields, err := objectFields(raw)
+	if err != nil {
 		return nil, errf(rcp, "%v", err)
 	}
+	rp := rawParams{
+		Input:             lookup(fields, "input"),
+		Instructions:      lookup(fields, "instructions"),
+		Tools:             lookup(fields, "tools"),
+		Temperature:       lookup(fields, "temperature"),
+		TopP:              lookup(fields, "top_p"),
+		MaxOutputTokens:   lookup(fields, "max_output_tokens"),
+		ParallelToolCalls: lookup(fields, "parallel_tool_calls"),
+		ToolChoice:        lookup(fields, "tool_choice"),
+	}
 	p := &Params{Raw: raw}
-	var err error
 	if p.Input, err = parseInput(rp.Input); err != nil {
 		return nil, err
 	}
 	if !isNull(rp.Instructions) {
-		if err := json.Unmarshal(rp.Instructions, &p.Instructions); err != nil {
+		if kindOf(rp.Instructions) != "a string" || json.Unmarshal(rp.Instructions, &p.Instructions) != nil {
 			return nil, errf(rcp+".instructions", "is %s, want a string", kindOf(rp.Instructions))
 		}
 	}
@@ -117,14 +136,17 @@ func ParseParams(raw json.RawMessage) (*Params, error) {
 	}
 	if !isNull(rp.MaxOutputTokens) {
 		var n int
+		if kindOf(rp.MaxOutputTokens) != "a number" {
+			return nil, errf(rcp+".max_output_tokens", "is %s, want a positive integer", kindOf(rp.MaxOutputTokens))
+		}
 		if err := json.Unmarshal(rp.MaxOutputTokens, &n); err != nil || n <= 0 {
-			return nil, errf(rcp+".max_output_tokens", "is %s, want a positive integer", string(rp.MaxOutputTokens))
+			return nil, errf(rcp+".max_output_tokens", "is %s, want a positive integer", clip(rp.MaxOutputTokens))
 		}
 		p.MaxOutputTokens = &n
 	}
 	if !isNull(rp.ParallelToolCalls) {
 		var b bool
-		if err := json.Unmarshal(rp.ParallelToolCalls, &b); err != nil {
+		if kindOf(rp.ParallelToolCalls) != "a boolean" || json.Unmarshal(rp.ParallelToolCalls, &b) != nil {
 			return nil, errf(rcp+".parallel_tool_calls", "is %s, want a boolean", kindOf(rp.ParallelToolCalls))
 		}
 		p.ParallelToolCalls = &b
@@ -138,13 +160,25 @@ func ParseParams(raw json.RawMessage) (*Params, error) {
 	return p, nil
 }
 
+// clip shortens a raw value for an error message.
+func clip(raw []byte) string {
+	const max = 60
+	if len(raw) <= max {
+		return string(raw)
+	}
+	return strings.ToValidUTF8(string(raw[:max]), "") + "…"
+}
+
 func optNumber(raw json.RawMessage, name string, lo, hi float64) (*float64, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
 	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil {
+	if kindOf(raw) != "a number" {
 		return nil, errf(rcp+"."+name, "is %s, want a number", kindOf(raw))
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, errf(rcp+"."+name, "is %s, want a number in [%g, %g]", clip(raw), lo, hi)
 	}
 	if f < lo || f > hi {
 		return nil, errf(rcp+"."+name, "is %g, want a number in [%g, %g]", f, lo, hi)
@@ -155,12 +189,17 @@ func optNumber(raw json.RawMessage, name string, lo, hi float64) (*float64, erro
 func checkToolChoice(raw json.RawMessage) error {
 	const field = rcp + ".tool_choice"
 	var s string
+	switch kindOf(raw) {
+	case "a string", "an object":
+	default:
+		return errf(field, "is %s, want auto, none, required or {\"type\":\"function\",\"name\":...}", kindOf(raw))
+	}
 	if json.Unmarshal(raw, &s) == nil {
 		switch s {
 		case "auto", "none", "required":
 			return nil
 		}
-		return errf(field, "is %q, want auto, none, required or {\"type\":\"function\",\"name\":...}", s)
+		return errf(field, "is %q, want auto, none, required or {\"type\":\"function\",\"name\":...}", clip([]byte(s)))
 	}
 	var obj struct {
 		Type string `json:"type"`
@@ -200,10 +239,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 	default:
 		return nil, errf(field, "is %s, want a string or a list of messages", kindOf(raw))
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, errf(field, "%v", err)
-	}
+	elems := elements(raw)
 	if len(elems) == 0 {
 		return nil, errf(field, "is an empty list")
 	}
@@ -280,23 +316,26 @@ func contentText(raw json.RawMessage, field string) (string, error) {
 	default:
 		return "", errf(field, "is %s, want a string or a list of text parts", kindOf(raw))
 	}
-	var parts []struct {
-		Type *string `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", typeErr(field, err)
-	}
 	var b strings.Builder
-	for i, p := range parts {
+	for i, e := range elements(raw) {
 		pf := fmt.Sprintf("%s[%d]", field, i)
+		if kindOf(e) != "an object" {
+			return "", errf(pf, "is %s, want a text part {\"type\": \"input_text\", \"text\": ...}", kindOf(e))
+		}
+		var p struct {
+			Type *string `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(e, &p); err != nil {
+			return "", typeErr(pf, err)
+		}
 		if p.Type == nil {
 			return "", errf(pf+".type", "missing")
 		}
 		switch *p.Type {
 		case "input_text", "output_text", "text":
 		default:
-			return "", errf(pf+".type", "is %q; only text parts (input_text, output_text) are supported", *p.Type)
+			return "", errf(pf+".type", "is %q; only text parts (input_text, output_text) are supported", clip([]byte(*p.Type)))
 		}
 		if p.Text == nil {
 			return "", errf(pf+".text", "missing")
@@ -323,10 +362,7 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 	if kindOf(raw) != "an array" {
 		return nil, errf(field, "is %s, want a list of function tools", kindOf(raw))
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, errf(field, "%v", err)
-	}
+	elems := elements(raw)
 	tools := make([]Tool, 0, len(elems))
 	seen := make(map[string]bool, len(elems))
 	for i, e := range elems {

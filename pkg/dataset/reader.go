@@ -22,6 +22,7 @@ type Reader struct {
 	name    string
 	br      *bufio.Reader
 	closers []io.Closer
+	gzip    bool
 	line    int
 	index   int
 	buf     []byte
@@ -64,6 +65,11 @@ func newReader(r io.Reader, name string, c io.Closer) (*Reader, error) {
 		}
 		rd.closers = append(rd.closers, zr)
 		rd.br = bufio.NewReaderSize(zr, 256<<10)
+		rd.gzip = true
+	}
+	// A UTF-8 byte order mark (editors on Windows write one) is not part of the first row.
+	if bom, _ := rd.br.Peek(3); bytes.Equal(bom, []byte("\xef\xbb\xbf")) {
+		_, _ = rd.br.Discard(3)
 	}
 	return rd, nil
 }
@@ -93,7 +99,7 @@ func (r *Reader) Next() (*Task, error) {
 		line, tooLong, err := r.readLine(limit)
 		if err != nil && (err != io.EOF || (len(line) == 0 && !tooLong)) {
 			if err != io.EOF {
-				err = fmt.Errorf("%s:%d: %w", r.name, r.line+1, err)
+				err = r.readError(err)
 			}
 			return nil, err
 		}
@@ -101,7 +107,7 @@ func (r *Reader) Next() (*Task, error) {
 		if tooLong {
 			t := &Task{Index: r.index, File: r.name, Line: r.line}
 			r.index++
-			t.Err = &RowError{File: r.name, Line: r.line, Msg: fmt.Sprintf("line longer than %d bytes; skipped", limit)}
+			t.Err = &RowError{File: r.name, Line: r.line, Msg: fmt.Sprintf("line longer than %d bytes (the cap of one row); skipped", limit)}
 			return t, nil
 		}
 		line = bytes.TrimSpace(line)
@@ -111,13 +117,33 @@ func (r *Reader) Next() (*Task, error) {
 			}
 			continue
 		}
-		t := &Task{Index: r.index, File: r.name, Line: r.line, Raw: bytes.Clone(line)}
+		t := &Task{Index: r.index, File: r.name, Line: r.line}
+		if cap(r.buf) > bigLine {
+			// Hand a big line over rather than copy it; the next line gets a new buffer.
+			t.Raw, r.buf = line[:len(line):len(line)], nil
+		} else {
+			t.Raw = bytes.Clone(line)
+		}
 		r.index++
 		if ferr := t.parse(); ferr != nil {
 			t.Err = &RowError{File: r.name, Line: r.line, Field: ferr.field, Msg: ferr.msg}
 		}
 		return t, nil
 	}
+}
+
+// bigLine is the buffer size above which a line is handed to its task instead of copied.
+const bigLine = 1 << 20
+
+// readError names the file and line of a reading failure, after which the input cannot go on.
+func (r *Reader) readError(err error) error {
+	if r.gzip && errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%s:%d: the gzip stream is truncated (unexpected EOF): the file was cut short", r.name, r.line+1)
+	}
+	if r.gzip {
+		return fmt.Errorf("%s:%d: corrupt gzip stream: %w", r.name, r.line+1, err)
+	}
+	return fmt.Errorf("%s:%d: %w", r.name, r.line+1, err)
 }
 
 // readLine reads one line without its newline into r.buf. A line longer

@@ -20,7 +20,8 @@ type Task struct {
 	// Raw is the whole row exactly as read. It is what /seed_session gets.
 	Raw []byte
 	// Fields are the row's top-level members in input order, each value
-	// byte-for-byte as read. /verify gets these plus "response".
+	// byte-for-byte as read (a sub-slice of Raw, not a copy). /verify gets
+	// these plus "response".
 	Fields []Field
 	// ID is the row's "id" field as text ("" when the row has none).
 	ID string
@@ -98,66 +99,6 @@ func (e *RowError) Error() string {
 		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 	}
 	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
-}
-
-// splitObject splits a JSON object into its top-level members, keeping each
-// value's bytes. It rejects duplicate keys, which JSON readers disagree on.
-func splitObject(raw []byte) ([]Field, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("row is %s, want a JSON object", kindOfToken(tok))
-	}
-	var fields []Field
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key := tok.(string) // object keys are always strings
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		for _, f := range fields {
-			if f.Key == key {
-				return nil, fmt.Errorf("%s: duplicate key", key)
-			}
-		}
-		fields = append(fields, Field{Key: key, Value: v})
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("trailing data after the JSON object")
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, fmt.Errorf("trailing data after the JSON object")
-	}
-	return fields, nil
-}
-
-func kindOfToken(tok json.Token) string {
-	switch v := tok.(type) {
-	case json.Delim:
-		if v == '[' {
-			return "an array"
-		}
-		return "a " + v.String()
-	case string:
-		return "a string"
-	case float64, json.Number:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("%T", tok)
 }
 
 // kindOf names the JSON type of a raw value, for error messages.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -75,27 +76,39 @@ func (m *Manifest) Differences(recorded *Manifest) []string {
 		d = append(d, fmt.Sprintf("the input differs: %s (sha256 %.12s) was run, this is %s (sha256 %.12s)", recorded.Input, recorded.InputSHA256, m.Input, m.InputSHA256))
 	}
 	if m.ConfigSHA256 != recorded.ConfigSHA256 {
-		var was, now map[string]json.RawMessage
-		if json.Unmarshal(recorded.Config, &was) != nil || json.Unmarshal(m.Config, &now) != nil {
-			return append(d, fmt.Sprintf("the config differs: the run had %s, this is %s", recorded.Config, m.Config))
+		d = append(d, diffJSON("", recorded.Config, m.Config)...)
+	}
+	return d
+}
+
+// diffJSON lists the members in which two JSON objects differ, descending into objects:
+// "sim.Latency was "0", now "5ms"".
+func diffJSON(prefix string, was, now json.RawMessage) []string {
+	var a, b map[string]json.RawMessage
+	if json.Unmarshal(was, &a) != nil || json.Unmarshal(now, &b) != nil {
+		return []string{fmt.Sprintf("%s was %s, now %s", strings.TrimSuffix(prefix, "."), orNone(was), orNone(now))}
+	}
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		if !sameJSON(a[k], b[k]) {
+			names = append(names, k)
 		}
-		keys := map[string]bool{}
-		for k := range was {
-			keys[k] = true
+	}
+	sort.Strings(names)
+	var d []string
+	for _, k := range names {
+		if a[k] != nil && b[k] != nil && bytes.HasPrefix(bytes.TrimSpace(a[k]), []byte("{")) && bytes.HasPrefix(bytes.TrimSpace(b[k]), []byte("{")) {
+			d = append(d, diffJSON(prefix+k+".", a[k], b[k])...)
+			continue
 		}
-		for k := range now {
-			keys[k] = true
-		}
-		var names []string
-		for k := range keys {
-			if !bytes.Equal(was[k], now[k]) {
-				names = append(names, k)
-			}
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			d = append(d, fmt.Sprintf("%s was %s, now %s", k, orNone(was[k]), orNone(now[k])))
-		}
+		d = append(d, fmt.Sprintf("%s%s was %s, now %s", prefix, k, orNone(a[k]), orNone(b[k])))
 	}
 	return d
 }
@@ -104,7 +117,19 @@ func orNone(v json.RawMessage) string {
 	if v == nil {
 		return "unset"
 	}
-	return string(v)
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return string(v)
+	}
+	return b.String()
+}
+
+// sameJSON compares two JSON values, ignoring layout.
+func sameJSON(a, b json.RawMessage) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return orNone(a) == orNone(b)
 }
 
 // WriteManifest writes the manifest atomically.

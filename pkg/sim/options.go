@@ -47,6 +47,16 @@ type Options struct {
 	HTTP429 float64
 	// HTTP500 answers 500 with an OpenAI-style server_error, drawn like HTTP429.
 	HTTP500 float64
+	// ConnectionReset answers nothing: the simulator takes the connection over (http.Hijacker),
+	// sets SO_LINGER to 0 and closes it, so that the client gets a TCP RST ("connection reset
+	// by peer", or an EOF) instead of an answer. Drawn like HTTP429, once per request. Where
+	// the connection cannot be taken over (HTTP/2), the handler aborts with
+	// http.ErrAbortHandler, which resets the stream.
+	ConnectionReset float64
+	// Hang answers nothing and never returns until the client gives up: the handler waits for
+	// the request's context to end (the client's timeout, or the connection closed), then
+	// returns, holding no goroutine beyond the request. Drawn like HTTP429, once per request.
+	Hang float64
 	// RetryAfter, when positive, is sent with an injected 429 as a Retry-After header, in
 	// whole seconds rounded up.
 	RetryAfter time.Duration
@@ -61,7 +71,8 @@ type Options struct {
 	ToolCountBaseline int
 
 	// MaxTrackedRequests bounds the table that numbers the attempts of identical requests
-	// (kept only when HTTP429 or HTTP500 is positive); when it is full it is cleared at once.
+	// (kept only when HTTP429, HTTP500, ConnectionReset or Hang is positive); when it is full
+	// it is cleared at once.
 	// 0 means DefaultMaxTrackedRequests.
 	MaxTrackedRequests int
 
@@ -82,6 +93,8 @@ func (o Options) Validate() error {
 		{"malformed-tool-call", o.MalformedToolCall},
 		{"http-429", o.HTTP429},
 		{"http-500", o.HTTP500},
+		{"connection-reset", o.ConnectionReset},
+		{"hang", o.Hang},
 		{"tool-count-error-slope", o.ToolCountErrorSlope},
 	}
 	for _, r := range rates {

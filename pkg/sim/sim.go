@@ -60,13 +60,14 @@
 // round, the decision's name), never from a shared generator, so that the same seed and the
 // same requests give the same answers in any order and at any concurrency. The round of a draw
 // is the number of assistant messages with tool calls in the request. WrongArgument, SkipStep
-// and PrematureAnswer act on planned conversations only; MalformedToolCall, HTTP429, HTTP500
-// and the latency on all.
+// and PrematureAnswer act on planned conversations only; MalformedToolCall, HTTP429, HTTP500,
+// ConnectionReset, Hang and the latency on all.
 //
-// The draws of HTTP429 and HTTP500 (and of the latency) also include the attempt number: how
-// many times this exact request body was seen before (a SHA-256 of the body, kept in a table of
-// at most Options.MaxTrackedRequests entries, cleared at once when full, and only when an HTTP
-// error rate is set). So a client's retry of the identical request is a new draw and, at a rate
+// The draws of ConnectionReset, Hang, HTTP429 and HTTP500 (and of the latency) also include the
+// attempt number: how many times this exact request body was seen before (a SHA-256 of the
+// body, kept in a table of at most Options.MaxTrackedRequests entries, cleared at once when
+// full, and only when one of those four rates is set). They are drawn in that order, and the
+// first that hits decides: a reset or a hang at once, a 429 at once, a 500 after the latency. So a client's retry of the identical request is a new draw and, at a rate
 // below 1, eventually gets through. The attempt number is the only state the simulator keeps:
 // sending a request again later, beyond retries, may draw a different HTTP error; the answer
 // itself never depends on it.
@@ -92,6 +93,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -127,7 +129,7 @@ type counters struct {
 	requests, badRequests, answers, finalAnswers, toolCalls atomic.Int64
 	planned, unplanned, unoffered, cancelled                atomic.Int64
 	wrongArgument, skipStep, premature, malformed           atomic.Int64
-	http429, http500                                        atomic.Int64
+	http429, http500, reset, hang                           atomic.Int64
 }
 
 // Stats counts what the simulator did.
@@ -140,18 +142,22 @@ type Stats struct {
 	Planned        int64 // answers played from a reference plan
 	Unplanned      int64 // answers for conversations without a plan
 	UnofferedCalls int64 // planned calls left out because their tool was not offered
-	Cancelled      int64 // requests whose client went away during the latency
+	Cancelled      int64 // requests whose client went away during the latency (hangs not included)
 	Injected       Injected
 }
 
 // Injected counts injected errors by kind.
 type Injected struct {
 	WrongArgument, SkipStep, PrematureAnswer, MalformedToolCall, HTTP429, HTTP500 int64
+	// ConnectionReset counts connections closed without an answer; Hang, requests left
+	// unanswered until the client gave up.
+	ConnectionReset, Hang int64
 }
 
 // Total is the number of injected errors.
 func (i Injected) Total() int64 {
-	return i.WrongArgument + i.SkipStep + i.PrematureAnswer + i.MalformedToolCall + i.HTTP429 + i.HTTP500
+	return i.WrongArgument + i.SkipStep + i.PrematureAnswer + i.MalformedToolCall + i.HTTP429 + i.HTTP500 +
+		i.ConnectionReset + i.Hang
 }
 
 // New returns a simulator playing the plans of tasks (nil: no task; every conversation is
@@ -180,6 +186,7 @@ func (s *Simulator) Stats() Stats {
 		Injected: Injected{
 			WrongArgument: c.wrongArgument.Load(), SkipStep: c.skipStep.Load(), PrematureAnswer: c.premature.Load(),
 			MalformedToolCall: c.malformed.Load(), HTTP429: c.http429.Load(), HTTP500: c.http500.Load(),
+			ConnectionReset: c.reset.Load(), Hang: c.hang.Load(),
 		},
 	}
 }
@@ -245,8 +252,21 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 	round := req.round()
 	fp := sha256.Sum256(body)
 	attempt := 0
-	if s.opt.HTTP429 > 0 || s.opt.HTTP500 > 0 {
+	if s.opt.HTTP429 > 0 || s.opt.HTTP500 > 0 || s.opt.ConnectionReset > 0 || s.opt.Hang > 0 {
 		attempt = s.attempt([16]byte(fp[:16]))
+	}
+
+	if d.hit(s.opt.ConnectionReset, "connection-reset", round, attempt) {
+		s.c.reset.Add(1)
+		resetConnection(w)
+		return
+	}
+	if d.hit(s.opt.Hang, "hang", round, attempt) {
+		s.c.hang.Add(1)
+		// Nothing is written: the handler returns when the client gives up (its timeout, or
+		// the connection closed) or the server closes the connection.
+		<-r.Context().Done()
+		return
 	}
 
 	if d.hit(s.opt.HTTP429, "http-429", round, attempt) {
@@ -311,6 +331,20 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 		Choices: []chatChoice{{Index: 0, Message: msg, FinishReason: ans.finish}},
 		Usage:   chatUsage{PromptTokens: prompt4, CompletionTokens: completion, TotalTokens: prompt4 + completion},
 	})
+}
+
+// resetConnection ends the request without an answer: it takes the connection over, sets
+// SO_LINGER to 0 (so that closing it sends a TCP RST, not a FIN) and closes it. When the
+// connection cannot be taken over (HTTP/2), the handler aborts, which resets the stream.
+func resetConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	conn.Close()
 }
 
 // attempt numbers the requests with this fingerprint: 0 the first time.

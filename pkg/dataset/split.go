@@ -1,0 +1,215 @@
+package dataset
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// MaxNesting is how deeply arrays and objects may nest in a row: encoding/json's own limit.
+// A deeper row is a bad_task ("nested deeper than 10000 levels"), never a stack overflow.
+const MaxNesting = 10000
+
+// syntaxError explains why raw is not one valid JSON value, naming the byte offset (from the
+// start of raw) where it goes wrong. It is only called once json.Valid has said no.
+func syntaxError(raw []byte) error {
+	var v json.RawMessage
+	err := json.Unmarshal(raw, &v) // checkValid only: nothing is allocated before the error
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		if err == nil {
+			return fmt.Errorf("invalid JSON")
+		}
+		return err
+	}
+	off := se.Offset
+	if off > 0 {
+		off-- // Offset counts the offending byte; name the byte itself, 0-based.
+	}
+	msg := strings.TrimPrefix(se.Error(), "json: ")
+	switch {
+	case strings.Contains(msg, "exceeded max depth"):
+		return fmt.Errorf("nested deeper than %d levels at byte %d", MaxNesting, off)
+	case strings.Contains(msg, "after top-level value"):
+		return fmt.Errorf("trailing data after the JSON object at byte %d", off)
+	case strings.Contains(msg, "unexpected end of JSON input"):
+		return fmt.Errorf("the line ends in the middle of a JSON value (unexpected end of JSON input at byte %d)", len(raw))
+	}
+	return fmt.Errorf("%s at byte %d", msg, off)
+}
+
+// splitObject splits a JSON object into its top-level members without copying: each value is
+// a sub-slice of raw. It rejects duplicate keys, which JSON readers disagree on.
+func splitObject(raw []byte) ([]Field, error) {
+	if !json.Valid(raw) {
+		return nil, syntaxError(raw)
+	}
+	i := skipSpace(raw, 0)
+	if raw[i] != '{' {
+		return nil, fmt.Errorf("row is %s, want a JSON object", kindOf(raw[i:]))
+	}
+	return members(raw[i:])
+}
+
+// members splits a valid JSON object (raw starts with '{') into its members, values as
+// sub-slices of raw.
+func members(raw []byte) ([]Field, error) {
+	var fields []Field
+	var seen map[string]bool
+	i := skipSpace(raw, 1)
+	if raw[i] == '}' {
+		return fields, nil
+	}
+	for {
+		// raw[i] is the opening quote of a key.
+		end := skipString(raw, i)
+		key, err := unquote(raw[i:end])
+		if err != nil {
+			return nil, err
+		}
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // the colon
+		vend := skipValue(raw, i)
+		if len(fields) < 16 {
+			for _, f := range fields {
+				if f.Key == key {
+					return nil, fmt.Errorf("%s: duplicate key", key)
+				}
+			}
+		} else {
+			if seen == nil {
+				seen = make(map[string]bool, 32)
+				for _, f := range fields {
+					seen[f.Key] = true
+				}
+			}
+			if seen[key] {
+				return nil, fmt.Errorf("%s: duplicate key", key)
+			}
+			seen[key] = true
+		}
+		fields = append(fields, Field{Key: key, Value: raw[i:vend:vend]})
+		i = skipSpace(raw, vend)
+		if raw[i] == '}' {
+			return fields, nil
+		}
+		i = skipSpace(raw, i+1) // the comma
+	}
+}
+
+// elements splits a valid JSON array (raw starts with '[') into its elements, as sub-slices.
+func elements(raw []byte) []json.RawMessage {
+	var elems []json.RawMessage
+	i := skipSpace(raw, 1)
+	if raw[i] == ']' {
+		return elems
+	}
+	for {
+		end := skipValue(raw, i)
+		elems = append(elems, raw[i:end:end])
+		i = skipSpace(raw, end)
+		if raw[i] == ']' {
+			return elems
+		}
+		i = skipSpace(raw, i+1)
+	}
+}
+
+// objectFields splits raw, which must be one valid JSON object (as a value of a valid row
+// is), into its members.
+func objectFields(raw json.RawMessage) ([]Field, error) {
+	i := skipSpace(raw, 0)
+	return members(raw[i:])
+}
+
+func lookup(fields []Field, key string) json.RawMessage {
+	for _, f := range fields {
+		if f.Key == key {
+			return f.Value
+		}
+	}
+	return nil
+}
+
+func unquote(s []byte) (string, error) {
+	if len(s) >= 2 && !containsByte(s, '\\') {
+		return string(s[1 : len(s)-1]), nil
+	}
+	var k string
+	if err := json.Unmarshal(s, &k); err != nil {
+		return "", err
+	}
+	return k, nil
+}
+
+func containsByte(s []byte, c byte) bool {
+	for _, b := range s {
+		if b == c {
+			return true
+		}
+	}
+	return false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at b[i] (a quote). b is
+// valid JSON.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value that starts at b[i]. b is valid JSON, so
+// brackets balance; nesting is followed with a counter, not recursion.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	// A number, true, false or null.
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}

@@ -1,0 +1,183 @@
+package report
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func result(task, rollout int64, class string, reward float64) *Result {
+	r := &Result{Record: Record{TaskIndex: task, RolloutIndex: rollout, Arm: "multi", TaskID: "t", FailureClass: class, Reward: reward, HasReward: class == ""}}
+	r.Trajectory = json.RawMessage(`{"rounds":[]}`)
+	if class == "" {
+		r.Verify = json.RawMessage(`{"reward":1}`)
+	}
+	return r
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.TrimSuffix(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// A sink writes each result's trajectory and NeMo Gym line before its journal record, and
+// the journal is durable after Close; Finalize derives the Parquet file and the summary.
+func TestSinkAndFinalize(t *testing.T) {
+	dir := t.TempDir()
+	ng := filepath.Join(dir, "ng.jsonl")
+	s, err := OpenSink(dir, SinkOptions{SyncEvery: 2, NemoGym: ng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(5) {
+		class := ""
+		if i == 3 {
+			class = FailRateLimited
+		}
+		if err := s.Write(result(i, 0, class, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(lines(t, filepath.Join(dir, JournalFile))); n != 5 {
+		t.Fatalf("journal has %d lines, want 5", n)
+	}
+	if n := len(lines(t, filepath.Join(dir, TrajectoriesFile))); n != 5 {
+		t.Fatalf("trajectories has %d lines, want 5", n)
+	}
+	if n := len(lines(t, ng)); n != 4 {
+		t.Fatalf("NeMo Gym file has %d lines, want 4 (the failed rollout has no verify answer)", n)
+	}
+	sum, err := Finalize(dir, ParquetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rollouts != 5 || sum.Scored != 4 || sum.Failed != 1 {
+		t.Errorf("summary %+v", sum)
+	}
+	recs, err := ReadParquet(filepath.Join(dir, ParquetFile))
+	if err != nil || len(recs) != 5 {
+		t.Fatalf("parquet: %d records, %v", len(recs), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SummaryFile)); err != nil {
+		t.Error(err)
+	}
+}
+
+// After a crash the journal may end in a torn line and the side files may hold lines of
+// rollouts that have no record. Compact keeps exactly one line per recorded rollout in every
+// file, and ScanJournal skips a torn tail.
+func TestCompactAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	ng := filepath.Join(dir, "ng.jsonl")
+	s, err := OpenSink(dir, SinkOptions{NemoGym: ng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write(result(0, 0, "", 1))
+	s.Write(result(1, 0, FailTimeout, 0))
+	s.Write(result(2, 0, FailBadTask, 0))
+	s.Write(result(3, 0, "", 1))
+	s.Close()
+	// The crash: task 4's side lines were written, its record was torn; a duplicate of task 0
+	// (which cannot happen, but must not survive either).
+	appendTo := func(path, text string) {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(text)
+		f.Close()
+	}
+	appendTo(filepath.Join(dir, TrajectoriesFile), `{"task_index":4,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n")
+	appendTo(ng, `{"reward":1,"_ng_task_index":4,"_ng_rollout_index":0}`+"\n")
+	j := lines(t, filepath.Join(dir, JournalFile))
+	appendTo(filepath.Join(dir, JournalFile), j[0]+"\n"+`{"task_index":4,"rollout_ind`)
+
+	n := 0
+	if err := ScanJournal(filepath.Join(dir, JournalFile), func(*Record) error { n++; return nil }); err != nil || n != 5 {
+		t.Fatalf("ScanJournal: %d records, %v; want 5 (the torn line skipped)", n, err)
+	}
+
+	done, err := Compact(dir, ng, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 4 || done.Has(4, 0, "multi") || !done.Has(1, 0, "multi") {
+		t.Fatalf("done %v", done)
+	}
+	if got := len(lines(t, filepath.Join(dir, JournalFile))); got != 4 {
+		t.Errorf("journal: %d lines after compaction, want 4", got)
+	}
+	if got := len(lines(t, filepath.Join(dir, TrajectoriesFile))); got != 4 {
+		t.Errorf("trajectories: %d lines, want 4", got)
+	}
+	if got := lines(t, ng); len(got) != 2 || strings.Contains(strings.Join(got, ""), `"_ng_task_index":4`) {
+		t.Errorf("NeMo Gym file: %v", got)
+	}
+
+	// --retry-failed: infrastructure failures go, a bad task stays.
+	done, err = Compact(dir, ng, func(r *Record) bool { return !InfraFailure(r.FailureClass) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 3 || done.Has(1, 0, "multi") || !done.Has(2, 0, "multi") {
+		t.Fatalf("after retry-failed: done %v", done)
+	}
+	if got := len(lines(t, filepath.Join(dir, TrajectoriesFile))); got != 3 {
+		t.Errorf("trajectories: %d lines, want 3", got)
+	}
+
+	// A journal line that is not a record (not torn) is an error naming the line.
+	appendTo(filepath.Join(dir, JournalFile), "garbage\n")
+	if _, err := Compact(dir, "", nil); err == nil || !strings.Contains(err.Error(), JournalFile+":4") {
+		t.Errorf("garbage line: err %v, want one naming %s:4", err, JournalFile)
+	}
+}
+
+func TestManifestDifferences(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "tasks.jsonl")
+	os.WriteFile(in, []byte("{}\n"), 0o644)
+	type cfg struct {
+		Seed int               `json:"seed"`
+		Sim  map[string]string `json:"sim,omitempty"`
+	}
+	a, err := NewManifest(in, cfg{Seed: 1, Sim: map[string]string{"Latency": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteManifest(dir, a); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := NewManifest(in, cfg{Seed: 1, Sim: map[string]string{"Latency": "0"}})
+	if d := same.Differences(rec); len(d) != 0 {
+		t.Errorf("same run: differences %v", d)
+	}
+	other, _ := NewManifest(in, cfg{Seed: 2, Sim: map[string]string{"Latency": "5ms"}})
+	d := other.Differences(rec)
+	if len(d) != 2 || d[0] != `seed was 1, now 2` || d[1] != `sim.Latency was "0", now "5ms"` {
+		t.Errorf("differences %q", d)
+	}
+	os.WriteFile(in, []byte("{}\n{}\n"), 0o644)
+	changed, _ := NewManifest(in, cfg{Seed: 1, Sim: map[string]string{"Latency": "0"}})
+	if d := changed.Differences(rec); len(d) != 1 || !strings.Contains(d[0], "the input differs") {
+		t.Errorf("changed input: %q", d)
+	}
+}
