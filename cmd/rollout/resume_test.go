@@ -152,7 +152,8 @@ func TestKill9Resume(t *testing.T) {
 	if s := os.Getenv("ROLLOUT_KILL_LOOPS"); s != "" {
 		kills, _ = strconv.Atoi(s)
 	}
-	const tasks, repeats = 60, 2
+	// More kills need a longer job, so that each run has something left to kill.
+	tasks, repeats := 60, 2+kills/4
 	input := headLines(t, extractionData, tasks)
 	dir := t.TempDir()
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
