@@ -208,3 +208,54 @@ func readFileOr(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
 }
+
+// The first Ctrl-C drains; a second exits at once, and the run it leaves resumes to exactly
+// one record per rollout.
+func TestSecondInterruptExitsAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and signals the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "rollout")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	input := headLines(t, extractionData, 40)
+	dir := t.TempDir()
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
+		"--quiet", "--concurrency", "8", "--sim-latency", "150ms", "--drain-timeout", "1m"}
+	cmd := exec.Command(bin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 2 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("the first Ctrl-C ended the run at once (%v); it should drain\n%s", err, stderr.String())
+	default:
+	}
+	sent := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the second Ctrl-C did not exit at once\n%s", stderr.String())
+	}
+	t.Logf("exited %v after the second Ctrl-C, status %v", time.Since(sent).Round(time.Millisecond), cmd.ProcessState)
+	if !strings.Contains(stderr.String(), "Ctrl-C again exits at once") {
+		t.Errorf("no interrupt notice: %s", stderr.String())
+	}
+	out, err := exec.Command(bin, append(args, "--resume", "--concurrency", "40")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	checkExactlyOnce(t, dir, 40, 1)
+}
