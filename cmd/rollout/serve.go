@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/chaos"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/session"
 )
@@ -21,8 +22,16 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	storeURL := fs.String("session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")
 	ttl := fs.Duration("session-ttl", session.DefaultTTL, "drop a session this long after its last write")
+	var co chaos.Options
+	fs.Int64Var(&co.Seed, "chaos-seed", 0, "seed of the injected faults: the same seed and requests get the same faults")
+	fs.Float64Var(&co.FailRate, "chaos-fail-rate", 0, "probability per request of an injected HTTP 500 with a JSON body (a retry draws again)")
+	fs.Float64Var(&co.ResetRate, "chaos-reset-rate", 0, "probability per request that the connection is reset without an answer")
+	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
+	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
+	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB]\n\nNAME is one of: %s\n\n", strings.Join(servers.Names(), ", "))
+		fmt.Fprintf(e.stderr, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
+			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
 		fs.PrintDefaults()
 	}
 	name, err := parseNamed(fs, args)
@@ -35,18 +44,42 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if !slices.Contains(servers.Names(), name) {
 		return badUsage("serve: unknown server %q; one of: %s", name, strings.Join(servers.Names(), ", "))
 	}
+	if co.Endpoints, err = chaos.ParseEndpoints(*endpoints); err != nil {
+		return badUsage("serve: --chaos-endpoints: %v", err)
+	}
+	if err := co.Validate(); err != nil {
+		return badUsage("serve: %v", err)
+	}
 	h, err := newBuiltin(ctx, name, *storeURL, *ttl)
 	if err != nil {
 		return badUsage("serve: --session-store: %v", err)
 	}
 	defer h.Close()
+	var handler http.Handler = h
+	var ch *chaos.Handler
+	if co.Enabled() {
+		if ch, err = chaos.New(h, co); err != nil {
+			return badUsage("serve: %v", err)
+		}
+		handler = ch
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return badUsage("serve: %v", err)
 	}
 	fmt.Fprintf(e.stdout, "http://%s\n", ln.Addr())
 	fmt.Fprintf(e.stderr, "rollout: serving %s on http://%s (Ctrl-C to stop)\n", name, ln.Addr())
-	return serveUntilDone(ctx, ln, h)
+	if ch != nil {
+		fmt.Fprintf(e.stderr, "rollout: chaos on %s: seed %d, fail %g, reset %g, hang %g, latency up to %v\n",
+			strings.Join(co.Endpoints, ","), co.Seed, co.FailRate, co.ResetRate, co.HangRate, co.Latency)
+	}
+	err = serveUntilDone(ctx, ln, handler)
+	if ch != nil {
+		st := ch.Stats()
+		fmt.Fprintf(e.stderr, "rollout: chaos: %d requests, %d eligible: %d failed (500), %d reset, %d hung, %d passed\n",
+			st.Requests, st.Eligible, st.Failed, st.Reset, st.Hung, st.Passed)
+	}
+	return err
 }
 
 // serveUntilDone serves h on ln until ctx is done, then shuts down: gracefully for 2 s, then

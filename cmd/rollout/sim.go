@@ -31,6 +31,8 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 	fs.Float64Var(&o.MalformedToolCall, prefix+"malformed-tool-call", 0, "probability per round that a tool call's arguments are not valid JSON")
 	fs.Float64Var(&o.HTTP429, prefix+"http-429", 0, "probability per request of an HTTP 429 (a retry draws again)")
 	fs.Float64Var(&o.HTTP500, prefix+"http-500", 0, "probability per request of an HTTP 500 (a retry draws again)")
+	fs.Float64Var(&o.ConnectionReset, prefix+"connection-reset", 0, "probability per request that the connection is closed with a TCP RST instead of an answer (a retry draws again)")
+	fs.Float64Var(&o.Hang, prefix+"hang", 0, "probability per request of no answer until the client gives up (a retry draws again)")
 	fs.DurationVar(&o.RetryAfter, prefix+"retry-after", 0, "Retry-After sent with an injected 429 (0: none)")
 	fs.Float64Var(&o.ToolCountErrorSlope, prefix+"tool-count-error-slope", 0, "extra wrong-argument probability per tool offered beyond --"+prefix+"tool-count-baseline (models seed 003's 'many tools confuse the model'; 0: off)")
 	fs.IntVar(&o.ToolCountBaseline, prefix+"tool-count-baseline", 0, "tools offered that cost nothing under --"+prefix+"tool-count-error-slope")
@@ -57,6 +59,10 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 				base.HTTP429 = o.HTTP429
 			case "http-500":
 				base.HTTP500 = o.HTTP500
+			case "connection-reset":
+				base.ConnectionReset = o.ConnectionReset
+			case "hang":
+				base.Hang = o.Hang
 			case "retry-after":
 				base.RetryAfter = o.RetryAfter
 			case "tool-count-error-slope":
@@ -119,6 +125,8 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	fmt.Fprintf(e.stderr, "rollout: simulator on http://%s/v1 with %d tasks (%d with a plan); Ctrl-C to stop\n", ln.Addr(), ts.Len(), ts.Plans())
 	err = serveUntilDone(ctx, ln, s)
 	st := s.Stats()
-	fmt.Fprintf(e.stderr, "rollout: simulator served %d requests\n", st.Requests)
+	in := st.Injected
+	fmt.Fprintf(e.stderr, "rollout: simulator served %d requests: %d answers; injected %d HTTP 429, %d HTTP 500, %d connection resets, %d hangs, %d wrong arguments, %d skipped steps, %d premature answers, %d malformed tool calls\n",
+		st.Requests, st.Answers, in.HTTP429, in.HTTP500, in.ConnectionReset, in.Hang, in.WrongArgument, in.SkipStep, in.PrematureAnswer, in.MalformedToolCall)
 	return err
 }

@@ -67,7 +67,7 @@ func (f *inFlight) waitIdle(t *testing.T, within time.Duration) {
 
 // At rate 1 every request's connection is reset: the client gets a transport error (a TCP RST,
 // "connection reset by peer", or an EOF), never an answer, and the simulator counts each.
-func TestConnectionResetAtOne(t *testing.T) {
+func TestSimConnectionResetAtOne(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	s, srv := newSim(t, tasks, Options{ConnectionReset: 1})
 	c := freshClient(5 * time.Second)
@@ -89,7 +89,7 @@ func TestConnectionResetAtOne(t *testing.T) {
 
 // The reset's draw includes the attempt number: the identical request sent again is a new
 // draw, so a retrying client gets through at a rate below 1.
-func TestConnectionResetThenRetrySucceeds(t *testing.T) {
+func TestSimConnectionResetThenRetrySucceeds(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	s, srv := newSim(t, tasks, Options{ConnectionReset: 0.5})
 	c := freshClient(5 * time.Second)
@@ -122,7 +122,7 @@ func TestConnectionResetThenRetrySucceeds(t *testing.T) {
 
 // A hanging request never answers; the client's timeout ends it, and the handler returns as
 // soon as the client is gone: no handler and no goroutine is left behind.
-func TestHangRespectsClientTimeout(t *testing.T) {
+func TestSimHangRespectsClientTimeout(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	s, err := New(tasks, Options{Hang: 1, Now: fixedNow})
 	if err != nil {
@@ -178,7 +178,7 @@ func TestHangRespectsClientTimeout(t *testing.T) {
 }
 
 // A hanging handler also returns when the server closes the connection (shutdown).
-func TestHangReturnsOnServerClose(t *testing.T) {
+func TestSimHangReturnsOnServerClose(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	s, err := New(tasks, Options{Hang: 1})
 	if err != nil {
@@ -209,7 +209,7 @@ func TestHangReturnsOnServerClose(t *testing.T) {
 }
 
 // At rate 0 neither knob ever acts, and no attempt table is kept for them.
-func TestNetworkKnobsAtZero(t *testing.T) {
+func TestSimNetworkKnobsAtZero(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	s, srv := newSim(t, tasks, Options{ConnectionReset: 0, Hang: 0})
 	c := freshClient(2 * time.Second)
@@ -230,7 +230,7 @@ func TestNetworkKnobsAtZero(t *testing.T) {
 
 // The draws are deterministic: the same seed and requests reset and hang the same requests,
 // in any order.
-func TestNetworkKnobsAreDeterministic(t *testing.T) {
+func TestSimNetworkKnobsAreDeterministic(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	outcome := func(reverse bool) string {
 		_, srv := newSim(t, tasks, Options{Seed: 9, ConnectionReset: 0.3, Hang: 0.2})
@@ -269,7 +269,7 @@ func TestNetworkKnobsAreDeterministic(t *testing.T) {
 
 // rollout's own loop (pkg/agent) with its retrying client (pkg/retry, an attempt timeout like
 // --model-timeout) plays the plan to the end through resets and hangs.
-func TestRunnerLoopThroughResetsAndHangs(t *testing.T) {
+func TestSimRunnerLoopThroughResetsAndHangs(t *testing.T) {
 	tasks, rows := mustTasks(t, recordsRow)
 	s, srv := newSim(t, tasks, Options{Seed: 5, ConnectionReset: 0.3, Hang: 0.2})
 	client := &http.Client{Transport: &http.Transport{}}
@@ -291,7 +291,7 @@ func TestRunnerLoopThroughResetsAndHangs(t *testing.T) {
 	}
 }
 
-func TestNetworkKnobsValidate(t *testing.T) {
+func TestSimNetworkKnobsValidate(t *testing.T) {
 	for want, o := range map[string]Options{
 		"connection-reset": {ConnectionReset: 1.5},
 		"hang":             {Hang: -0.1},
