@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build run replay data oracle test race vet lint fmt bench fuzz clean
+.PHONY: all build run replay data oracle test race vet lint fmt bench fuzz soak clean
 
 all: build
 
@@ -71,8 +71,20 @@ fmt:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/...
 
+# Each fuzz target for FUZZTIME (their seed corpora run in `make test` too).
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzChatMessages -fuzztime 30s ./pkg/agent
+	@for t in $$($(GO) test -list '^Fuzz' ./pkg/... | grep '^Fuzz'); do \
+		pkg=$$(grep -rl "func $$t(" --include='*_test.go' pkg | xargs dirname); \
+		echo "== $$t ($$pkg)"; \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	done
+
+# 10,000 rollouts through the simulator (10% 429, 5% 500, 2% resets, 1% hangs) and a resource
+# server failing 5% of calls, each its own process: every rollout must end in exactly one record
+# (a reward or a typed failure). A 300-rollout version runs in `make test`. See RELIABILITY.md.
+soak:
+	ROLLOUT_SOAK_ROLLOUTS=10000 $(GO) test -run TestSoak -v -count=1 -timeout 30m ./internal/soak
 
 clean:
 	rm -rf bin out

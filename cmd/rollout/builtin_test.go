@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/redistest"
+	"github.com/rollout-dev/rollout/pkg/servers"
 )
 
 const extractionData = "../../data/extraction.jsonl"
@@ -266,5 +270,37 @@ func TestRunSessionStoreRedis(t *testing.T) {
 	r = runCLI(t, context.Background(), nil, "serve", "counter", "--session-store", "mongodb://x")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "mongodb://x") {
 		t.Errorf("unknown store: exit %d stderr %s", r.code, r.stderr)
+	}
+}
+
+// --end-sessions makes rollout end every rollout's session on a server given by URL (it always
+// does on builtin: servers); without it, a URL server never sees /end_session.
+func TestRunEndSessions(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h, err := servers.New("example_single_tool_call", servers.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ended atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/end_session" {
+				ended.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		}))
+		m := newFakeModel(t, weatherModel)
+		args := []string{"run", "--input", weatherRows(t, 7, ""), "--out", t.TempDir(), "--model-url", m.URL + "/v1", "--model", "m", "--server", srv.URL, "--quiet"}
+		if on {
+			args = append(args, "--end-sessions")
+		}
+		r := runCLI(t, context.Background(), nil, args...)
+		srv.Close()
+		h.Close()
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		if want := map[bool]int64{false: 0, true: 7}[on]; ended.Load() != want {
+			t.Errorf("--end-sessions=%v: %d sessions ended, want %d", on, ended.Load(), want)
+		}
 	}
 }

@@ -44,6 +44,7 @@ type runFlags struct {
 	seed                                       int64
 	strict, overwrite, quiet                   bool
 	resume, force, retryFailed                 bool
+	endSessions                                bool
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -88,6 +89,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often a status line is printed when stderr is not a terminal")
 	fs.StringVar(&f.sessionStore, "session-store", "memory", "session store of the builtin: servers: memory, or redis://HOST:PORT/DB")
 	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session this long after its last write")
+	fs.BoolVar(&f.endSessions, "end-sessions", false, "after verify, POST /end_session to every server so it drops the session at once (rollout serve's servers take it; NeMo Gym's do not). Always on for builtin: servers")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index) to `FILE`")
 	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "arm name written in the records")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
@@ -186,6 +188,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
 		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, transport: transport, policy: policy,
+		endSessions: f.endSessions,
 	})
 	closers = append(closers, stops...)
 	if err != nil {
@@ -388,6 +391,7 @@ type serverSetup struct {
 	toolTimeout time.Duration
 	transport   http.RoundTripper
 	policy      retry.Policy
+	endSessions bool // POST /end_session to every server, not only builtin: ones
 }
 
 // buildServers turns --server flags (URL, NAME=URL, builtin:NAME, NAME=builtin:NAME) into the
@@ -421,7 +425,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 			return routes, stops, badUsage("--server: %v", err)
 		}
 		srv.Retry = c.policy
-		srv.EndSession = builtin
+		srv.EndSession = builtin || c.endSessions
 		srv.CallTimeout = c.toolTimeout
 		if name == "" {
 			if routes.Default != nil {
