@@ -5,7 +5,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -66,6 +68,7 @@ type ToolCall struct {
 	Status      int     `json:"status,omitempty"`
 	Failed      bool    `json:"failed,omitempty"`
 	Unreachable bool    `json:"unreachable,omitempty"`
+	TimedOut    bool    `json:"timed_out,omitempty"`
 	LatencyMs   float64 `json:"latency_ms"`
 }
 
@@ -206,13 +209,13 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		offered[t.Name] = true
 	}
 
-	failedRounds, unreachableRounds := 0, 0
+	failedRounds, unreachableRounds, timedOutRounds := 0, 0, 0
 	for round := 0; ; round++ {
 		req.Messages = tr.Messages
-		resp, latency, err := c.call(ctx, req)
+		resp, latency, tap, err := c.call(ctx, req)
 		if err != nil {
 			term, class := modelFailure(ctx, err)
-			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, errText(err))
+			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, modelErrorText(err, term, tap))
 			return tr
 		}
 		if len(resp.Choices) == 0 {
@@ -241,20 +244,22 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			tr.Termination = Completed
 			return tr
 		}
-		allFailed, allUnreachable := true, true
+		allFailed, allUnreachable, allTimedOut := true, true, true
 		for _, tc := range hist.ToolCalls {
 			call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
 			start := time.Now()
 			var res ToolResult
 			if !offered[call.Name] {
-				res = ToolResult{Output: fmt.Sprintf("Error: unknown tool %q; the tools are those offered in this request", call.Name), Failed: true}
+				// Never sent: the server would not know it, or worse, would.
+				res = ToolResult{Output: unknownTool(call.Name, p.Tools), Failed: true}
 			} else {
 				res = tools.CallTool(ctx, call.Name, call.Arguments)
 			}
 			call.LatencyMs = ms(time.Since(start))
-			call.Output, call.Status, call.Failed, call.Unreachable = res.Output, res.Status, res.Failed, res.Unreachable
+			call.Output, call.Status, call.Failed, call.Unreachable, call.TimedOut = res.Output, res.Status, res.Failed, res.Unreachable, res.TimedOut
 			allFailed = allFailed && res.Failed
 			allUnreachable = allUnreachable && res.Unreachable
+			allTimedOut = allTimedOut && res.TimedOut
 			rd.ToolCalls = append(rd.ToolCalls, call)
 			tr.Messages = append(tr.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: call.CallID, Content: res.Output})
 		}
@@ -277,13 +282,23 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		} else {
 			unreachableRounds = 0
 		}
+		if allTimedOut {
+			timedOutRounds++
+		} else {
+			timedOutRounds = 0
+		}
 		if failedRounds >= c.MaxFailedRounds {
 			tr.Termination = ToolError
 			tr.Error = fmt.Sprintf("every tool call failed in %d consecutive rounds", failedRounds)
-			if unreachableRounds >= c.MaxFailedRounds {
+			switch {
+			case timedOutRounds >= c.MaxFailedRounds:
+				// The server takes the calls and never answers in time.
+				tr.Termination, tr.FailureClass = Timeout, report.FailTimeout
+				tr.Error = fmt.Sprintf("every tool call timed out in %d consecutive rounds: %s", timedOutRounds, errClip(rd.ToolCalls[0].Output))
+			case unreachableRounds >= c.MaxFailedRounds:
 				// The server is down: that is infrastructure, not the model.
 				tr.FailureClass = report.FailResourceServer
-				tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", unreachableRounds, rd.ToolCalls[0].Output)
+				tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", unreachableRounds, errClip(rd.ToolCalls[0].Output))
 			}
 			return tr
 		}
@@ -294,15 +309,21 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	}
 }
 
-func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, time.Duration, error) {
+func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, time.Duration, *answerTap, error) {
+	parent := ctx
 	if c.ModelTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.ModelTimeout)
 		defer cancel()
 	}
+	tap := &answerTap{}
+	ctx = context.WithValue(ctx, tapKey{}, tap)
 	start := time.Now()
 	resp, err := c.Model.CreateChatCompletion(ctx, req)
-	return resp, time.Since(start), err
+	if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within the model timeout of %v: %w", c.ModelTimeout, err)
+	}
+	return resp, time.Since(start), tap, err
 }
 
 func ctxCancelled(ctx context.Context) bool { return ctx.Err() == context.Canceled }
@@ -311,3 +332,25 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // errText is an error's message, shortened for the record.
 func errText(err error) string { return report.Clip(err.Error(), 500) }
+
+func errClip(s string) string { return report.Clip(s, 500) }
+
+// unknownTool is what the model is told when it calls a tool the row does
+// not offer; the call is not sent.
+func unknownTool(name string, offered []dataset.Tool) string {
+	if len(offered) == 0 {
+		return fmt.Sprintf("Error: unknown tool %q: no tools are offered in this conversation", report.Clip(name, 100))
+	}
+	var b strings.Builder
+	for i, t := range offered {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if b.Len() > 2000 {
+			fmt.Fprintf(&b, "and %d more", len(offered)-i)
+			break
+		}
+		b.WriteString(t.Name)
+	}
+	return fmt.Sprintf("Error: unknown tool %q; available: %s", report.Clip(name, 100), b.String())
+}

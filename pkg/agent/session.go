@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
@@ -29,7 +32,9 @@ type ToolServer struct {
 	// Retry is the policy of seed_session and verify. Tool calls are not
 	// retried: they may change session state (increment_counter).
 	Retry retry.Policy
-	// CallTimeout bounds one HTTP call (seed, tool, verify); 0: none.
+	// CallTimeout bounds one HTTP call (0: none): a tool call, or each attempt
+	// of seed_session and verify, so that an attempt that hangs is retried
+	// like one that fails.
 	CallTimeout time.Duration
 	// MaxBodyBytes caps one answer; 0: DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -74,6 +79,13 @@ func (s *ToolServer) NewSession() *Session {
 	return &Session{srv: s, client: c, doer: &retry.Doer{Client: c, Policy: s.Retry}}
 }
 
+func (s *ToolServer) maxBody() int64 {
+	if s.MaxBodyBytes <= 0 {
+		return DefaultMaxBodyBytes
+	}
+	return s.MaxBodyBytes
+}
+
 // Jar is the session's cookie jar (tests check that sessions never share).
 func (s *Session) Jar() http.CookieJar { return s.client.Jar }
 
@@ -84,43 +96,58 @@ type Answer struct {
 	Truncated bool // the body was longer than MaxBodyBytes
 }
 
-// Post sends body to base/path. retried says whether 429, 5xx and
-// connection errors are retried under the server's policy.
+// Post sends body to base/path. retried says whether 429, 5xx, connection
+// errors, answers that break mid-body and attempts that run out of
+// CallTimeout are retried under the server's policy (and the rollout's
+// retry budget); a call that is not retried has CallTimeout as one
+// deadline. An error that CallTimeout caused says so.
 func (s *Session) Post(ctx context.Context, path string, body []byte, retried bool) (*Answer, error) {
-	if s.srv.CallTimeout > 0 {
+	callCtx := ctx
+	if s.srv.CallTimeout > 0 && !retried {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.srv.CallTimeout)
+		callCtx, cancel = context.WithTimeout(ctx, s.srv.CallTimeout)
 		defer cancel()
+	}
+	callErr := func(err error) error {
+		if s.srv.CallTimeout > 0 && ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("no answer within the call timeout of %v: %w", s.srv.CallTimeout, err)
+		}
+		return err
 	}
 	u := *s.srv.base
 	u.Path += "/" + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	limit := s.srv.maxBody()
 	var resp *http.Response
 	if retried {
-		resp, err = s.doer.Do(req)
+		// Answers are read within their attempt, so that one that breaks
+		// mid-body is retried.
+		d := *s.doer
+		d.AttemptTimeout, d.MaxBodyBytes = s.srv.CallTimeout, limit
+		resp, err = d.Do(req)
+		var tooLarge *retry.BodyTooLargeError
+		if errors.As(err, &tooLarge) {
+			return &Answer{Status: tooLarge.Status, Body: tooLarge.Prefix, Truncated: true}, nil
+		}
 	} else {
 		retry.CountAttempt(ctx)
 		resp, err = s.client.Do(req)
 	}
 	if err != nil {
-		return nil, err
+		return nil, callErr(err)
 	}
 	defer resp.Body.Close()
-	limit := s.srv.MaxBodyBytes
-	if limit <= 0 {
-		limit = DefaultMaxBodyBytes
-	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	a := &Answer{Status: resp.StatusCode, Body: b}
 	if int64(len(b)) > limit {
 		a.Body, a.Truncated = b[:limit], true
 	}
 	if err != nil {
-		return a, fmt.Errorf("reading the answer of %s: %w", path, err)
+		return a, callErr(fmt.Errorf("reading the answer of %s (HTTP %d): %w", path, resp.StatusCode, err))
 	}
 	return a, nil
 }
@@ -147,28 +174,27 @@ type ToolResult struct {
 	Failed bool
 	// Unreachable: no HTTP answer at all (refused, reset, timed out).
 	Unreachable bool
+	// TimedOut: the call ran out of CallTimeout (or the rollout's deadline).
+	TimedOut bool
 }
 
 // CallTool posts the arguments to base/name. Names that could leave the
 // base URL are refused; arguments that are not a JSON object never reach
-// the server: the model gets an error message instead.
+// the server: the model gets an error message instead. An answer longer
+// than MaxBodyBytes is cut, marked "[truncated at N bytes: ...]" for the
+// model, and the call counts as failed: the model saw an incomplete answer.
 func (s *Session) CallTool(ctx context.Context, name, arguments string) ToolResult {
 	if err := checkToolName(name); err != nil {
 		return ToolResult{Output: "Error: " + err.Error(), Failed: true}
 	}
-	args := strings.TrimSpace(arguments)
-	if args == "" {
-		args = "{}" // a call without arguments
-	}
-	if !json.Valid([]byte(args)) {
-		return ToolResult{Output: fmt.Sprintf("Error: the arguments of %s are not valid JSON: %s", name, snippet([]byte(arguments))), Failed: true}
-	}
-	if args[0] != '{' {
-		return ToolResult{Output: fmt.Sprintf("Error: the arguments of %s must be a JSON object, got %s", name, snippet([]byte(args))), Failed: true}
-	}
-	a, err := s.Post(ctx, name, []byte(args), false)
+	args, err := toolArguments(name, arguments)
 	if err != nil {
-		res := ToolResult{Output: fmt.Sprintf("Error: tool %s failed: %v", name, err), Failed: true, Unreachable: a == nil}
+		return ToolResult{Output: "Error: " + err.Error(), Failed: true}
+	}
+	a, err := s.Post(ctx, name, args, false)
+	if err != nil {
+		res := ToolResult{Output: fmt.Sprintf("Error: tool %s failed: %v", name, err), Failed: true, Unreachable: a == nil,
+			TimedOut: errors.Is(err, context.DeadlineExceeded)}
 		if a != nil {
 			res.Status = a.Status
 		}
@@ -176,10 +202,30 @@ func (s *Session) CallTool(ctx context.Context, name, arguments string) ToolResu
 	}
 	res := ToolResult{Output: string(a.Body), Status: a.Status, Failed: a.Status/100 != 2}
 	if a.Truncated {
-		res.Output += fmt.Sprintf("\n[truncated: the answer of %s was longer than %d bytes]", name, len(a.Body))
+		res.Output += fmt.Sprintf("\n[truncated at %d bytes: the answer of %s was longer]", len(a.Body), name)
 		res.Failed = true
 	}
 	return res
+}
+
+// toolArguments is the body a tool call sends: the model's arguments when
+// they are one JSON object (valid UTF-8, surrounding white space trimmed),
+// "{}" when they are empty; otherwise an error to show the model.
+func toolArguments(name, arguments string) ([]byte, error) {
+	args := strings.TrimSpace(arguments)
+	if args == "" {
+		return []byte("{}"), nil // a call without arguments
+	}
+	if !utf8.ValidString(args) {
+		return nil, fmt.Errorf("the arguments of %s are not valid JSON (invalid UTF-8): %s", name, snippet([]byte(arguments)))
+	}
+	if !json.Valid([]byte(args)) {
+		return nil, fmt.Errorf("the arguments of %s are not valid JSON: %s", name, snippet([]byte(arguments)))
+	}
+	if args[0] != '{' {
+		return nil, fmt.Errorf("the arguments of %s must be a JSON object, got %s", name, snippet([]byte(args)))
+	}
+	return []byte(args), nil
 }
 
 // checkToolName refuses names that would make a tool call reach another
@@ -189,7 +235,10 @@ func checkToolName(name string) error {
 		return fmt.Errorf("empty tool name")
 	}
 	if strings.ContainsAny(name, "/?#%\\ ") || strings.Contains(name, "..") || strings.Contains(name, ":") {
-		return fmt.Errorf("tool name %q refused: it must be a plain name, not a path or URL", name)
+		return fmt.Errorf("tool name %q refused: it must be a plain name, not a path or URL", report.Clip(name, 100))
+	}
+	if !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return fmt.Errorf("tool name %q refused: it must be a plain name, without control characters or invalid UTF-8", report.Clip(name, 100))
 	}
 	switch name {
 	case "seed_session", "verify":
@@ -229,8 +278,10 @@ func (s *Session) End(ctx context.Context) error {
 
 const endSessionTimeout = 5 * time.Second
 
-// snippet shortens a body for an error message.
-func snippet(b []byte) string { return report.Clip(string(b), 300) }
+// snippet shortens a body for an error message, in valid UTF-8.
+func snippet(b []byte) string {
+	return strings.ToValidUTF8(report.Clip(string(b), 300), "\uFFFD")
+}
 
 // PostVerify posts to /verify (retried like seed_session); it lets a
 // Session serve as verify.Poster.
@@ -240,7 +291,7 @@ func (s *Session) PostVerify(ctx context.Context, body []byte) (int, []byte, err
 		return 0, nil, err
 	}
 	if a.Truncated {
-		return a.Status, a.Body, fmt.Errorf("the answer was longer than %d bytes", len(a.Body))
+		return a.Status, a.Body, fmt.Errorf("the answer was longer than %s", retry.FormatBytes(s.srv.maxBody()))
 	}
 	return a.Status, a.Body, nil
 }

@@ -99,9 +99,9 @@ func parseParams(raw json.RawMessage) (*Params, error) {
 	if kindOf(raw) != "an object" {
 		return nil, errf(rcp, "is %s, want an object", kindOf(raw))
 	}
-	fields, err := objectFields(raw)
-	if err != nil {
-		return nil, errf(rcp, "%v", err)
+	fields, ferr := objectFields(raw, rcp)
+	if ferr != nil {
+		return nil, ferr
 	}
 	rp := rawParams{
 		Input:             lookup(fields, "input"),
@@ -114,6 +114,7 @@ func parseParams(raw json.RawMessage) (*Params, error) {
 		ToolChoice:        lookup(fields, "tool_choice"),
 	}
 	p := &Params{Raw: raw}
+	var err error
 	if p.Input, err = parseInput(rp.Input); err != nil {
 		return nil, err
 	}
@@ -263,7 +264,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 				return nil, errf(f+".role", "missing")
 			}
 			if !roles[*ri.Role] {
-				return nil, errf(f+".role", "is %q, want system, developer, user or assistant", *ri.Role)
+				return nil, errf(f+".role", "is %q, want system, developer, user or assistant", clip([]byte(*ri.Role)))
 			}
 			text, err := contentText(ri.Content, f+".content")
 			if err != nil {
@@ -295,7 +296,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 			// Reasoning items of earlier turns carry nothing a chat model
 			// can take back; they are left out.
 		default:
-			return nil, errf(f+".type", "is %q, want message, function_call or function_call_output", typ)
+			return nil, errf(f+".type", "is %q, want message, function_call or function_call_output", clip([]byte(typ)))
 		}
 	}
 	return items, nil
@@ -377,7 +378,7 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 		if rt.Type == nil || *rt.Type != "function" {
 			t := "missing"
 			if rt.Type != nil {
-				t = fmt.Sprintf("%q", *rt.Type)
+				t = fmt.Sprintf("%q", clip([]byte(*rt.Type)))
 			}
 			return nil, errf(f+".type", "is %s, want \"function\"", t)
 		}
@@ -388,7 +389,7 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 			return nil, errf(f+".name", "missing")
 		}
 		if seen[*rt.Name] {
-			return nil, errf(f+".name", "duplicate tool name %q", *rt.Name)
+			return nil, errf(f+".name", "duplicate tool name %q", clip([]byte(*rt.Name)))
 		}
 		seen[*rt.Name] = true
 		t := Tool{Name: *rt.Name, Strict: rt.Strict}

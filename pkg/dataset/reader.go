@@ -157,6 +157,13 @@ func (r *Reader) readLine(limit int) (line []byte, tooLong bool, err error) {
 				tooLong = true
 				r.buf = r.buf[:0]
 			} else {
+				if need := len(r.buf) + len(chunk); need > cap(r.buf) {
+					// Double (append grows big slices by only 1.25x, which allocates
+					// about 5 times a long line in all), up to the cap of a line.
+					nb := make([]byte, len(r.buf), max(need, min(2*cap(r.buf), limit+1)))
+					copy(nb, r.buf)
+					r.buf = nb
+				}
 				r.buf = append(r.buf, chunk...)
 			}
 		}
@@ -182,9 +189,9 @@ func (t *Task) parse() *fieldError {
 		}
 		return errf("", "invalid UTF-8 at byte %d", off)
 	}
-	fields, err := splitObject(t.Raw)
-	if err != nil {
-		return errf("", "not a JSON object: %v", err)
+	fields, ferr := splitRow(t.Raw)
+	if ferr != nil {
+		return ferr
 	}
 	t.Fields = fields
 	if raw := t.Field("id"); !isNull(raw) {
@@ -199,15 +206,18 @@ func (t *Task) parse() *fieldError {
 	}
 	if raw := t.Field("agent_ref"); !isNull(raw) {
 		var ref AgentRef
-		if kindOf(raw) != "an object" || json.Unmarshal(raw, &ref) != nil {
+		if kindOf(raw) != "an object" {
 			return errf("agent_ref", "is %s, want {\"type\":..., \"name\":...}", kindOf(raw))
+		}
+		if err := json.Unmarshal(raw, &ref); err != nil {
+			return typeErr("agent_ref", err)
 		}
 		if ref.Name == "" {
 			return errf("agent_ref.name", "missing")
 		}
 		t.AgentRef = &ref
 	}
-	p, err := ParseParams(t.Field(rcp))
+	p, err := parseParams(t.Field(rcp))
 	if err != nil {
 		var fe *fieldError
 		if errors.As(err, &fe) {

@@ -91,8 +91,8 @@ func TestRowErrors(t *testing.T) {
 	tests := []struct {
 		name, row, want string
 	}{
-		{"not json", `{"responses_create_params": `, `mem:1: not a JSON object`},
-		{"array", `[1,2]`, `mem:1: not a JSON object: row is an array, want a JSON object`},
+		{"not json", `{"responses_create_params": `, `mem:1: invalid JSON: the line ends in the middle of a JSON value`},
+		{"array", `[1,2]`, `mem:1: not a JSON object: the row is an array`},
 		{"missing params", `{"id": 1}`, `mem:1: responses_create_params: missing`},
 		{"params not object", `{"responses_create_params": "x"}`, `mem:1: responses_create_params: is a string, want an object`},
 		{"missing input", `{"responses_create_params": {"tools": []}}`, `mem:1: responses_create_params.input: missing`},

@@ -33,40 +33,47 @@ func syntaxError(raw []byte) error {
 		return fmt.Errorf("nested deeper than %d levels at byte %d", MaxNesting, off)
 	case strings.Contains(msg, "after top-level value"):
 		return fmt.Errorf("trailing data after the JSON object at byte %d", off)
-	case strings.Contains(msg, "unexpected end of JSON input"):
+	case strings.Contains(msg, "unexpected end of JSON input") || (se.Offset >= int64(len(raw)) && strings.Contains(msg, "invalid character ' '")):
 		return fmt.Errorf("the line ends in the middle of a JSON value (unexpected end of JSON input at byte %d)", len(raw))
 	}
 	return fmt.Errorf("%s at byte %d", msg, off)
 }
 
-// splitObject splits a JSON object into its top-level members without copying: each value is
-// a sub-slice of raw. It rejects duplicate keys, which JSON readers disagree on.
-func splitObject(raw []byte) ([]Field, error) {
+// splitRow splits a row into its top-level members without copying: each value is a
+// sub-slice of raw. It rejects invalid JSON (naming the byte offset), a row that is not an
+// object, and duplicate keys, which JSON readers disagree on.
+func splitRow(raw []byte) ([]Field, *fieldError) {
 	if !json.Valid(raw) {
-		return nil, syntaxError(raw)
+		return nil, errf("", "invalid JSON: %v", syntaxError(raw))
 	}
 	i := skipSpace(raw, 0)
 	if raw[i] != '{' {
-		return nil, fmt.Errorf("row is %s, want a JSON object", kindOf(raw[i:]))
+		return nil, errf("", "not a JSON object: the row is %s", kindOf(raw[i:]))
 	}
-	return members(raw[i:])
+	fields, dup, err := members(raw[i:])
+	if err != nil {
+		return nil, errf("", "%v", err)
+	}
+	if dup != "" {
+		return nil, errf(dup, "duplicate key")
+	}
+	return fields, nil
 }
 
 // members splits a valid JSON object (raw starts with '{') into its members, values as
-// sub-slices of raw.
-func members(raw []byte) ([]Field, error) {
-	var fields []Field
+// sub-slices of raw. dup is a key that appears twice.
+func members(raw []byte) (fields []Field, dup string, err error) {
 	var seen map[string]bool
 	i := skipSpace(raw, 1)
 	if raw[i] == '}' {
-		return fields, nil
+		return fields, "", nil
 	}
 	for {
 		// raw[i] is the opening quote of a key.
 		end := skipString(raw, i)
 		key, err := unquote(raw[i:end])
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		i = skipSpace(raw, end)
 		i = skipSpace(raw, i+1) // the colon
@@ -74,7 +81,7 @@ func members(raw []byte) ([]Field, error) {
 		if len(fields) < 16 {
 			for _, f := range fields {
 				if f.Key == key {
-					return nil, fmt.Errorf("%s: duplicate key", key)
+					return nil, key, nil
 				}
 			}
 		} else {
@@ -85,14 +92,14 @@ func members(raw []byte) ([]Field, error) {
 				}
 			}
 			if seen[key] {
-				return nil, fmt.Errorf("%s: duplicate key", key)
+				return nil, key, nil
 			}
 			seen[key] = true
 		}
 		fields = append(fields, Field{Key: key, Value: raw[i:vend:vend]})
 		i = skipSpace(raw, vend)
 		if raw[i] == '}' {
-			return fields, nil
+			return fields, "", nil
 		}
 		i = skipSpace(raw, i+1) // the comma
 	}
@@ -117,10 +124,17 @@ func elements(raw []byte) []json.RawMessage {
 }
 
 // objectFields splits raw, which must be one valid JSON object (as a value of a valid row
-// is), into its members.
-func objectFields(raw json.RawMessage) ([]Field, error) {
+// is), into its members; a duplicate key is an error at field.KEY.
+func objectFields(raw json.RawMessage, field string) ([]Field, *fieldError) {
 	i := skipSpace(raw, 0)
-	return members(raw[i:])
+	fields, dup, err := members(raw[i:])
+	if err != nil {
+		return nil, errf(field, "%v", err)
+	}
+	if dup != "" {
+		return nil, errf(field+"."+dup, "duplicate key")
+	}
+	return fields, nil
 }
 
 func lookup(fields []Field, key string) json.RawMessage {

@@ -1,7 +1,8 @@
 // Package retry is an HTTP client wrapper that retries what is worth
 // retrying (429, 5xx, connection errors), with exponential backoff, full
-// jitter and Retry-After, within a bounded number of attempts, and counts
-// the attempts of each rollout through its context.
+// jitter and Retry-After, within a bounded number of attempts per request
+// and a budget of retries per rollout, and counts the attempts of each
+// rollout through its context.
 package retry
 
 import (
@@ -14,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -49,10 +51,41 @@ type Doer struct {
 	Client *http.Client
 	Policy Policy
 	// AttemptTimeout bounds each attempt, until its body is closed
-	// (0: only the request's context).
+	// (0: only the request's context). An attempt that runs out of it is
+	// retried like a connection error: a new connection may well answer.
 	AttemptTimeout time.Duration
+	// MaxBodyBytes, when > 0, makes Do read the body of the answer it returns
+	// into memory (within the attempt's deadline), at most MaxBodyBytes. An
+	// answer whose connection breaks mid-body is then retried like any
+	// connection error, and a longer body ends the call with a
+	// *BodyTooLargeError, not retried (the same request would get the same
+	// answer). 0: the body is handed over unread; the caller bounds it.
+	MaxBodyBytes int64
 	// Sleep waits for d or until ctx ends; tests replace it.
 	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// BodyTooLargeError is an answer longer than a cap.
+type BodyTooLargeError struct {
+	Limit  int64
+	Status int    // the answer's HTTP status
+	Prefix []byte // the first bytes of the body (at most 512), for messages
+}
+
+func (e *BodyTooLargeError) Error() string {
+	return fmt.Sprintf("answer larger than %s (HTTP %d)", FormatBytes(e.Limit), e.Status)
+}
+
+// FormatBytes writes a byte count for messages: "32 MiB" when it is a
+// whole number of MiB or KiB, else "1000 bytes".
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // Counter counts the HTTP attempts made on behalf of one rollout and
@@ -87,15 +120,100 @@ func CountAttempt(ctx context.Context) {
 	}
 }
 
+// DefaultBudget is the number of retries one rollout may make in all, across
+// all its calls (model calls, seed_session, verify), when the runner gives it
+// a budget with WithBudget. Each call still makes at most Policy.MaxAttempts
+// attempts; the budget stops a rollout that meets error after error from
+// retrying every one of its calls in full.
+const DefaultBudget = 20
+
+// Budget is the retries left to one rollout. It is safe for concurrent use.
+type Budget struct {
+	size  int
+	left  atomic.Int64
+	spent atomic.Bool
+}
+
+// NewBudget returns a budget of n retries (n < 0: 0).
+func NewBudget(n int) *Budget {
+	b := &Budget{size: max(n, 0)}
+	b.left.Store(int64(b.size))
+	return b
+}
+
+// Size is the budget it started with.
+func (b *Budget) Size() int { return b.size }
+
+// Left is the number of retries left.
+func (b *Budget) Left() int { return int(max(b.left.Load(), 0)) }
+
+// Spent reports whether a retry was refused because the budget was spent.
+func (b *Budget) Spent() bool { return b.spent.Load() }
+
+// take takes one retry from the budget; false when there is none left.
+func (b *Budget) take() bool {
+	if b.left.Add(-1) >= 0 {
+		return true
+	}
+	b.left.Add(1)
+	b.spent.Store(true)
+	return false
+}
+
+type budgetKey struct{}
+
+// WithBudget returns a context whose requests share a budget of n retries:
+// once they have retried n times in all, a request that fails is not
+// retried again, and Do returns a *BudgetSpentError. Without a budget in
+// the context, only Policy.MaxAttempts bounds the retries of each request.
+func WithBudget(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, budgetKey{}, NewBudget(n))
+}
+
+// BudgetFrom returns the context's budget, or nil.
+func BudgetFrom(ctx context.Context) *Budget {
+	b, _ := ctx.Value(budgetKey{}).(*Budget)
+	return b
+}
+
+// BudgetSpentError is a request that failed and was not retried because the
+// rollout's retry budget was spent. Status and Body are its last answer's
+// (Status 0: it got none, and Err says why); the failure is that answer's.
+type BudgetSpentError struct {
+	Budget int
+	Status int
+	Body   []byte // the start of the answer's body (at most 512 bytes)
+	Err    error
+}
+
+func (e *BudgetSpentError) Error() string {
+	last := "no answer"
+	switch {
+	case e.Status != 0:
+		last = fmt.Sprintf("HTTP %d", e.Status)
+		if body := strings.TrimSpace(strings.ToValidUTF8(string(e.Body), "")); body != "" {
+			last += ": " + body
+		}
+	case e.Err != nil:
+		last = e.Err.Error()
+	}
+	return fmt.Sprintf("retry budget of this rollout spent (%d retries); last attempt: %s", e.Budget, last)
+}
+
+func (e *BudgetSpentError) Unwrap() error { return e.Err }
+
 // Retryable reports whether an HTTP status is worth another try.
 func Retryable(status int) bool {
 	return status == http.StatusTooManyRequests || status >= 500
 }
 
-// Do sends req, retrying on 429, 5xx and transport errors. The body of a
-// retried request is replayed with GetBody (http.NewRequest sets it for
+// Do sends req, retrying on 429, 5xx and transport errors (attempt
+// timeouts and, with MaxBodyBytes, breaks mid-body included), at most
+// Policy.MaxAttempts attempts and within the context's Budget. The body of
+// a retried request is replayed with GetBody (http.NewRequest sets it for
 // in-memory bodies). The last response is returned as it is, so that its
-// status and body reach the caller.
+// status and body reach the caller; but when the budget refuses a retry,
+// Do returns a *BudgetSpentError that carries the last status instead.
 func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	counter := counterFrom(ctx)
@@ -114,6 +232,7 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
+	budget := BudgetFrom(ctx)
 	for attempt := 1; ; attempt++ {
 		r := req
 		if attempt > 1 || body != nil {
@@ -132,17 +251,31 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 		if counter != nil {
 			counter.attempts.Add(1)
 		}
-		resp, err := d.send(r)
+		// An answer that will not be retried for its status is the one
+		// returned: with MaxBodyBytes, its body is read in the attempt.
+		resp, err := d.send(r, func(status int) bool { return !Retryable(status) || attempt >= attempts })
 		status := 0
 		if resp != nil {
 			status = resp.StatusCode
 		}
+		var tooLarge *BodyTooLargeError
+		if errors.As(err, &tooLarge) {
+			status = tooLarge.Status
+		}
 		if counter != nil {
 			counter.lastStatus.Store(int32(status))
 		}
-		retry := (err != nil && ctx.Err() == nil && !errors.Is(err, errNoRedirect)) || (err == nil && Retryable(status))
+		retry := (err != nil && ctx.Err() == nil && !errors.Is(err, errNoRedirect) && tooLarge == nil) || (err == nil && Retryable(status))
 		if !retry || attempt >= attempts {
 			return resp, err
+		}
+		if budget != nil && !budget.take() {
+			e := &BudgetSpentError{Budget: budget.Size(), Status: status, Err: err}
+			if resp != nil {
+				e.Body, _ = io.ReadAll(io.LimitReader(resp.Body, 512))
+				resp.Body.Close()
+			}
+			return nil, e
 		}
 		wait := d.backoff(attempt)
 		if resp != nil {
@@ -164,18 +297,44 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 }
 
 // send makes one attempt, under AttemptTimeout when set: the deadline
-// covers reading the body too, and ends when the body is closed.
-func (d *Doer) send(r *http.Request) (*http.Response, error) {
-	if d.AttemptTimeout <= 0 {
-		return d.Client.Do(r)
+// covers reading the body too, and ends when the body is closed. With
+// MaxBodyBytes, the body of an answer whose status final(status) says is
+// the last is read here, so that a break mid-body is an attempt's error.
+func (d *Doer) send(r *http.Request, final func(status int) bool) (*http.Response, error) {
+	parent := r.Context()
+	ctx, cancel := parent, context.CancelFunc(func() {})
+	if d.AttemptTimeout > 0 {
+		ctx, cancel = context.WithTimeout(parent, d.AttemptTimeout)
+		r = r.WithContext(ctx)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), d.AttemptTimeout)
-	resp, err := d.Client.Do(r.WithContext(ctx))
+	// timedOut names the attempt timeout in an error it caused.
+	timedOut := func(err error) error {
+		if d.AttemptTimeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			return fmt.Errorf("no answer within the attempt timeout of %v: %w", d.AttemptTimeout, err)
+		}
+		return err
+	}
+	resp, err := d.Client.Do(r)
 	if err != nil {
+		err = timedOut(err)
 		cancel()
 		return nil, err
 	}
 	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	if d.MaxBodyBytes <= 0 || !final(resp.StatusCode) {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, err := readCapped(resp, d.MaxBodyBytes)
+	if err != nil {
+		var tooLarge *BodyTooLargeError
+		if errors.As(err, &tooLarge) {
+			return nil, err
+		}
+		return nil, timedOut(fmt.Errorf("reading the answer (HTTP %d): %w", resp.StatusCode, err))
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
 	return resp, nil
 }
 
@@ -188,6 +347,25 @@ func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
 	return err
+}
+
+// readCapped reads resp's body, at most limit bytes.
+func readCapped(resp *http.Response, limit int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if resp.ContentLength > limit {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, &BodyTooLargeError{Limit: limit, Status: resp.StatusCode, Prefix: b}
+	}
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength) + 1)
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+		return nil, err
+	}
+	if int64(buf.Len()) > limit {
+		return nil, &BodyTooLargeError{Limit: limit, Status: resp.StatusCode, Prefix: bytes.Clone(buf.Bytes()[:min(512, buf.Len())])}
+	}
+	return buf.Bytes(), nil
 }
 
 // backoff is full jitter: a uniform wait in [0, min(max, base*2^(n-1))].

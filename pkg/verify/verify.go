@@ -35,6 +35,9 @@ type Poster interface {
 type Error struct {
 	Status int
 	Msg    string
+	// Err is the cause when the call itself failed (refused, timed out:
+	// errors.Is(err, context.DeadlineExceeded) finds a timeout through it).
+	Err error
 }
 
 func (e *Error) Error() string {
@@ -44,13 +47,15 @@ func (e *Error) Error() string {
 	return "verify: " + e.Msg
 }
 
+func (e *Error) Unwrap() error { return e.Err }
+
 // Remote posts body (the task row plus "response") to /verify and reads
 // the reward. rowKeys are the task row's top-level keys, which the server
 // may echo and which are not reward components.
 func Remote(ctx context.Context, p Poster, body []byte, rowKeys []string) (*Result, error) {
 	status, answer, err := p.PostVerify(ctx, body)
 	if err != nil {
-		return nil, &Error{Msg: err.Error()}
+		return nil, &Error{Msg: err.Error(), Err: err}
 	}
 	if status/100 != 2 {
 		return nil, &Error{Status: status, Msg: snippet(answer)}
@@ -58,13 +63,23 @@ func Remote(ctx context.Context, p Poster, body []byte, rowKeys []string) (*Resu
 	return Parse(answer, rowKeys)
 }
 
-// Parse reads a verify answer: a JSON object with a numeric "reward".
+// Parse reads a verify answer: one JSON object with a finite numeric
+// "reward", and nothing after it (`{"reward":1} garbage` is a failure, not
+// reward 1: the answer was not what the server meant to send). A duplicate
+// "reward" key is refused too: JSON readers disagree on which one counts.
 func Parse(answer []byte, rowKeys []string) (*Result, error) {
+	if !json.Valid(answer) {
+		return nil, &Error{Msg: fmt.Sprintf("the answer is not valid JSON (%s): %s", syntaxError(answer), snippet(answer))}
+	}
+	if k := kind(answer); k != "an object" {
+		return nil, &Error{Msg: fmt.Sprintf("the answer is %s, not a JSON object: %s", k, snippet(answer))}
+	}
 	var fields map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(answer))
-	dec.UseNumber()
-	if err := dec.Decode(&fields); err != nil {
+	if err := json.Unmarshal(answer, &fields); err != nil { // cannot fail on a valid object
 		return nil, &Error{Msg: fmt.Sprintf("the answer is not a JSON object (%v): %s", err, snippet(answer))}
+	}
+	if n := countKey(answer, "reward"); n > 1 {
+		return nil, &Error{Msg: "the answer has more than one reward: " + snippet(answer)}
 	}
 	raw, ok := fields["reward"]
 	if !ok || isNull(raw) { // null would read as 0
@@ -96,7 +111,7 @@ func Parse(answer []byte, rowKeys []string) (*Result, error) {
 			return nil, &Error{Msg: "reward_components is not an object of numbers"}
 		}
 		for k, v := range rc {
-			if isNull(v) {
+			if isNull(v) || k == "reward" { // the reward is the answer's own, not a component
 				continue
 			}
 			f, ok := scalar(v)
@@ -127,6 +142,68 @@ func scalar(v json.RawMessage) (float64, bool) {
 		return 0, false
 	}
 	return f, true
+}
+
+// syntaxError says where and why answer is not one JSON value.
+func syntaxError(answer []byte) string {
+	if len(bytes.TrimSpace(answer)) == 0 {
+		return "empty"
+	}
+	var v json.RawMessage
+	err := json.Unmarshal(answer, &v)
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return fmt.Sprint(err)
+	}
+	msg := strings.TrimPrefix(se.Error(), "json: ")
+	switch {
+	case strings.Contains(msg, "after top-level value"):
+		return fmt.Sprintf("trailing data after the JSON value at byte %d", se.Offset-1)
+	case strings.Contains(msg, "unexpected end of JSON input") || (se.Offset >= int64(len(answer)) && strings.Contains(msg, "invalid character ' '")):
+		return "truncated: unexpected end of JSON input"
+	}
+	return fmt.Sprintf("%s at byte %d", msg, max(se.Offset-1, 0))
+}
+
+// kind names the JSON type of a valid value.
+func kind(v []byte) string {
+	v = bytes.TrimSpace(v)
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// countKey counts the top-level members named key of a valid JSON object.
+func countKey(obj []byte, key string) int {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if k, _ := tok.(string); k == key {
+			n++
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return n
+		}
+	}
+	return n
 }
 
 // IsError reports whether err is a verification failure.
