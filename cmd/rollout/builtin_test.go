@@ -304,3 +304,32 @@ func TestRunEndSessions(t *testing.T) {
 		}
 	}
 }
+
+// --retry-budget bounds the retries of a whole rollout, whatever --retries allows each call;
+// -1 leaves only the per-call bound.
+func TestRunRetryBudget(t *testing.T) {
+	m := newFakeModel(t, func(w http.ResponseWriter, _ map[string]any, _ int64) {
+		w.Header().Set("Retry-After", "0")
+		http.Error(w, `{"error":{"message":"slow down","type":"rate_limit"}}`, 429)
+	})
+	for _, tc := range []struct {
+		budget   string
+		attempts int32 // seed_session + model attempts
+	}{{"3", 1 + 4}, {"0", 1 + 1}, {"-1", 1 + 8}} {
+		dir := t.TempDir()
+		r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 2, ""), "--out", dir,
+			"--model-url", m.URL+"/v1", "--model", "m", "--server", "builtin:example_single_tool_call",
+			"--retries", "7", "--retry-budget", tc.budget, "--quiet")
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		for _, rec := range readRecords(t, dir) {
+			if rec.FailureClass != "rate_limited" || rec.Attempts != tc.attempts {
+				t.Errorf("--retry-budget %s: class %q attempts %d, want rate_limited and %d (%s)", tc.budget, rec.FailureClass, rec.Attempts, tc.attempts, rec.Error)
+			}
+			if tc.budget == "3" && !strings.Contains(rec.Error, "retry budget") {
+				t.Errorf("error %q does not say the budget was spent", rec.Error)
+			}
+		}
+	}
+}

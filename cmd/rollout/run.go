@@ -45,6 +45,8 @@ type runFlags struct {
 	strict, overwrite, quiet                   bool
 	resume, force, retryFailed                 bool
 	endSessions                                bool
+	retryBudget                                int
+	maxModelAnswer                             int64
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -81,6 +83,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max tokens per model call, overriding the rows' max_output_tokens (0: the rows')")
 	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature, overriding the rows' (-1: the rows'; 0 is sent as 0)")
 	fs.Int64Var(&f.seed, "seed", 0, "base of the per-(task, repeat) seeds sent to the model")
+	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries one rollout may make in all, across its model calls, seed_session and verify (-1: no budget, only --retries per call)")
+	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read, in `BYTES`; a longer one fails the rollout (model_error)")
 	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries of a model call, seed_session or verify on 429, 5xx and connection errors")
 	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline of one rollout, seed to verify (0: none)")
 	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline of one model request attempt; retries come on top, within --rollout-timeout (0: none)")
@@ -183,7 +187,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// --model-timeout bounds each attempt; retries come on top, within
 	// the rollout's deadline.
 	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: policy, AttemptTimeout: f.modelTimeout}
-	model := agent.NewOpenAIModel(modelURL, apiKey, doer)
+	// An endpoint that echoes the key back (in an error or an answer) cannot make it reach a
+	// record, a trajectory or a verify request.
+	model := agent.RedactModel(agent.NewOpenAIModel(modelURL, apiKey, doer, agent.WithMaxAnswerBytes(f.maxModelAnswer)), apiKey)
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -197,7 +203,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 
 	opts := runner.Options{
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
-		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes,
+		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
 		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
 			MaxTokens: f.maxTokens},
 	}

@@ -53,6 +53,9 @@ type Options struct {
 	Progress progress.Reporter
 	// Done lists the rollouts that already have a record (a resumed run): they are skipped.
 	Done report.Done
+	// RetryBudget is the number of retries one rollout may make in all, across its model
+	// calls, seed_session and verify; negative: no budget (only each call's own policy).
+	RetryBudget int
 }
 
 // Defaults.
@@ -316,12 +319,15 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 	}
 	var counter retry.Counter
 	ctx = retry.WithCounter(ctx, &counter)
+	if o.RetryBudget >= 0 {
+		ctx = retry.WithBudget(ctx, o.RetryBudget)
+	}
 	defer func() { rec.Attempts = int32(counter.Attempts()) }()
 
 	sess := srv.NewSession()
 	defer sess.End(ctx) //nolint:errcheck // best-effort cleanup; the record does not depend on it
 	if err := sess.Seed(ctx, t.Raw); err != nil {
-		rec.FailureClass, rec.Error = ctxFailure(ctx, report.FailResourceServer), err.Error()
+		rec.FailureClass, rec.Error = callFailure(ctx, err, report.FailResourceServer), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.ToolError))
 		return res
 	}
@@ -353,7 +359,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 	}
 	v, err := verify.Remote(ctx, sess, body, keys)
 	if err != nil {
-		rec.FailureClass, rec.Error = ctxFailure(ctx, report.FailVerify), err.Error()
+		rec.FailureClass, rec.Error = callFailure(ctx, err, report.FailVerify), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.VerifyError))
 		return res
 	}
@@ -370,6 +376,18 @@ func ctxFailure(ctx context.Context, fallback string) string {
 		return report.FailTimeout
 	case context.Canceled:
 		return report.FailCancelled
+	}
+	return fallback
+}
+
+// callFailure names the failure of a seed_session or verify call: as the rollout's context
+// says when it ended; a timeout when the call's own deadline ran out; else fallback.
+func callFailure(ctx context.Context, err error, fallback string) string {
+	if class := ctxFailure(ctx, ""); class != "" {
+		return class
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return report.FailTimeout
 	}
 	return fallback
 }

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Redacted is the placeholder of a secret.
+const Redacted = "[REDACTED]"
+
+// MinSecretLength: shorter "keys" (EMPTY, x, none: what local servers are given) are not
+// redacted, since replacing them would mangle ordinary text.
+const MinSecretLength = 8
+
+// RedactModel wraps m so that none of secrets ever comes out of it: an endpoint that echoes the
+// Authorization header, in an error message or in its answer, cannot make rollout write the key
+// into a record, a trajectory, the NeMo Gym JSONL or a verify request. Each secret is replaced
+// by Redacted in the text of the errors and in the answers' content, reasoning and tool calls.
+func RedactModel(m Model, secrets ...string) Model {
+	var keep []string
+	for _, s := range secrets {
+		if len(s) >= MinSecretLength {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return m
+	}
+	return redactingModel{m: m, r: strings.NewReplacer(pairs(keep)...)}
+}
+
+func pairs(secrets []string) []string {
+	var p []string
+	for _, s := range secrets {
+		p = append(p, s, Redacted)
+	}
+	return p
+}
+
+type redactingModel struct {
+	m Model
+	r *strings.Replacer
+}
+
+func (m redactingModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
+	resp, err := m.m.CreateChatCompletion(ctx, req)
+	if err != nil {
+		if msg := err.Error(); m.r.Replace(msg) != msg {
+			err = redactedError{msg: m.r.Replace(msg), err: err}
+		}
+	}
+	for i := range resp.Choices {
+		msg := &resp.Choices[i].Message
+		msg.Content = m.r.Replace(msg.Content)
+		msg.ReasoningContent = m.r.Replace(msg.ReasoningContent)
+		msg.Refusal = m.r.Replace(msg.Refusal)
+		for j := range msg.MultiContent {
+			msg.MultiContent[j].Text = m.r.Replace(msg.MultiContent[j].Text)
+		}
+		for j := range msg.ToolCalls {
+			tc := &msg.ToolCalls[j]
+			tc.ID = m.r.Replace(tc.ID)
+			tc.Function.Name = m.r.Replace(tc.Function.Name)
+			tc.Function.Arguments = m.r.Replace(tc.Function.Arguments)
+		}
+	}
+	return resp, err
+}
+
+// redactedError is err with its text redacted; errors.As still finds the API error (for its
+// status), but its text is never printed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }
