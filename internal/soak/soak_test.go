@@ -43,7 +43,7 @@ var (
 		"--latency", "uniform:5ms-50ms"}
 	chaosFaults = []string{"--chaos-fail-rate", "0.05", "--chaos-reset-rate", "0.01", "--chaos-hang-rate", "0.005"}
 	runLimits   = []string{"--model-timeout", "2s", "--tool-timeout", "2s", "--rollout-timeout", "60s",
-		"--concurrency", strconv.Itoa(concurrency)}
+		"--concurrency", strconv.Itoa(concurrency), "--end-sessions"}
 )
 
 // knownFailures are the failure classes a record may carry (pkg/report).
