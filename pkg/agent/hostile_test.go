@@ -1,12 +1,10 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
@@ -240,38 +239,8 @@ func TestRunToolBrokenAnswers(t *testing.T) {
 	}
 }
 
-// silentServer accepts TCP connections and never writes a byte (it reads the requests). It
-// closes them when the test ends. It returns its base URL and the connections accepted.
-func silentServer(t *testing.T) (string, func() int) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, bufio.NewReader(c))
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
-}
+// silentServer is a server that accepts connections and never answers.
+func silentServer(t *testing.T) (string, func() int) { return testnet.Silent(t) }
 
 // within fails the test if fn takes longer than d.
 func within(t *testing.T, d time.Duration, fn func()) {

@@ -258,7 +258,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if d.hit(h.opt.ResetRate, "reset") {
 		h.reset.Add(1)
-		resetConnection(w)
+		ResetConnection(w)
 		return
 	}
 	if d.hit(h.opt.HangRate, "hang") {
@@ -308,10 +308,10 @@ func (h *Handler) attempt(fp [16]byte) int {
 	return n
 }
 
-// resetConnection ends the request without an answer: it takes the connection over, sets
+// ResetConnection ends the request without an answer: it takes the connection over, sets
 // SO_LINGER to 0 (so that closing it sends a TCP RST) and closes it. When the connection
 // cannot be taken over (HTTP/2), the handler aborts, which resets the stream.
-func resetConnection(w http.ResponseWriter) {
+func ResetConnection(w http.ResponseWriter) {
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)

@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/internal/testnet"
 )
 
 // post makes one call through d under ctx and returns its status (0 with an error).
@@ -258,38 +259,8 @@ func TestBodyCap(t *testing.T) {
 	}
 }
 
-// silentServer accepts TCP connections and never writes a byte; it closes them when the test
-// ends. It returns the base URL and a count of the connections accepted.
-func silentServer(t *testing.T) (string, func() int) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, bufio.NewReader(c)) // read the request, answer nothing
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
-}
+// silentServer is a server that accepts connections and never answers.
+func silentServer(t *testing.T) (string, func() int) { return testnet.Silent(t) }
 
 // A server that accepts and never answers costs each attempt its AttemptTimeout, and the
 // error names that timeout; the attempts are counted and Do returns in bounded time.

@@ -93,7 +93,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -102,6 +101,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/chaos"
 	"github.com/rollout-dev/rollout/pkg/plan"
 )
 
@@ -258,7 +258,7 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 
 	if d.hit(s.opt.ConnectionReset, "connection-reset", round, attempt) {
 		s.c.reset.Add(1)
-		resetConnection(w)
+		chaos.ResetConnection(w)
 		return
 	}
 	if d.hit(s.opt.Hang, "hang", round, attempt) {
@@ -331,20 +331,6 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 		Choices: []chatChoice{{Index: 0, Message: msg, FinishReason: ans.finish}},
 		Usage:   chatUsage{PromptTokens: prompt4, CompletionTokens: completion, TotalTokens: prompt4 + completion},
 	})
-}
-
-// resetConnection ends the request without an answer: it takes the connection over, sets
-// SO_LINGER to 0 (so that closing it sends a TCP RST, not a FIN) and closes it. When the
-// connection cannot be taken over (HTTP/2), the handler aborts, which resets the stream.
-func resetConnection(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		panic(http.ErrAbortHandler)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetLinger(0)
-	}
-	conn.Close()
 }
 
 // attempt numbers the requests with this fingerprint: 0 the first time.

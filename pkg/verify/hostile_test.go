@@ -1,11 +1,9 @@
 package verify_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/verify"
@@ -175,33 +174,8 @@ func TestRemoteHugeAnswer(t *testing.T) {
 // call timeout, then a verify error that names the timeout, in which errors.Is finds
 // context.DeadlineExceeded (the runner classes it timeout), in bounded time.
 func TestRemoteSilentServerTimesOut(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, bufio.NewReader(c))
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	ts, err := agent.NewToolServer("v", "http://"+ln.Addr().String(), nil)
+	url, _ := testnet.Silent(t)
+	ts, err := agent.NewToolServer("v", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

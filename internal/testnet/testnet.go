@@ -1,0 +1,44 @@
+// Package testnet holds network fixtures for tests: servers that misbehave on purpose.
+package testnet
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Silent starts a TCP server on loopback that accepts connections, reads what is sent and
+// never writes a byte: a server that hangs. Its connections are closed when the test ends.
+// It returns the base URL (http://127.0.0.1:PORT) and a count of the connections accepted.
+func Silent(t testing.TB) (url string, accepted func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, bufio.NewReader(c)) // read the request, answer nothing
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
+}
