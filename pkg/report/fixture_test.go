@@ -43,6 +43,9 @@ func fixtureRecords(n int) []Record {
 		default:
 			r.RewardComponents = map[string]float64{"format": 1, "answer": r.Reward}
 		}
+		if i%2 == 0 {
+			r.TaskFields = map[string]string{"category": fmt.Sprintf("c%d", i%3), "difficulty": "easy"}
+		}
 		switch i % 3 {
 		case 0:
 			r.ToolNames = nil

@@ -24,7 +24,7 @@ var wantColumns = []string{
 	"reward", "has_reward", "reward_components", "rounds", "tool_calls",
 	"tool_names", "tool_errors", "prompt_tokens", "completion_tokens",
 	"latency_ms", "termination", "failure_class", "error", "attempts",
-	"started_at", "seed", "source_file", "source_line",
+	"started_at", "seed", "source_file", "source_line", "task_fields",
 }
 
 func writeParquet(t testing.TB, path string, opt ParquetOptions, recs []Record) {
@@ -152,12 +152,12 @@ func TestParquetReadByArrow(t *testing.T) {
 					t.Errorf("row group %d has %d rows, limit %d", i, n, limit)
 				}
 			}
-			// The map column has two leaf columns (key and value), so
-			// there is one column chunk more than there are top-level
-			// columns.
+			// The two map columns (reward_components, task_fields) have
+			// two leaf columns each (key and value), so there are two column
+			// chunks more than there are top-level columns.
 			want := map[compress.Compression]int{}
 			if len(tt.wantGroups) > 0 {
-				want[compress.Codecs.Zstd] = (len(wantColumns) + 1) * len(tt.wantGroups)
+				want[compress.Codecs.Zstd] = (len(wantColumns) + 2) * len(tt.wantGroups)
 			}
 			if !reflect.DeepEqual(af.codecs, want) {
 				t.Errorf("codecs: got %v, want only ZSTD on every column chunk (%v)", af.codecs, want)
@@ -318,6 +318,9 @@ func diffRecord(got, want Record) string {
 		}
 		if len(r.ToolNames) == 0 {
 			r.ToolNames = nil
+		}
+		if len(r.TaskFields) == 0 {
+			r.TaskFields = nil
 		}
 		if r.StartedAt.IsZero() {
 			r.StartedAt = time.Time{}

@@ -37,6 +37,9 @@ type Record struct {
 	Seed             int64              `parquet:"seed" json:"seed"`
 	SourceFile       string             `parquet:"source_file" json:"source_file"`
 	SourceLine       int64              `parquet:"source_line" json:"source_line"`
+	// TaskFields are the row's small scalar top-level fields (e.g. category, difficulty), as
+	// text, so that results can be grouped by them offline (rollout report --group-by).
+	TaskFields map[string]string `parquet:"task_fields" json:"task_fields,omitempty"`
 }
 
 // Failure classes: why infrastructure or input failed. Empty on success.

@@ -5,6 +5,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -296,6 +297,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: o.Arm, Model: o.Agent.ModelName,
 		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
 	}
+	rec.TaskFields = taskFields(t)
 	res := &report.Result{}
 	start := time.Now()
 	defer func() {
@@ -366,6 +368,41 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 	rec.Reward, rec.HasReward, rec.RewardComponents = v.Reward, true, v.Components
 	res.Verify = v.Answer
 	return res
+}
+
+// Bounds of the task fields kept in a record.
+const (
+	maxTaskFields     = 16
+	maxTaskFieldBytes = 128
+)
+
+// taskFields are the row's scalar top-level fields other than id, up to maxTaskFields of at
+// most maxTaskFieldBytes each: strings unquoted, numbers and booleans as written. Objects,
+// arrays and nulls (responses_create_params, agent_ref, expected lists…) are left out.
+func taskFields(t *dataset.Task) map[string]string {
+	var m map[string]string
+	for _, f := range t.Fields {
+		v := bytes.TrimSpace(f.Value)
+		if f.Key == "id" || len(v) == 0 || len(v) > maxTaskFieldBytes+2 || len(m) >= maxTaskFields {
+			continue
+		}
+		var text string
+		switch v[0] {
+		case '{', '[', 'n':
+			continue
+		case '"':
+			if json.Unmarshal(v, &text) != nil || len(text) > maxTaskFieldBytes {
+				continue
+			}
+		default:
+			text = string(v)
+		}
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[f.Key] = text
+	}
+	return m
 }
 
 // ctxFailure names a failure by the rollout's context when it ended: a

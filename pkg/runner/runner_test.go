@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,4 +270,23 @@ func BenchmarkRunRollouts(b *testing.B) {
 	}
 	b.ReportMetric(float64(rep.Summary.Rollouts)/b.Elapsed().Seconds(), "rollouts/s")
 	b.ReportMetric(float64(rep.Summary.Rollouts*3)/b.Elapsed().Seconds(), "model_calls/s")
+}
+
+func TestTaskFields(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	row := `{"id": 7, "category": "lookup", "difficulty": "hard", "n": 3, "ok": true, "none": null, "list": [1], "obj": {"a": 1}, ` +
+		`"long": "` + long + `", "responses_create_params": {"input": "hi"}, "agent_ref": {"type": "a", "name": "b"}}`
+	r, err := dataset.NewReader(strings.NewReader(row+"\n"), "t.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := r.Next()
+	if err != nil || task.Err != nil {
+		t.Fatal(err, task.Err)
+	}
+	got := taskFields(task)
+	want := map[string]string{"category": "lookup", "difficulty": "hard", "n": "3", "ok": "true"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("taskFields = %v, want %v", got, want)
+	}
 }
