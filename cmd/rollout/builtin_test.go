@@ -333,3 +333,51 @@ func TestRunRetryBudget(t *testing.T) {
 		}
 	}
 }
+
+// --arms runs every arm on every (task, repeat) with the same seed; the arm column tells the
+// records apart. On extraction tasks, which need sequential calls, single-step (one round of
+// tools, then an answer without them) cannot get the values and multi-step can.
+func TestRunArms(t *testing.T) {
+	input := headLines(t, extractionData, 12)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
+		"--server", "builtin:extraction", "--arms", "single,multi", "--num-repeats", "2", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	recs := readRecords(t, dir)
+	if len(recs) != 12*2*2 {
+		t.Fatalf("%d records, want 48", len(recs))
+	}
+	type key struct{ task, rollout int64 }
+	seeds := map[key]map[string]int64{}
+	reward := map[string]float64{}
+	for _, rec := range recs {
+		k := key{rec.TaskIndex, rec.RolloutIndex}
+		if seeds[k] == nil {
+			seeds[k] = map[string]int64{}
+		}
+		if _, dup := seeds[k][rec.Arm]; dup {
+			t.Errorf("two records for %v arm %s", k, rec.Arm)
+		}
+		seeds[k][rec.Arm] = rec.Seed
+		reward[rec.Arm] += rec.Reward
+		if rec.Arm == "single" && rec.Rounds > 2 {
+			t.Errorf("single-step rollout %v took %d rounds", k, rec.Rounds)
+		}
+	}
+	for k, by := range seeds {
+		if len(by) != 2 || by["single"] != by["multi"] {
+			t.Errorf("%v: seeds by arm %v, want the same seed in both arms", k, by)
+		}
+	}
+	if reward["multi"] != 24 || reward["single"] >= reward["multi"] {
+		t.Errorf("total reward: multi %v (want 24), single %v", reward["multi"], reward["single"])
+	}
+	for _, args := range [][]string{{"--arms", "single,chain"}, {"--arms", "multi,multi"}, {"--arms", "workflow"}, {"--arms", "single", "--arm", "x"}} {
+		r := runCLI(t, context.Background(), nil, append([]string{"run", "--input", input, "--out", t.TempDir(), "--model-url", "builtin:sim", "--server", "builtin:extraction"}, args...)...)
+		if r.code != exitUsage {
+			t.Errorf("%v: exit %d, want %d: %s", args, r.code, exitUsage, r.stderr)
+		}
+	}
+}

@@ -32,6 +32,7 @@ func (s *serverFlags) Set(v string) error { *s = append(*s, v); return nil }
 
 type runFlags struct {
 	input, out, modelURL, model, jsonlOut, arm string
+	arms                                       string
 	sessionStore                               string
 	sessionTTL                                 time.Duration
 	servers                                    serverFlags
@@ -95,7 +96,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session this long after its last write")
 	fs.BoolVar(&f.endSessions, "end-sessions", false, "after verify, POST /end_session to every server so it drops the session at once (rollout serve's servers take it; NeMo Gym's do not). Always on for builtin: servers")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index) to `FILE`")
-	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "arm name written in the records")
+	fs.StringVar(&f.arms, "arms", "", "policy arms to run on every task and repeat, with the same seeds: single, multi, or both as single,multi (default multi)")
+	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's name in the records, for a run of one multi-step arm")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out (after a crash, kill or Ctrl-C): run only the rollouts that have no record")
@@ -211,6 +213,16 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		t := f.temperature
 		opts.Agent.Temperature = &t
 	}
+	if f.arms != "" {
+		if f.arm != runner.DefaultArm {
+			return badUsage("run: --arm names the one arm of a run; with --arms the arms are named by their policies")
+		}
+		arms, err := runner.ParseArms(f.arms)
+		if err != nil {
+			return badUsage("--arms: %v", err)
+		}
+		opts.Arms = arms
+	}
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -223,7 +235,11 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := runner.CheckInput(&opts); err != nil {
 		return usageError{err}
 	}
-	cfg := runConfig{Arm: opts.Arm, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
+	var armNames []string
+	for _, a := range opts.Arms {
+		armNames = append(armNames, a.Name+"="+a.Policy)
+	}
+	cfg := runConfig{Arms: armNames, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
 		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
 		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed}
 	if simUsed != nil {
@@ -283,7 +299,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 // resume with another one is refused unless --force. Concurrency, timeouts and retries are not
 // in it: they may change between resumes.
 type runConfig struct {
-	Arm             string            `json:"arm"`
+	Arms            []string          `json:"arms"`
 	Repeats         int               `json:"num_repeats"`
 	Limit           int               `json:"limit"`
 	ModelURL        string            `json:"model_url"`

@@ -124,6 +124,8 @@ type Tools interface {
 type Config struct {
 	Model     Model
 	ModelName string
+	// Policy is how rounds go (DESIGN §5): PolicyMulti (the default) or PolicySingle.
+	Policy string
 	// MaxRounds bounds the rounds of a rollout (default 10, never unlimited).
 	MaxRounds int
 	// MaxFailedRounds ends a rollout as tool_error after this many
@@ -136,6 +138,16 @@ type Config struct {
 	// MaxTokens overrides the rows' max_output_tokens when > 0.
 	MaxTokens int
 }
+
+// Policies.
+const (
+	// PolicyMulti: rounds until the model answers without tool calls, up to MaxRounds; the
+	// tools are offered in every round.
+	PolicyMulti = "multi"
+	// PolicySingle: at most one round of tool calls; then one more model call without tools
+	// for the final answer (seed 004's baseline: "tools removed after the first call").
+	PolicySingle = "single"
+)
 
 // Defaults.
 const (
@@ -150,6 +162,13 @@ func (c *Config) Validate() error {
 	}
 	if c.ModelName == "" {
 		return fmt.Errorf("agent: no model name (--model)")
+	}
+	switch c.Policy {
+	case "":
+		c.Policy = PolicyMulti
+	case PolicyMulti, PolicySingle:
+	default:
+		return fmt.Errorf("agent: unknown policy %q (want %s or %s)", c.Policy, PolicySingle, PolicyMulti)
 	}
 	if c.MaxRounds == 0 {
 		c.MaxRounds = DefaultMaxRounds
@@ -210,6 +229,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	}
 
 	failedRounds, unreachableRounds, timedOutRounds := 0, 0, 0
+	toolsRemoved := false // single-step: the final call, without tools
 	for round := 0; ; round++ {
 		req.Messages = tr.Messages
 		resp, latency, tap, err := c.call(ctx, req)
@@ -236,6 +256,16 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			tc.Type = openai.ToolTypeFunction
 			tc.Index = nil
 			hist.ToolCalls = append(hist.ToolCalls, tc)
+		}
+		if toolsRemoved && len(hist.ToolCalls) > 0 {
+			// Asked for tools after they were taken away: the calls are not made (nor kept
+			// in the history, where they would have no answers); the policy's bound is hit.
+			hist.ToolCalls = nil
+			tr.Messages = append(tr.Messages, hist)
+			tr.Rounds = append(tr.Rounds, rd)
+			tr.FinalText = msg.Content
+			tr.Termination = MaxRounds
+			return tr
 		}
 		tr.Messages = append(tr.Messages, hist)
 		if len(hist.ToolCalls) == 0 {
@@ -305,6 +335,12 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		if round+1 >= c.MaxRounds {
 			tr.Termination = MaxRounds
 			return tr
+		}
+		if c.Policy == PolicySingle {
+			// One round of tool calls is all single-step gets: the next call is for the
+			// final answer, with no tools offered.
+			req.Tools, req.ToolChoice, req.ParallelToolCalls = nil, nil, nil
+			toolsRemoved = true
 		}
 	}
 }

@@ -42,8 +42,11 @@ type Options struct {
 	// DrainTimeout bounds how long running rollouts may go on after the
 	// run is interrupted (default 30 s); then they are cancelled.
 	DrainTimeout time.Duration
-	// Arm names the policy arm in the records (default "multi").
+	// Arm names the policy arm in the records (default "multi") when Arms is empty.
 	Arm string
+	// Arms are the policies run on every (task, repeat), with the same seed (DESIGN §5):
+	// the records' arm column tells them apart. Empty: one multi-step arm named Arm.
+	Arms []Arm
 	// Seed is the base of the per-(task, repeat) seeds.
 	Seed int64
 	// Agent is the model and loop settings.
@@ -57,6 +60,29 @@ type Options struct {
 	// RetryBudget is the number of retries one rollout may make in all, across its model
 	// calls, seed_session and verify; negative: no budget (only each call's own policy).
 	RetryBudget int
+}
+
+// Arm is a policy with its settings, run on every task.
+type Arm struct {
+	Name   string // the arm column of its records; default: the policy's name
+	Policy string // agent.PolicyMulti or agent.PolicySingle
+}
+
+// ParseArms parses a comma-separated list of arms: policy names (single, multi).
+func ParseArms(list string) ([]Arm, error) {
+	var arms []Arm
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		switch name {
+		case agent.PolicySingle, agent.PolicyMulti:
+			arms = append(arms, Arm{Name: name, Policy: name})
+		case "workflow":
+			return nil, fmt.Errorf("arm %q: the workflow arm is not built yet (arms: single, multi)", name)
+		default:
+			return nil, fmt.Errorf("unknown arm %q (arms: single, multi)", name)
+		}
+	}
+	return arms, nil
 }
 
 // Defaults.
@@ -94,6 +120,24 @@ func (o *Options) Validate() error {
 	}
 	if o.Arm == "" {
 		o.Arm = DefaultArm
+	}
+	if len(o.Arms) == 0 {
+		o.Arms = []Arm{{Name: o.Arm, Policy: agent.PolicyMulti}}
+	}
+	seen := map[string]bool{}
+	for i, a := range o.Arms {
+		if a.Name == "" {
+			o.Arms[i].Name = a.Policy
+		}
+		if seen[o.Arms[i].Name] {
+			return fmt.Errorf("arm %q given twice", o.Arms[i].Name)
+		}
+		seen[o.Arms[i].Name] = true
+		c := o.Agent
+		c.Policy = a.Policy
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("arm %q: %w", o.Arms[i].Name, err)
+		}
 	}
 	if o.Servers.Default == nil && len(o.Servers.ByName) == 0 {
 		return errors.New("no resource server: --server URL or --server NAME=URL")
@@ -181,7 +225,7 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 		if o.Limit > 0 {
 			n = min(n, o.Limit)
 		}
-		total = max(n*o.Repeats-len(o.Done), 0)
+		total = max(n*o.Repeats*len(o.Arms)-len(o.Done), 0)
 	}
 	rd, err := dataset.Open(o.Input)
 	if err != nil {
@@ -223,19 +267,21 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 		if ctx.Err() != nil || runCtx.Err() != nil {
 			return errStop
 		}
-		if o.Done.Has(int64(t.Index), int64(k), o.Arm) {
-			return nil
-		}
-		// Go blocks until a slot is free: a sliding window.
-		p.Go(func() {
-			// An interrupt while this rollout waited for its slot: it
-			// does not start (and has no record; a resume runs it).
-			if ctx.Err() != nil || runCtx.Err() != nil {
-				return
+		for _, arm := range o.Arms {
+			if o.Done.Has(int64(t.Index), int64(k), arm.Name) {
+				continue
 			}
-			started.Add(1)
-			results <- r.rollout(runCtx, t, k)
-		})
+			// Go blocks until a slot is free: a sliding window.
+			p.Go(func() {
+				// An interrupt while this rollout waited for its slot: it
+				// does not start (and has no record; a resume runs it).
+				if ctx.Err() != nil || runCtx.Err() != nil {
+					return
+				}
+				started.Add(1)
+				results <- r.rollout(runCtx, t, k, arm)
+			})
+		}
 		return nil
 	})
 	p.Wait()
@@ -291,10 +337,10 @@ type run struct {
 
 // rollout runs one (task, rollout index): seed_session, the agent loop,
 // verify. It always returns a result; failures are fields of its record.
-func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Result {
+func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *report.Result {
 	o := r.o
 	rec := report.Record{
-		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: o.Arm, Model: o.Agent.ModelName,
+		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: arm.Name, Model: o.Agent.ModelName,
 		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
 	}
 	rec.TaskFields = taskFields(t)
@@ -334,7 +380,9 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 		return res
 	}
 
-	tr := o.Agent.Run(ctx, t, sess, rec.Seed)
+	cfg := o.Agent
+	cfg.Policy = arm.Policy
+	tr := cfg.Run(ctx, t, sess, rec.Seed)
 	calls, failed, names := tr.ToolCalls()
 	rec.Rounds, rec.ToolCalls, rec.ToolErrors, rec.ToolNames = int32(len(tr.Rounds)), int32(calls), int32(failed), names
 	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
@@ -348,7 +396,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int) *report.Resul
 		return res
 	}
 
-	resp := agent.BuildResponse(responseID(t.Index, k, o.Arm), float64(rec.StartedAt.Unix()), o.Agent.ModelName, t.Params, tr)
+	resp := agent.BuildResponse(responseID(t.Index, k, arm.Name), float64(rec.StartedAt.Unix()), o.Agent.ModelName, t.Params, tr)
 	rb, err := json.Marshal(resp)
 	if err != nil { // cannot happen: the response is plain data
 		rec.FailureClass, rec.Error = report.FailVerify, err.Error()
