@@ -105,6 +105,16 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the rollouts whose failure was an infrastructure one (rate_limited, model_unavailable, resource_server, verify, timeout, cancelled)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
 	simOptions := simKnobs(fs, "sim-")
+	fs.String("config", "", "a YAML `FILE` of rollout run flags by name (and arms with their own settings); flags given here override it")
+	// A config file sets the flags first; the command line overrides it.
+	var configArms []runner.Arm
+	if path, err := configArg(args); err != nil {
+		return err
+	} else if path != "" {
+		if configArms, err = applyConfig(fs, path); err != nil {
+			return err
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
@@ -213,6 +223,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		t := f.temperature
 		opts.Agent.Temperature = &t
 	}
+	opts.Arms = configArms
 	if f.arms != "" {
 		if f.arm != runner.DefaultArm {
 			return badUsage("run: --arm names the one arm of a run; with --arms the arms are named by their policies")
@@ -237,7 +248,11 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	var armNames []string
 	for _, a := range opts.Arms {
-		armNames = append(armNames, a.Name+"="+a.Policy)
+		name := a.Name + "=" + a.Policy
+		if a.MaxRounds > 0 {
+			name += fmt.Sprintf(",max-rounds=%d", a.MaxRounds)
+		}
+		armNames = append(armNames, name)
 	}
 	cfg := runConfig{Arms: armNames, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
 		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,

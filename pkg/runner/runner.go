@@ -66,6 +66,17 @@ type Options struct {
 type Arm struct {
 	Name   string // the arm column of its records; default: the policy's name
 	Policy string // agent.PolicyMulti or agent.PolicySingle
+	// MaxRounds overrides Options.Agent.MaxRounds for this arm when > 0.
+	MaxRounds int
+}
+
+// config is the agent configuration of the arm.
+func (a Arm) config(base agent.Config) agent.Config {
+	base.Policy = a.Policy
+	if a.MaxRounds > 0 {
+		base.MaxRounds = a.MaxRounds
+	}
+	return base
 }
 
 // ParseArms parses a comma-separated list of arms: policy names (single, multi).
@@ -133,8 +144,7 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("arm %q given twice", o.Arms[i].Name)
 		}
 		seen[o.Arms[i].Name] = true
-		c := o.Agent
-		c.Policy = a.Policy
+		c := a.config(o.Agent)
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("arm %q: %w", o.Arms[i].Name, err)
 		}
@@ -380,8 +390,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 		return res
 	}
 
-	cfg := o.Agent
-	cfg.Policy = arm.Policy
+	cfg := arm.config(o.Agent)
 	tr := cfg.Run(ctx, t, sess, rec.Seed)
 	calls, failed, names := tr.ToolCalls()
 	rec.Rounds, rec.ToolCalls, rec.ToolErrors, rec.ToolNames = int32(len(tr.Rounds)), int32(calls), int32(failed), names

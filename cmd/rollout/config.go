@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/rollout-dev/rollout/pkg/runner"
+)
+
+// A run config file (YAML) holds `rollout run` flags by their names, so that a run can be kept
+// and repeated:
+//
+//	input: data/extraction.jsonl
+//	out: out/qwen
+//	model-url: http://localhost:8000/v1
+//	model: Qwen/Qwen3-8B
+//	server: [builtin:extraction]
+//	num-repeats: 4
+//	sim-profile: realistic
+//	arms:
+//	  - single
+//	  - multi
+//	  - {name: multi-20, policy: multi, max-rounds: 20}
+//
+// A key that is not a flag of rollout run is an error naming FILE:LINE. "arms" lists policy
+// names, or arms with their own settings: name, policy, max-rounds. Flags on the command line
+// override the file (a repeated flag such as --server adds to the file's list).
+
+// configArg finds --config FILE (or -config, --config=FILE) among args.
+func configArg(args []string) (string, error) {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "config" {
+			continue
+		}
+		if hasVal {
+			return val, nil
+		}
+		if i+1 >= len(args) {
+			return "", badUsage("--config needs a FILE")
+		}
+		return args[i+1], nil
+	}
+	return "", nil
+}
+
+// applyConfig sets fs's flags from the YAML file at path and returns the arms it lists.
+func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, badUsage("--config: %v", err)
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		return nil, badUsage("%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		return nil, badUsage("%s:%d: want a mapping of flag names to values", path, top.Line)
+	}
+	at := func(n *yaml.Node, format string, args ...any) error {
+		return badUsage("%s:%d: %s", path, n.Line, fmt.Sprintf(format, args...))
+	}
+	var arms []runner.Arm
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		key := k.Value
+		if seen[key] {
+			return nil, at(k, "%s given twice", key)
+		}
+		seen[key] = true
+		if key == "arms" {
+			if arms, err = configArms(v, at); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if key == "config" {
+			return nil, at(k, "a config file cannot name another")
+		}
+		f := fs.Lookup(key)
+		if f == nil {
+			return nil, at(k, "unknown key %q: the keys are the flags of rollout run (rollout run -h), and arms", key)
+		}
+		var values []*yaml.Node
+		switch v.Kind {
+		case yaml.ScalarNode:
+			values = []*yaml.Node{v}
+		case yaml.SequenceNode:
+			if _, repeatable := f.Value.(*serverFlags); !repeatable {
+				return nil, at(v, "%s takes one value, not a list", key)
+			}
+			values = v.Content
+		default:
+			return nil, at(v, "%s: want a value", key)
+		}
+		for _, val := range values {
+			if val.Kind != yaml.ScalarNode {
+				return nil, at(val, "%s: want a value", key)
+			}
+			if err := fs.Set(key, val.Value); err != nil {
+				return nil, at(val, "%s: %v", key, err)
+			}
+		}
+	}
+	return arms, nil
+}
+
+// configArms reads the arms list: policy names, or {name, policy, max-rounds}.
+func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runner.Arm, error) {
+	if v.Kind != yaml.SequenceNode {
+		return nil, at(v, "arms: want a list")
+	}
+	var arms []runner.Arm
+	for _, item := range v.Content {
+		switch item.Kind {
+		case yaml.ScalarNode:
+			a, err := runner.ParseArms(item.Value)
+			if err != nil {
+				return nil, at(item, "arms: %v", err)
+			}
+			arms = append(arms, a...)
+		case yaml.MappingNode:
+			var a runner.Arm
+			for j := 0; j+1 < len(item.Content); j += 2 {
+				k, val := item.Content[j], item.Content[j+1]
+				if val.Kind != yaml.ScalarNode {
+					return nil, at(val, "arms: %s: want a value", k.Value)
+				}
+				switch k.Value {
+				case "name":
+					a.Name = val.Value
+				case "policy":
+					p, err := runner.ParseArms(val.Value)
+					if err != nil {
+						return nil, at(val, "arms: %v", err)
+					}
+					a.Policy = p[0].Policy
+				case "max-rounds":
+					n, err := strconv.Atoi(val.Value)
+					if err != nil || n < 1 {
+						return nil, at(val, "arms: max-rounds: want a whole number >= 1, got %q", val.Value)
+					}
+					a.MaxRounds = n
+				default:
+					return nil, at(k, "arms: unknown key %q (name, policy, max-rounds)", k.Value)
+				}
+			}
+			if a.Policy == "" {
+				return nil, at(item, "arms: an arm needs a policy (single or multi)")
+			}
+			arms = append(arms, a)
+		default:
+			return nil, at(item, "arms: want a policy name or {name, policy, max-rounds}")
+		}
+	}
+	return arms, nil
+}
