@@ -62,6 +62,7 @@ Usage:
   rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]
   rollout validate FILE... [--oracle] [--server URL|NAME=URL|builtin:NAME]
   rollout gen NAME [--seed N] [--n N] [-o FILE]
+  rollout report DIR|FILE... [--group-by FIELD] [--format text|json|markdown] [flags]
   rollout help [COMMAND]
 
 Run 'rollout run -h' for the flags of run.
@@ -92,6 +93,8 @@ func run(ctx context.Context, args []string, e env) int {
 		err = cmdGen(ctx, args[1:], e)
 	case "validate":
 		err = cmdValidate(ctx, args[1:], e)
+	case "report":
+		err = cmdReport(ctx, args[1:], e)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return run(ctx, []string{args[1], "-h"}, e)

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// cmdReport prints the statistics of one or more runs' records (DESIGN §7).
+func cmdReport(_ context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("rollout report", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
+	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out")
+	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k and pass^k, when its reward is at least this")
+	format := fs.String("format", "text", "output: text, json or markdown")
+	seed := fs.Uint64("seed", 0, "seed of the bootstrap: the same records and seed give the same interval")
+	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% confidence interval, tasks resampled as clusters (0: no interval)")
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
+			"Prints the statistics of runs: mean reward with its standard error and a 95%% CI bootstrapped over\n"+
+			"tasks, pass@k and pass^k, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
+			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
+			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
+		fs.PrintDefaults()
+	}
+	// Paths and flags may come in any order.
+	var paths []string
+	for {
+		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			paths, args = append(paths, args[0]), args[1:]
+		}
+		if len(args) == 0 {
+			break
+		}
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return errHelp
+			}
+			return usageError{err}
+		}
+		args = fs.Args()
+	}
+	if len(paths) == 0 {
+		return badUsage("report: which run directory or file?")
+	}
+	switch *format {
+	case "text", "json", "markdown", "md":
+	default:
+		return badUsage("report: --format %q: want text, json or markdown", *format)
+	}
+	if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold == 0 {
+		// 0 would read as the default in StatsOptions: ask for a small positive number.
+		return badUsage("report: --threshold %v: want a finite, non-zero reward", *threshold)
+	}
+	if *bootstrap < 0 {
+		return badUsage("report: --bootstrap %d: want 0 or more", *bootstrap)
+	}
+	o := report.StatsOptions{GroupBy: *groupBy, Threshold: *threshold, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap, Seed: *seed}
+	if *bootstrap == 0 {
+		o.Bootstrap = -1
+	}
+
+	ev := report.NewEvaluator(o)
+	for _, p := range paths {
+		if err := addRecords(ev, p, e); err != nil {
+			return usageError{fmt.Errorf("report: %w", err)}
+		}
+	}
+	res := ev.Evaluation()
+	if res.Duplicates > 0 {
+		fmt.Fprintf(e.stderr, "rollout: warning: %d records repeat the key (task, rollout, arm) of another from the same task file: the same run given twice, or runs to report apart\n", res.Duplicates)
+	}
+	if err := res.Write(e.stdout, *format); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// addRecords adds the records of one argument: a run directory, a .parquet file or a journal.
+// Errors name the file.
+func addRecords(ev *report.Evaluator, path string, e env) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err // *PathError: names the path
+	}
+	if st.IsDir() {
+		pq := filepath.Join(path, report.ParquetFile)
+		if _, err := os.Stat(pq); err == nil {
+			return addParquet(ev, pq)
+		}
+		j := filepath.Join(path, report.JournalFile)
+		if _, err := os.Stat(j); err == nil {
+			fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, report.ParquetFile, j)
+			return addJournal(ev, j)
+		}
+		return fmt.Errorf("%s: no %s or %s: not a run's output directory", path, report.ParquetFile, report.JournalFile)
+	}
+	switch {
+	case strings.HasSuffix(path, ".parquet"):
+		return addParquet(ev, path)
+	case strings.HasSuffix(path, ".jsonl"):
+		return addJournal(ev, path)
+	}
+	return fmt.Errorf("%s: not a .parquet file, a journal (.jsonl) or a run directory", path)
+}
+
+func addParquet(ev *report.Evaluator, path string) error {
+	recs, err := report.ReadParquet(path)
+	if err != nil {
+		if !strings.Contains(err.Error(), path) {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+		return err
+	}
+	for i := range recs {
+		ev.Add(&recs[i])
+	}
+	return nil
+}
+
+func addJournal(ev *report.Evaluator, path string) error {
+	line := 0
+	err := report.ScanJournal(path, func(rec *report.Record) error {
+		line++
+		// Every record has a start time: a line without one is not a record (a task file,
+		// say, which would otherwise read as records without rewards).
+		if rec.StartedAt.IsZero() {
+			return fmt.Errorf("%s:%d: not a rollout record (no started_at): is this a journal?", path, line)
+		}
+		ev.Add(rec)
+		return nil
+	})
+	if err != nil && !strings.Contains(err.Error(), path) {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	return err
+}

@@ -1,0 +1,716 @@
+package report
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+)
+
+// The statistics of an evaluation (DESIGN §7): for the whole run, per arm and per group of
+// tasks, the mean reward with its standard error and a 95% confidence interval bootstrapped
+// over tasks, pass@k and pass^k, failures apart, and the agents' behaviour.
+
+// DefaultBootstrap is the number of bootstrap resamples when StatsOptions.Bootstrap is 0.
+const DefaultBootstrap = 2000
+
+// NoGroup is the group of the records that lack the group-by field.
+const NoGroup = "(none)"
+
+// StatsOptions say how records are scored.
+type StatsOptions struct {
+	// GroupBy is a TaskFields key (e.g. "category"): the scores are also given per value of
+	// that field; records without it go to group NoGroup. Empty: no groups.
+	GroupBy string `json:"group_by,omitempty"`
+	// Threshold is the reward at or above which a rollout is a success, for pass@k and
+	// pass^k. 0 means 1.0 (rewards of 0 or 1).
+	Threshold float64 `json:"threshold"`
+	// ScoreFailuresAsZero scores the rollouts that have a failure class as reward 0 (and
+	// as failed tries for pass@k). By default they are counted apart and left out.
+	ScoreFailuresAsZero bool `json:"score_failures_as_zero"`
+	// Bootstrap is the number of resamples of the confidence interval: 0 means
+	// DefaultBootstrap, a negative number computes no interval.
+	Bootstrap int `json:"bootstrap"`
+	// Seed seeds the bootstrap: the same records and seed give the same interval.
+	Seed uint64 `json:"seed"`
+}
+
+func (o StatsOptions) normalized() StatsOptions {
+	if o.Threshold == 0 {
+		o.Threshold = 1
+	}
+	if o.Bootstrap == 0 {
+		o.Bootstrap = DefaultBootstrap
+	}
+	if o.Bootstrap < 0 {
+		o.Bootstrap = 0
+	}
+	return o
+}
+
+// Interval is a confidence interval.
+type Interval struct {
+	Low  float64 `json:"low"`
+	High float64 `json:"high"`
+}
+
+// PassAtK is pass@k and pass^k for one k, averaged over the Tasks (task and arm pairs) that
+// have at least k scored rollouts.
+type PassAtK struct {
+	K     int `json:"k"`
+	Tasks int `json:"tasks"`
+	// PassAt is the mean over tasks of 1 − C(n−c, k)/C(n, k): the chance that at least one
+	// of k tries drawn without replacement from a task's n succeeds (Chen et al. 2021).
+	PassAt float64 `json:"pass_at_k"`
+	// PassHat is the mean over tasks of C(c, k)/C(n, k): the chance that all k succeed
+	// (pass^k, tau-bench).
+	PassHat float64 `json:"pass_hat_k"`
+}
+
+// Scores are the numbers of one scope: the whole run, one arm, one group or one arm's group.
+type Scores struct {
+	// Scope names the scope: "all", "arm=multi", "difficulty=hard", "arm=multi difficulty=hard".
+	Scope string `json:"scope"`
+	Arm   string `json:"arm,omitempty"`
+	Group string `json:"group,omitempty"`
+
+	// Rollouts counts every record; Failed those with a failure class, by class.
+	Rollouts        int            `json:"rollouts"`
+	Failed          int            `json:"failed"`
+	FailuresByClass map[string]int `json:"failures_by_class"`
+	// Scored counts the rollouts in the reward statistics: those with a reward and no
+	// failure class, plus the failed ones when they are scored as zero.
+	Scored int `json:"scored"`
+	// Tasks counts the tasks with at least one scored rollout; Successes the scored
+	// rollouts whose reward is at least the threshold.
+	Tasks     int `json:"tasks"`
+	Successes int `json:"successes"`
+
+	// MeanReward is the mean of the scored rollouts' rewards; StdErr their sample standard
+	// deviation over sqrt(Scored) (0 below 2 rollouts). CI95 is the 95% percentile bootstrap
+	// interval of MeanReward with tasks resampled as clusters; nil when not computed or
+	// nothing is scored.
+	MeanReward float64   `json:"mean_reward"`
+	StdErr     float64   `json:"std_err"`
+	CI95       *Interval `json:"ci95,omitempty"`
+
+	// PassAtK lists pass@k and pass^k for k = 1, 2, 4, 8, …; a k that no task of the scope
+	// has enough scored rollouts for is left out.
+	PassAtK []PassAtK `json:"pass_at_k"`
+
+	// Behaviour: means over the rollouts with a reward and no failure class (whether or
+	// not failures are scored as zero); totals and terminations over every record.
+	MeanRounds           float64        `json:"mean_rounds"`
+	MeanToolCalls        float64        `json:"mean_tool_calls"`
+	MeanPromptTokens     float64        `json:"mean_prompt_tokens"`
+	MeanCompletionTokens float64        `json:"mean_completion_tokens"`
+	MeanLatencyMs        float64        `json:"mean_latency_ms"`
+	PromptTokens         int64          `json:"prompt_tokens"`
+	CompletionTokens     int64          `json:"completion_tokens"`
+	ToolErrors           int64          `json:"tool_errors"`
+	Terminations         map[string]int `json:"terminations"`
+}
+
+// Pass returns the entry of k, if the scope has one.
+func (s *Scores) Pass(k int) (PassAtK, bool) {
+	for _, p := range s.PassAtK {
+		if p.K == k {
+			return p, true
+		}
+	}
+	return PassAtK{}, false
+}
+
+// Evaluation is the statistics of a set of records.
+type Evaluation struct {
+	Options StatsOptions `json:"options"`
+	// K lists the k of pass@k: the powers of two up to the most scored rollouts any task has
+	// in one arm.
+	K       []int  `json:"k"`
+	Overall Scores `json:"overall"`
+	// ByArm has one entry per arm, sorted by name.
+	ByArm []Scores `json:"by_arm"`
+	// ByGroup has one entry per value of the group-by field, sorted, across arms; ByArmGroup
+	// one per arm and value, when there is more than one arm.
+	ByGroup    []Scores `json:"by_group,omitempty"`
+	ByArmGroup []Scores `json:"by_arm_group,omitempty"`
+	// Duplicates counts the records whose key (source file, task index, rollout index, arm)
+	// an earlier record has: the same run given twice, or runs of one task file by two
+	// models under one arm name. They are counted like the others.
+	Duplicates int `json:"duplicates,omitempty"`
+}
+
+// Evaluate computes the statistics of recs. The result does not depend on the order of recs.
+func Evaluate(recs []Record, o StatsOptions) *Evaluation {
+	ev := NewEvaluator(o)
+	for i := range recs {
+		ev.Add(&recs[i])
+	}
+	return ev.Evaluation()
+}
+
+// EvaluateJournal computes the statistics of the records of a run's journal (see
+// ScanJournal).
+func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
+	ev := NewEvaluator(o)
+	err := ScanJournal(path, func(rec *Record) error {
+		ev.Add(rec)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ev.Evaluation(), nil
+}
+
+// Evaluator collects records, keeping a few numbers of each (not the records), for an
+// Evaluation. It is not safe for concurrent use.
+type Evaluator struct {
+	o    StatsOptions
+	rows []evalRow
+	// Interned strings: sources, arms, groups, failure classes, terminations.
+	names []string
+	index map[string]int32
+}
+
+// evalRow is what the statistics need of one record.
+type evalRow struct {
+	task, rollout                  int64
+	src, arm, group, failure, term int32 // indices into names; failure −1 when none
+	hasReward                      bool
+	reward                         float64
+	rounds, toolCalls, toolErrors  int32
+	promptTokens, completionTokens int64
+	latencyMs                      float64
+}
+
+// NewEvaluator returns an empty Evaluator.
+func NewEvaluator(o StatsOptions) *Evaluator {
+	return &Evaluator{o: o.normalized(), index: map[string]int32{}}
+}
+
+func (e *Evaluator) intern(s string) int32 {
+	if i, ok := e.index[s]; ok {
+		return i
+	}
+	i := int32(len(e.names))
+	e.names = append(e.names, s)
+	e.index[s] = i
+	return i
+}
+
+// Add counts one record.
+func (e *Evaluator) Add(r *Record) {
+	group := ""
+	if e.o.GroupBy != "" {
+		var ok bool
+		if group, ok = r.TaskFields[e.o.GroupBy]; !ok {
+			group = NoGroup
+		}
+	}
+	row := evalRow{
+		task: r.TaskIndex, rollout: r.RolloutIndex,
+		src: e.intern(r.SourceFile), arm: e.intern(r.Arm), group: e.intern(group), failure: -1, term: e.intern(r.Termination),
+		hasReward: r.HasReward, reward: r.Reward,
+		rounds: r.Rounds, toolCalls: r.ToolCalls, toolErrors: r.ToolErrors,
+		promptTokens: r.PromptTokens, completionTokens: r.CompletionTokens, latencyMs: r.LatencyMs,
+	}
+	if r.FailureClass != FailNone {
+		row.failure = e.intern(r.FailureClass)
+	}
+	e.rows = append(e.rows, row)
+}
+
+// Evaluation computes the statistics of the records added so far.
+func (e *Evaluator) Evaluation() *Evaluation {
+	// Sort the rows so that sums, tasks and resamples come in one order whatever the
+	// order the records came in.
+	rows := slices.Clone(e.rows)
+	name := func(i int32) string { return e.names[i] }
+	slices.SortFunc(rows, func(a, b evalRow) int {
+		return cmp.Or(
+			strings.Compare(name(a.src), name(b.src)),
+			cmp.Compare(a.task, b.task),
+			strings.Compare(name(a.arm), name(b.arm)),
+			cmp.Compare(a.rollout, b.rollout),
+		)
+	})
+
+	// k: powers of two up to the most scored rollouts of one task in one arm.
+	maxN := 0
+	for _, u := range e.units(rows) {
+		maxN = max(maxN, u.n)
+	}
+	var ks []int
+	for k := 1; k <= maxN; k *= 2 {
+		ks = append(ks, k)
+	}
+
+	ev := &Evaluation{Options: e.o, K: ks, ByArm: []Scores{}}
+	for i := 1; i < len(rows); i++ {
+		a, b := &rows[i-1], &rows[i]
+		if a.src == b.src && a.task == b.task && a.arm == b.arm && a.rollout == b.rollout {
+			ev.Duplicates++
+		}
+	}
+	ev.Overall = e.scores(rows, ks)
+	ev.Overall.Scope = "all"
+
+	byArm := partition(rows, func(r *evalRow) string { return name(r.arm) })
+	for _, arm := range slices.Sorted(maps.Keys(byArm)) {
+		s := e.scores(byArm[arm], ks)
+		s.Scope, s.Arm = "arm="+arm, arm
+		ev.ByArm = append(ev.ByArm, s)
+	}
+	if e.o.GroupBy == "" {
+		return ev
+	}
+	byGroup := partition(rows, func(r *evalRow) string { return name(r.group) })
+	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
+		s := e.scores(byGroup[g], ks)
+		s.Scope, s.Group = e.o.GroupBy+"="+g, g
+		ev.ByGroup = append(ev.ByGroup, s)
+	}
+	if len(byArm) > 1 {
+		for _, arm := range slices.Sorted(maps.Keys(byArm)) {
+			groups := partition(byArm[arm], func(r *evalRow) string { return name(r.group) })
+			for _, g := range slices.Sorted(maps.Keys(groups)) {
+				s := e.scores(groups[g], ks)
+				s.Scope, s.Arm, s.Group = "arm="+arm+" "+e.o.GroupBy+"="+g, arm, g
+				ev.ByArmGroup = append(ev.ByArmGroup, s)
+			}
+		}
+	}
+	return ev
+}
+
+// partition splits rows by key, keeping their order.
+func partition(rows []evalRow, key func(*evalRow) string) map[string][]evalRow {
+	m := map[string][]evalRow{}
+	for i := range rows {
+		k := key(&rows[i])
+		m[k] = append(m[k], rows[i])
+	}
+	return m
+}
+
+// scored reports whether a row is in the reward statistics, and with which reward.
+func (e *Evaluator) scored(r *evalRow) (reward float64, ok bool) {
+	if r.failure >= 0 {
+		return 0, e.o.ScoreFailuresAsZero
+	}
+	return r.reward, r.hasReward
+}
+
+// unit is one task in one arm: n scored rollouts, c successes.
+type unit struct{ n, c int }
+
+// units counts the scored rollouts and successes of each (source, task, arm) of sorted rows.
+func (e *Evaluator) units(rows []evalRow) []unit {
+	var out []unit
+	for i := range rows {
+		r := &rows[i]
+		if i == 0 || r.src != rows[i-1].src || r.task != rows[i-1].task || r.arm != rows[i-1].arm {
+			out = append(out, unit{})
+		}
+		reward, ok := e.scored(r)
+		if !ok {
+			continue
+		}
+		u := &out[len(out)-1]
+		u.n++
+		if reward >= e.o.Threshold {
+			u.c++
+		}
+	}
+	return slices.DeleteFunc(out, func(u unit) bool { return u.n == 0 })
+}
+
+// scores computes the Scores of sorted rows.
+func (e *Evaluator) scores(rows []evalRow, ks []int) Scores {
+	s := Scores{FailuresByClass: map[string]int{}, Terminations: map[string]int{}, PassAtK: []PassAtK{}}
+	// Clusters for the bootstrap: the rewards of each (source, task), summed.
+	var clusters []cluster
+	var sum float64
+	// Sums over the rollouts with a reward and no failure class.
+	behaved := 0
+	var rounds, toolCalls, prompt, completion int64
+	var latency float64
+	for i := range rows {
+		r := &rows[i]
+		s.Rollouts++
+		if r.failure >= 0 {
+			s.Failed++
+			s.FailuresByClass[e.names[r.failure]]++
+		}
+		if t := e.names[r.term]; t != "" {
+			s.Terminations[t]++
+		}
+		s.PromptTokens += r.promptTokens
+		s.CompletionTokens += r.completionTokens
+		s.ToolErrors += int64(r.toolErrors)
+		if r.failure < 0 && r.hasReward {
+			behaved++
+			rounds += int64(r.rounds)
+			toolCalls += int64(r.toolCalls)
+			prompt += r.promptTokens
+			completion += r.completionTokens
+			latency += r.latencyMs
+		}
+		reward, ok := e.scored(r)
+		if !ok {
+			continue
+		}
+		s.Scored++
+		if reward >= e.o.Threshold {
+			s.Successes++
+		}
+		sum += reward
+		if len(clusters) == 0 || !clusters[len(clusters)-1].same(r) {
+			clusters = append(clusters, cluster{src: r.src, task: r.task})
+		}
+		c := &clusters[len(clusters)-1]
+		c.sum += reward
+		c.n++
+	}
+	if behaved > 0 {
+		n := float64(behaved)
+		s.MeanRounds, s.MeanToolCalls = float64(rounds)/n, float64(toolCalls)/n
+		s.MeanPromptTokens, s.MeanCompletionTokens = float64(prompt)/n, float64(completion)/n
+		s.MeanLatencyMs = latency / n
+	}
+	s.Tasks = len(clusters)
+	if s.Scored > 0 {
+		s.MeanReward = sum / float64(s.Scored)
+	}
+	if s.Scored >= 2 {
+		// Two passes: the squared deviations from the mean.
+		var ss float64
+		for i := range rows {
+			if reward, ok := e.scored(&rows[i]); ok {
+				d := reward - s.MeanReward
+				ss += d * d
+			}
+		}
+		n := float64(s.Scored)
+		s.StdErr = math.Sqrt(ss/(n-1)) / math.Sqrt(n)
+	}
+	if s.Scored > 0 && e.o.Bootstrap > 0 {
+		lo, hi := bootstrapCI(clusters, e.o.Bootstrap, e.o.Seed)
+		s.CI95 = &Interval{Low: lo, High: hi}
+	}
+
+	units := e.units(rows)
+	for _, k := range ks {
+		p := PassAtK{K: k}
+		for _, u := range units {
+			if u.n < k {
+				continue
+			}
+			p.Tasks++
+			p.PassAt += PassAt(u.n, u.c, k)
+			p.PassHat += PassHat(u.n, u.c, k)
+		}
+		if p.Tasks == 0 {
+			continue
+		}
+		p.PassAt /= float64(p.Tasks)
+		p.PassHat /= float64(p.Tasks)
+		s.PassAtK = append(s.PassAtK, p)
+	}
+	return s
+}
+
+// cluster is one task's scored rollouts: their count and the sum of their rewards.
+type cluster struct {
+	src  int32
+	task int64
+	n    int
+	sum  float64
+}
+
+func (c *cluster) same(r *evalRow) bool { return c.src == r.src && c.task == r.task }
+
+// bootstrapSeq is the base of the PCG streams of the bootstrap (any constant: the seed is
+// the knob).
+const bootstrapSeq = 0x726f6c6c6f7574 // "rollout"
+
+// bootstrapChunk is how many resamples one PCG stream draws. Chunks run in parallel; each
+// has its own stream (seed, bootstrapSeq + chunk number), so the resamples are the same at
+// any parallelism.
+const bootstrapChunk = 100
+
+// bootstrapCI is the 95% percentile interval of the mean reward over b resamples of the
+// clusters: each resample draws len(clusters) clusters with replacement, each bringing all
+// its rollouts, and its mean is the sum of their rewards over the count of their rollouts.
+// The interval is the 2.5% and 97.5% quantiles of the b means, interpolated linearly
+// between order statistics (quantile p at position p·(b−1) of the sorted means).
+func bootstrapCI(clusters []cluster, b int, seed uint64) (lo, hi float64) {
+	t := len(clusters)
+	type sn struct {
+		sum float64
+		n   int64
+	}
+	packed := make([]sn, t) // one cache line per draw
+	for i, c := range clusters {
+		packed[i] = sn{c.sum, int64(c.n)}
+	}
+	means := make([]float64, b)
+	chunks := (b + bootstrapChunk - 1) / bootstrapChunk
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
+					return
+				}
+				pcg := rand.NewPCG(seed, bootstrapSeq+uint64(c))
+				for i := c * bootstrapChunk; i < min(b, (c+1)*bootstrapChunk); i++ {
+					var sum float64
+					var n int64
+					for range t {
+						// An index in [0, t): the high word of a 64×64-bit product
+						// (Lemire), whose bias, under t/2^64, is nil for any t here.
+						j, _ := bits.Mul64(pcg.Uint64(), uint64(t))
+						sum += packed[j].sum
+						n += packed[j].n
+					}
+					means[i] = sum / float64(n)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(means)
+	return quantile(means, 0.025), quantile(means, 0.975)
+}
+
+// quantile is the p-quantile of sorted xs, interpolated linearly (Hyndman and Fan's type 7).
+func quantile(xs []float64, p float64) float64 {
+	h := p * float64(len(xs)-1)
+	i := int(math.Floor(h))
+	if i+1 >= len(xs) {
+		return xs[len(xs)-1]
+	}
+	return xs[i] + (h-float64(i))*(xs[i+1]-xs[i])
+}
+
+// PassAt is the unbiased estimator of pass@k for a task with n tries of which c succeeded:
+// 1 − C(n−c, k)/C(n, k), the chance that k tries drawn without replacement include a
+// success. The ratio of binomials is computed as the product over i < k of (n−c−i)/(n−i),
+// which neither overflows nor loses precision to cancellation. k must be in 1..n.
+func PassAt(n, c, k int) float64 {
+	if n-c < k {
+		return 1
+	}
+	q := 1.0
+	for i := range k {
+		q *= float64(n-c-i) / float64(n-i)
+	}
+	return 1 - q
+}
+
+// PassHat is pass^k for a task with n tries of which c succeeded: C(c, k)/C(n, k), the
+// chance that k tries drawn without replacement all succeed, as the product over i < k of
+// (c−i)/(n−i). k must be in 1..n.
+func PassHat(n, c, k int) float64 {
+	if c < k {
+		return 0
+	}
+	q := 1.0
+	for i := range k {
+		q *= float64(c-i) / float64(n-i)
+	}
+	return q
+}
+
+// WriteJSON writes e as indented JSON.
+func (e *Evaluation) WriteJSON(w io.Writer) error {
+	b, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// scopes lists every Scores of e in printing order.
+func (e *Evaluation) scopes() []*Scores {
+	out := []*Scores{&e.Overall}
+	// One arm: its row would repeat the overall one.
+	if len(e.ByArm) > 1 {
+		for i := range e.ByArm {
+			out = append(out, &e.ByArm[i])
+		}
+	}
+	for i := range e.ByGroup {
+		out = append(out, &e.ByGroup[i])
+	}
+	for i := range e.ByArmGroup {
+		out = append(out, &e.ByArmGroup[i])
+	}
+	return out
+}
+
+// method describes how the numbers were computed, in one line.
+func (e *Evaluation) method() string {
+	o := e.Options
+	var b strings.Builder
+	fmt.Fprintf(&b, "success: reward >= %s; ", fmtNum(o.Threshold))
+	if o.ScoreFailuresAsZero {
+		b.WriteString("failed rollouts scored as 0; ")
+	} else {
+		b.WriteString("failed rollouts left out of the scores; ")
+	}
+	if o.Bootstrap > 0 {
+		fmt.Fprintf(&b, "95%% CI: bootstrap over tasks, %d resamples, seed %d", o.Bootstrap, o.Seed)
+	} else {
+		b.WriteString("no bootstrap CI")
+	}
+	return b.String()
+}
+
+func fmtNum(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// table is the two tables of the printers: the scores, then the behaviour. A cell "" is
+// printed as "-".
+func (e *Evaluation) table() (scores, behaviour [][]string) {
+	head := []string{"scope", "rollouts", "failed", "scored", "tasks", "mean reward", "std err", "95% CI"}
+	for _, k := range e.K {
+		head = append(head, fmt.Sprintf("pass@%d", k))
+	}
+	for _, k := range e.K {
+		if k > 1 {
+			head = append(head, fmt.Sprintf("pass^%d", k))
+		}
+	}
+	scores = append(scores, head)
+	behaviour = append(behaviour, []string{"scope", "mean rounds", "mean tool calls", "tool errors", "mean prompt tokens", "mean completion tokens", "mean latency ms", "failures", "terminations"})
+	f4 := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+	for _, s := range e.scopes() {
+		row := []string{s.Scope, strconv.Itoa(s.Rollouts), strconv.Itoa(s.Failed), strconv.Itoa(s.Scored), strconv.Itoa(s.Tasks), "", "", ""}
+		if s.Scored > 0 {
+			row[5] = f4(s.MeanReward)
+			if s.Scored > 1 {
+				row[6] = f4(s.StdErr)
+			}
+			if s.CI95 != nil {
+				row[7] = f4(s.CI95.Low) + " to " + f4(s.CI95.High)
+			}
+		}
+		for _, k := range e.K {
+			if p, ok := s.Pass(k); ok {
+				row = append(row, f4(p.PassAt))
+			} else {
+				row = append(row, "")
+			}
+		}
+		for _, k := range e.K {
+			if k == 1 {
+				continue
+			}
+			if p, ok := s.Pass(k); ok {
+				row = append(row, f4(p.PassHat))
+			} else {
+				row = append(row, "")
+			}
+		}
+		scores = append(scores, row)
+		b := []string{s.Scope, "", "", strconv.FormatInt(s.ToolErrors, 10), "", "", "", countList(s.FailuresByClass), countList(s.Terminations)}
+		if s.Rollouts > s.Failed {
+			b[1] = strconv.FormatFloat(s.MeanRounds, 'f', 2, 64)
+			b[2] = strconv.FormatFloat(s.MeanToolCalls, 'f', 2, 64)
+			b[4] = strconv.FormatFloat(s.MeanPromptTokens, 'f', 1, 64)
+			b[5] = strconv.FormatFloat(s.MeanCompletionTokens, 'f', 1, 64)
+			b[6] = strconv.FormatFloat(s.MeanLatencyMs, 'f', 1, 64)
+		}
+		behaviour = append(behaviour, b)
+	}
+	return scores, behaviour
+}
+
+// WriteText writes e as aligned tables for a terminal.
+func (e *Evaluation) WriteText(w io.Writer) error {
+	scores, behaviour := e.table()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\n", e.method())
+	for _, t := range [][][]string{scores, behaviour} {
+		fmt.Fprintln(tw)
+		for _, row := range t {
+			for i, c := range row {
+				if c == "" {
+					c = "-"
+				}
+				if i > 0 {
+					tw.Write([]byte{'\t'})
+				}
+				io.WriteString(tw, c)
+			}
+			tw.Write([]byte{'\n'})
+		}
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown writes e as Markdown tables.
+func (e *Evaluation) WriteMarkdown(w io.Writer) error {
+	scores, behaviour := e.table()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s.\n", e.method())
+	for ti, t := range [][][]string{scores, behaviour} {
+		b.WriteByte('\n')
+		for i, row := range t {
+			b.WriteString("|")
+			for _, c := range row {
+				if c == "" {
+					c = "-"
+				}
+				b.WriteString(" " + strings.ReplaceAll(c, "|", `\|`) + " |")
+			}
+			b.WriteByte('\n')
+			if i == 0 {
+				b.WriteString("|")
+				for j := range row {
+					if j == 0 || ti == 1 && j >= len(row)-2 {
+						b.WriteString(" --- |") // text: scope, failures, terminations
+					} else {
+						b.WriteString(" ---: |")
+					}
+				}
+				b.WriteByte('\n')
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// errFormat names the formats of Write.
+var errFormat = errors.New(`format: want text, json or markdown`)
+
+// Write writes e in a format: "text", "json" or "markdown" ("md").
+func (e *Evaluation) Write(w io.Writer, format string) error {
+	switch format {
+	case "text", "":
+		return e.WriteText(w)
+	case "json":
+		return e.WriteJSON(w)
+	case "markdown", "md":
+		return e.WriteMarkdown(w)
+	}
+	return fmt.Errorf("%w, not %q", errFormat, format)
+}
