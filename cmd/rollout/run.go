@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -300,6 +301,25 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := report.PrintSummary(e.stdout, sum); err != nil {
 		return err
 	}
+	// The statistics of the evaluation (DESIGN §7), kept beside the summary; printed when
+	// there is more than one arm or repeat to tell apart.
+	ev, err := report.EvaluateJournal(filepath.Join(f.out, report.JournalFile), report.StatsOptions{})
+	if err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	var evj bytes.Buffer
+	if err := ev.WriteJSON(&evj); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(f.out, "evaluation.json"), evj.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	if len(opts.Arms) > 1 || opts.Repeats > 1 {
+		fmt.Fprintln(e.stdout)
+		if err := ev.WriteText(e.stdout); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
 	if n := sink.NemoGym(); n != nil && n.Skipped() > 0 {
 		fmt.Fprintf(e.stderr, "rollout: %s: %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, n.Skipped())
@@ -344,7 +364,7 @@ func knobValues(o sim.Options) map[string]string {
 
 // runFiles are the files a run writes in --out.
 var runFiles = []string{report.ManifestFile, report.JournalFile, report.TrajectoriesFile, report.ParquetFile,
-	report.ParquetFile + ".tmp", report.SummaryFile}
+	report.ParquetFile + ".tmp", report.SummaryFile, "evaluation.json"}
 
 // prepareOut readies --out: for a new run it refuses an earlier run's files (unless
 // --overwrite removes them) and writes the manifest; with --resume it checks the manifest
