@@ -95,6 +95,10 @@ type Trajectory struct {
 	Error        string `json:"error,omitempty"`
 	// FinalText is the model's last answer.
 	FinalText string `json:"-"`
+	// Steps is the workflow policy's per-step record (workflow.go); nil for other policies.
+	Steps []StepTrace `json:"steps,omitempty"`
+	// InvalidAnswers counts JSON-mode answers refused as malformed (jsonmode.go).
+	InvalidAnswers int `json:"invalid_answers,omitempty"`
 }
 
 // ToolCalls counts the tool calls, failed ones and distinct names.
@@ -124,7 +128,7 @@ type Tools interface {
 type Config struct {
 	Model     Model
 	ModelName string
-	// Policy is how rounds go (DESIGN §5): PolicyMulti (the default) or PolicySingle.
+	// Policy is how rounds go (DESIGN §5): PolicyMulti (the default), PolicySingle or PolicyWorkflow.
 	Policy string
 	// MaxRounds bounds the rounds of a rollout (default 10, never unlimited).
 	MaxRounds int
@@ -137,6 +141,10 @@ type Config struct {
 	Temperature *float64
 	// MaxTokens overrides the rows' max_output_tokens when > 0.
 	MaxTokens int
+	// Workflow is the steps of PolicyWorkflow (workflow.go); other policies ignore it.
+	Workflow *Workflow
+	// ToolMode is how tools reach the model: ToolModeNative ("" too) or ToolModeJSON (jsonmode.go).
+	ToolMode string
 }
 
 // Policies.
@@ -166,9 +174,9 @@ func (c *Config) Validate() error {
 	switch c.Policy {
 	case "":
 		c.Policy = PolicyMulti
-	case PolicyMulti, PolicySingle:
+	case PolicyMulti, PolicySingle, PolicyWorkflow:
 	default:
-		return fmt.Errorf("agent: unknown policy %q (want %s or %s)", c.Policy, PolicySingle, PolicyMulti)
+		return fmt.Errorf("agent: unknown policy %q (want %s, %s or %s)", c.Policy, PolicySingle, PolicyMulti, PolicyWorkflow)
 	}
 	if c.MaxRounds == 0 {
 		c.MaxRounds = DefaultMaxRounds
@@ -185,7 +193,7 @@ func (c *Config) Validate() error {
 	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2) {
 		return fmt.Errorf("temperature must be in [0, 2], got %g", *c.Temperature)
 	}
-	return nil
+	return c.validateSteps()
 }
 
 // Run runs the multi-step loop of one rollout (seed 004, plan A): rounds
@@ -194,6 +202,9 @@ func (c *Config) Validate() error {
 // before the next model call. It never returns an error: how the rollout
 // ended is in the trajectory.
 func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed int64) *Trajectory {
+	if c.Policy == PolicyWorkflow || c.ToolMode == ToolModeJSON {
+		return c.runSteps(ctx, task, tools, seed) // workflow.go
+	}
 	p := task.Params
 	tr := &Trajectory{Messages: ChatMessages(p)}
 	req := openai.ChatCompletionRequest{
