@@ -381,3 +381,52 @@ func TestRunArms(t *testing.T) {
 		}
 	}
 }
+
+// The workflow arm runs the steps of --steps against the workflow server; the simulator plays
+// the plan step by step (it leaves out planned calls whose tool a step does not offer).
+// --tool-mode json reaches the agent: the simulator does not answer in the JSON format, so
+// every rollout ends as invalid_output after its invalid answers.
+func TestRunWorkflowArm(t *testing.T) {
+	input := headLines(t, "../../data/workflow.jsonl", 5)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
+		"--server", "builtin:workflow", "--arms", "multi,workflow", "--steps", "../../data/workflow.steps.json", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	by := map[string]int{}
+	for _, rec := range readRecords(t, dir) {
+		by[rec.Arm]++
+		if rec.Reward != 1 {
+			t.Errorf("%s rollout %d: reward %v (%s %s)", rec.Arm, rec.TaskIndex, rec.Reward, rec.Termination, rec.Error)
+		}
+	}
+	if by["multi"] != 5 || by["workflow"] != 5 {
+		t.Errorf("records by arm %v", by)
+	}
+	if !strings.Contains(readFile(t, filepath.Join(dir, "trajectories.jsonl")), `"steps":[{"name":"discovery"`) {
+		t.Error("the workflow trajectories have no step traces")
+	}
+
+	dir = t.TempDir()
+	r = runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
+		"--server", "builtin:workflow", "--tool-mode", "json", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("json mode: exit %d: %s", r.code, r.stderr)
+	}
+	for _, rec := range readRecords(t, dir) {
+		if rec.Termination != "invalid_output" || rec.ToolCalls != 0 {
+			t.Errorf("json mode with the simulator: termination %q, %d tool calls", rec.Termination, rec.ToolCalls)
+		}
+	}
+	for _, args := range [][]string{
+		{"--arms", "workflow"},
+		{"--arms", "workflow", "--steps", filepath.Join(t.TempDir(), "none.json")},
+		{"--tool-mode", "xml"},
+	} {
+		r := runCLI(t, context.Background(), nil, append([]string{"run", "--input", input, "--out", t.TempDir(), "--model-url", "builtin:sim", "--server", "builtin:workflow"}, args...)...)
+		if r.code != exitUsage {
+			t.Errorf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func (s *serverFlags) Set(v string) error { *s = append(*s, v); return nil }
 
 type runFlags struct {
 	input, out, modelURL, model, jsonlOut, arm string
-	arms                                       string
+	arms, steps, toolMode                      string
 	sessionStore                               string
 	sessionTTL                                 time.Duration
 	servers                                    serverFlags
@@ -98,6 +98,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&f.endSessions, "end-sessions", false, "after verify, POST /end_session to every server so it drops the session at once (rollout serve's servers take it; NeMo Gym's do not). Always on for builtin: servers")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index) to `FILE`")
 	fs.StringVar(&f.arms, "arms", "", "policy arms to run on every task and repeat, with the same seeds: single, multi, or both as single,multi (default multi)")
+	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (JSON: name, prompt, tools, validation_tools, max_iterations, max_retries; e.g. data/workflow.steps.json)")
+	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "native: the endpoint's tool calling; json: the model answers one JSON object ({\"tool_calls\": [...]} or {\"success\", \"result\", \"reasoning\"}), validated against a schema, for endpoints without tool calling")
 	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's name in the records, for a run of one multi-step arm")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
@@ -218,11 +220,18 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
 		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
 		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
-			MaxTokens: f.maxTokens},
+			MaxTokens: f.maxTokens, ToolMode: f.toolMode},
 	}
 	if f.temperature >= 0 {
 		t := f.temperature
 		opts.Agent.Temperature = &t
+	}
+	if f.steps != "" {
+		wf, err := agent.LoadWorkflow(f.steps)
+		if err != nil {
+			return badUsage("--steps: %v", err)
+		}
+		opts.Agent.Workflow = wf
 	}
 	opts.Arms = configArms
 	if f.arms != "" {
@@ -234,6 +243,11 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return badUsage("--arms: %v", err)
 		}
 		opts.Arms = arms
+	}
+	for _, a := range opts.Arms {
+		if a.Policy == agent.PolicyWorkflow && opts.Agent.Workflow == nil {
+			return badUsage("the workflow arm needs --steps FILE (e.g. data/workflow.steps.json)")
+		}
 	}
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
@@ -255,7 +269,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 		armNames = append(armNames, name)
 	}
-	cfg := runConfig{Arms: armNames, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
+	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
 		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
 		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed}
 	if simUsed != nil {
@@ -335,6 +349,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 // in it: they may change between resumes.
 type runConfig struct {
 	Arms            []string          `json:"arms"`
+	Steps           *agent.Workflow   `json:"steps,omitempty"`
+	ToolMode        string            `json:"tool_mode"`
 	Repeats         int               `json:"num_repeats"`
 	Limit           int               `json:"limit"`
 	ModelURL        string            `json:"model_url"`

@@ -65,7 +65,7 @@ type Options struct {
 // Arm is a policy with its settings, run on every task.
 type Arm struct {
 	Name   string // the arm column of its records; default: the policy's name
-	Policy string // agent.PolicyMulti or agent.PolicySingle
+	Policy string // agent.PolicyMulti, agent.PolicySingle or agent.PolicyWorkflow
 	// MaxRounds overrides Options.Agent.MaxRounds for this arm when > 0.
 	MaxRounds int
 }
@@ -79,18 +79,16 @@ func (a Arm) config(base agent.Config) agent.Config {
 	return base
 }
 
-// ParseArms parses a comma-separated list of arms: policy names (single, multi).
+// ParseArms parses a comma-separated list of arms: policy names (single, multi, workflow).
 func ParseArms(list string) ([]Arm, error) {
 	var arms []Arm
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		switch name {
-		case agent.PolicySingle, agent.PolicyMulti:
+		case agent.PolicySingle, agent.PolicyMulti, agent.PolicyWorkflow:
 			arms = append(arms, Arm{Name: name, Policy: name})
-		case "workflow":
-			return nil, fmt.Errorf("arm %q: the workflow arm is not built yet (arms: single, multi)", name)
 		default:
-			return nil, fmt.Errorf("unknown arm %q (arms: single, multi)", name)
+			return nil, fmt.Errorf("unknown arm %q (arms: single, multi, workflow)", name)
 		}
 	}
 	return arms, nil
