@@ -61,6 +61,7 @@ Usage:
   rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB]
   rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]
   rollout validate FILE... [--oracle] [--server URL|NAME=URL|builtin:NAME]
+  rollout compare RUN_A RUN_B | RUN --arms A,B [--format text|json|markdown]
   rollout gen NAME [--seed N] [--n N] [-o FILE]
   rollout report DIR|FILE... [--group-by FIELD] [--format text|json|markdown] [flags]
   rollout help [COMMAND]
@@ -93,6 +94,8 @@ func run(ctx context.Context, args []string, e env) int {
 		err = cmdGen(ctx, args[1:], e)
 	case "validate":
 		err = cmdValidate(ctx, args[1:], e)
+	case "compare":
+		err = cmdCompare(ctx, args[1:], e)
 	case "report":
 		err = cmdReport(ctx, args[1:], e)
 	case "help", "-h", "-help", "--help":

@@ -70,7 +70,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 
 	ev := report.NewEvaluator(o)
 	for _, p := range paths {
-		if err := addRecords(ev, p, e); err != nil {
+		if err := addRecords(ev.Add, p, e); err != nil {
 			return usageError{fmt.Errorf("report: %w", err)}
 		}
 	}
@@ -86,7 +86,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 
 // addRecords adds the records of one argument: a run directory, a .parquet file or a journal.
 // Errors name the file.
-func addRecords(ev *report.Evaluator, path string, e env) error {
+func addRecords(add func(*report.Record), path string, e env) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return err // *PathError: names the path
@@ -94,25 +94,25 @@ func addRecords(ev *report.Evaluator, path string, e env) error {
 	if st.IsDir() {
 		pq := filepath.Join(path, report.ParquetFile)
 		if _, err := os.Stat(pq); err == nil {
-			return addParquet(ev, pq)
+			return addParquet(add, pq)
 		}
 		j := filepath.Join(path, report.JournalFile)
 		if _, err := os.Stat(j); err == nil {
 			fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, report.ParquetFile, j)
-			return addJournal(ev, j)
+			return addJournal(add, j)
 		}
 		return fmt.Errorf("%s: no %s or %s: not a run's output directory", path, report.ParquetFile, report.JournalFile)
 	}
 	switch {
 	case strings.HasSuffix(path, ".parquet"):
-		return addParquet(ev, path)
+		return addParquet(add, path)
 	case strings.HasSuffix(path, ".jsonl"):
-		return addJournal(ev, path)
+		return addJournal(add, path)
 	}
 	return fmt.Errorf("%s: not a .parquet file, a journal (.jsonl) or a run directory", path)
 }
 
-func addParquet(ev *report.Evaluator, path string) error {
+func addParquet(add func(*report.Record), path string) error {
 	recs, err := report.ReadParquet(path)
 	if err != nil {
 		if !strings.Contains(err.Error(), path) {
@@ -121,12 +121,12 @@ func addParquet(ev *report.Evaluator, path string) error {
 		return err
 	}
 	for i := range recs {
-		ev.Add(&recs[i])
+		add(&recs[i])
 	}
 	return nil
 }
 
-func addJournal(ev *report.Evaluator, path string) error {
+func addJournal(add func(*report.Record), path string) error {
 	line := 0
 	err := report.ScanJournal(path, func(rec *report.Record) error {
 		line++
@@ -135,7 +135,7 @@ func addJournal(ev *report.Evaluator, path string) error {
 		if rec.StartedAt.IsZero() {
 			return fmt.Errorf("%s:%d: not a rollout record (no started_at): is this a journal?", path, line)
 		}
-		ev.Add(rec)
+		add(rec)
 		return nil
 	})
 	if err != nil && !strings.Contains(err.Error(), path) {

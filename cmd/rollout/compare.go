@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// cmdCompare compares two runs, or two arms of one run, rollout by rollout.
+func cmdCompare(_ context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("rollout compare", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
+	arm := fs.String("arm", "", "with two runs: compare this arm of each (needed when a run has several)")
+	zero := fs.Bool("score-failures-as-zero", false, "pair failed rollouts with reward 0 instead of leaving them out")
+	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k, when its reward is at least this")
+	format := fs.String("format", "text", "output: text, json or markdown")
+	seed := fs.Uint64("seed", 0, "seed of the bootstrap")
+	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% CI of the difference, tasks resampled as clusters (0: none)")
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
+			"Pairs the rollouts of two sides by (task, repeat) and reports B − A: the mean reward\n"+
+			"difference with its 95%% CI (tasks resampled), tasks won / lost / tied, and each side's\n"+
+			"pass@k, terminations, rounds, tokens and latency. A RUN is a run directory or a .parquet\n"+
+			"file or journal.\n\n")
+		fs.PrintDefaults()
+	}
+	var paths []string
+	for {
+		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			paths, args = append(paths, args[0]), args[1:]
+		}
+		if len(args) == 0 {
+			break
+		}
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return errHelp
+			}
+			return usageError{err}
+		}
+		args = fs.Args()
+	}
+	switch *format {
+	case "text", "json", "markdown", "md":
+	default:
+		return badUsage("compare: --format %q: want text, json or markdown", *format)
+	}
+	if math.IsNaN(*threshold) || *threshold == 0 || *bootstrap < 0 {
+		return badUsage("compare: --threshold must be a non-zero reward and --bootstrap >= 0")
+	}
+	load := func(path string) ([]report.Record, error) {
+		var recs []report.Record
+		if err := addRecords(func(r *report.Record) { recs = append(recs, *r) }, path, e); err != nil {
+			return nil, usageError{fmt.Errorf("compare: %w", err)}
+		}
+		return recs, nil
+	}
+	byArm := func(recs []report.Record, name string) []report.Record {
+		var out []report.Record
+		for _, r := range recs {
+			if r.Arm == name {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	armsOf := func(recs []report.Record) []string {
+		set := map[string]bool{}
+		for _, r := range recs {
+			set[r.Arm] = true
+		}
+		var names []string
+		for n := range set {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return names
+	}
+
+	var a, b []report.Record
+	var nameA, nameB string
+	switch {
+	case len(paths) == 1 && *arms != "":
+		an, bn, ok := strings.Cut(*arms, ",")
+		if !ok || an == "" || bn == "" || an == bn {
+			return badUsage("compare: --arms wants two different arms, A,B")
+		}
+		recs, err := load(paths[0])
+		if err != nil {
+			return err
+		}
+		a, b = byArm(recs, an), byArm(recs, bn)
+		for _, side := range []struct {
+			name string
+			recs []report.Record
+		}{{an, a}, {bn, b}} {
+			if len(side.recs) == 0 {
+				return badUsage("compare: %s has no arm %q (its arms: %s)", paths[0], side.name, strings.Join(armsOf(recs), ", "))
+			}
+		}
+		nameA, nameB = "arm="+an, "arm="+bn
+	case len(paths) == 2 && *arms == "":
+		for i, p := range paths {
+			recs, err := load(p)
+			if err != nil {
+				return err
+			}
+			names := armsOf(recs)
+			switch {
+			case *arm != "":
+				recs = byArm(recs, *arm)
+				if len(recs) == 0 {
+					return badUsage("compare: %s has no arm %q (its arms: %s)", p, *arm, strings.Join(names, ", "))
+				}
+			case len(names) > 1:
+				return badUsage("compare: %s holds several arms (%s): pick one with --arm, or compare them with --arms A,B", p, strings.Join(names, ", "))
+			}
+			if i == 0 {
+				a, nameA = recs, p
+			} else {
+				b, nameB = recs, p
+			}
+		}
+	default:
+		return badUsage("compare: give two runs, or one run and --arms A,B")
+	}
+	o := report.StatsOptions{Threshold: *threshold, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap, Seed: *seed}
+	if *bootstrap == 0 {
+		o.Bootstrap = -1
+	}
+	c := report.Compare(a, b, nameA, nameB, o)
+	return c.Write(e.stdout, *format)
+}
