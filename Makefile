@@ -11,23 +11,26 @@ build:
 	$(GO) build -o $(BIN) ./cmd/rollout
 
 # The main job on the built-in defaults: no API key, no network. The
-# extraction tasks (240) and the workflow tasks (60) run at the same time, each
-# against its built-in resource server and the built-in model simulator with
-# the "realistic" error profile (latency, wrong arguments, skipped steps, 429s,
+# extraction tasks (240; arms single and multi) and the workflow tasks (60;
+# arms single, multi and workflow) run at the same time, each against its
+# built-in resource server and the built-in model simulator with the
+# "realistic" error profile (latency, wrong arguments, skipped steps, 429s,
 # 500s), over real HTTP on loopback. Results go to out/extraction and
-# out/workflow; the summaries are printed at the end.
+# out/workflow; the summaries, statistics and comparisons are printed at the end.
 SIM_FLAGS ?= --model-url builtin:sim --sim-profile realistic --sim-seed 1
 run: build
 	@mkdir -p out
-	@echo "rollout: running data/extraction.jsonl and data/workflow.jsonl against the simulator ..." >&2
-	@$(BIN) run --input data/extraction.jsonl --out out/extraction --overwrite --quiet \
+	@echo "rollout: running data/extraction.jsonl (arms single, multi) and data/workflow.jsonl (arms single, multi, workflow) against the simulator ..." >&2
+	@$(BIN) run --input data/extraction.jsonl --out out/extraction --overwrite --quiet --arms single,multi \
 		$(SIM_FLAGS) --server builtin:extraction > out/extraction.txt & ext=$$!; \
-	$(BIN) run --input data/workflow.jsonl --out out/workflow --overwrite --quiet \
-		$(SIM_FLAGS) --server builtin:workflow > out/workflow.txt & wf=$$!; \
+	$(BIN) run --input data/workflow.jsonl --out out/workflow --overwrite --quiet --arms single,multi,workflow \
+		--steps data/workflow.steps.json $(SIM_FLAGS) --server builtin:workflow > out/workflow.txt & wf=$$!; \
 	status=0; wait $$ext || status=$$?; wait $$wf || status=$$?; \
 	echo "== extraction: data/extraction.jsonl -> out/extraction"; cat out/extraction.txt; echo; \
-	echo "== workflow: data/workflow.jsonl -> out/workflow"; cat out/workflow.txt; \
-	exit $$status
+	echo "== workflow: data/workflow.jsonl -> out/workflow"; cat out/workflow.txt; echo; \
+	[ $$status -eq 0 ] || exit $$status; \
+	echo "== single-step vs multi-step on the extraction tasks"; $(BIN) compare out/extraction --arms single,multi; echo; \
+	echo "== multi-step vs workflow on the workflow tasks"; $(BIN) compare out/workflow --arms multi,workflow
 
 # NeMo Gym compatibility: the 15 NeMo Gym example tasks against the built-in
 # Go re-implementations of NeMo Gym's three example resource servers, with the
