@@ -75,3 +75,47 @@ func TestSinglePolicyNoSecondRound(t *testing.T) {
 		t.Error("an unknown policy validated")
 	}
 }
+
+// Seed 004: context is kept across rounds: each model call receives every earlier tool result,
+// in order, each answering its call id.
+func TestRunContextKeptAcrossRounds(t *testing.T) {
+	res := newFakeResource(t, nil)
+	m := newFakeModel(t, nil,
+		toolCalls(call{"r0", "increment", `{}`}),
+		toolCalls(call{"r1a", "increment", `{}`}, call{"r1b", "get_count", `{}`}),
+		toolCalls(call{"r2", "get_count", `{}`}),
+		final("two"))
+	task := parseTask(t, counterRow(""))
+	tr := m.config(nil).Run(context.Background(), task, res.session(t, task), 1)
+	if tr.Termination != agent.Completed {
+		t.Fatalf("termination %q", tr.Termination)
+	}
+	last := m.request(3)
+	type result struct{ id, content string }
+	var got []result
+	var calls []string
+	for _, msg := range last.Messages {
+		for _, tc := range msg.ToolCalls {
+			calls = append(calls, tc.ID)
+		}
+		if msg.Role == "tool" {
+			c := ""
+			if msg.Content != nil {
+				c = *msg.Content
+			}
+			got = append(got, result{msg.ToolCallID, c})
+		}
+	}
+	want := []result{{"r0", `{"count":1}`}, {"r1a", `{"count":2}`}, {"r1b", `{"count":2}`}, {"r2", `{"count":2}`}}
+	if len(got) != len(want) {
+		t.Fatalf("the last call carried %d tool results %v, want %v", len(got), got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("tool result %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if !equalStrings(calls, []string{"r0", "r1a", "r1b", "r2"}) {
+		t.Errorf("assistant tool calls in the history: %v", calls)
+	}
+}
