@@ -29,7 +29,7 @@ import (
 //	  - {name: multi-20, policy: multi, max-rounds: 20}
 //
 // A key that is not a flag of rollout run is an error naming FILE:LINE. "arms" lists policy
-// names, or arms with their own settings: name, policy, max-rounds. Flags on the command line
+// names, or arms with their own settings: name, policy, max-rounds, tool-mode (native, json). Flags on the command line
 // override the file (a repeated flag such as --server adds to the file's list).
 
 // configArg finds --config FILE (or -config, --config=FILE) among args.
@@ -120,7 +120,7 @@ func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
 	return arms, nil
 }
 
-// configArms reads the arms list: policy names, or {name, policy, max-rounds}.
+// configArms reads the arms list: policy names, or {name, policy, max-rounds, tool-mode}.
 func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runner.Arm, error) {
 	if v.Kind != yaml.SequenceNode {
 		return nil, at(v, "arms: want a list")
@@ -156,16 +156,18 @@ func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runn
 						return nil, at(val, "arms: max-rounds: want a whole number >= 1, got %q", val.Value)
 					}
 					a.MaxRounds = n
+				case "tool-mode":
+					a.ToolMode = val.Value
 				default:
-					return nil, at(k, "arms: unknown key %q (name, policy, max-rounds)", k.Value)
+					return nil, at(k, "arms: unknown key %q (name, policy, max-rounds, tool-mode)", k.Value)
 				}
 			}
 			if a.Policy == "" {
-				return nil, at(item, "arms: an arm needs a policy (single or multi)")
+				return nil, at(item, "arms: an arm needs a policy (single, multi or workflow)")
 			}
 			arms = append(arms, a)
 		default:
-			return nil, at(item, "arms: want a policy name or {name, policy, max-rounds}")
+			return nil, at(item, "arms: want a policy name or {name, policy, max-rounds, tool-mode}")
 		}
 	}
 	return arms, nil

@@ -25,14 +25,15 @@ arms:
   - single
   - {name: multi-2, policy: multi, max-rounds: 2}
   - multi
+  - {name: multi-json, policy: multi, tool-mode: json}
 `), 0o644)
 	r := runCLI(t, context.Background(), nil, "run", "--config", cfg, "--num-repeats", "2")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	recs := readRecords(t, dir)
-	if len(recs) != 6*2*3 {
-		t.Fatalf("%d records, want 36 (6 tasks × 2 repeats, the command line's, × 3 arms)", len(recs))
+	if len(recs) != 6*2*4 {
+		t.Fatalf("%d records, want 48 (6 tasks × 2 repeats, the command line's, × 4 arms)", len(recs))
 	}
 	by := map[string]int{}
 	for _, rec := range recs {
@@ -40,11 +41,14 @@ arms:
 		if rec.Arm == "multi-2" && (rec.Rounds > 2 || rec.Termination != "max_rounds") {
 			t.Errorf("multi-2 rollout: %d rounds, termination %s; want the arm's bound of 2", rec.Rounds, rec.Termination)
 		}
+		if rec.Arm == "multi-json" && rec.Termination != "invalid_output" {
+			t.Errorf("multi-json rollout: termination %s; the simulator does not answer in JSON mode", rec.Termination)
+		}
 		if rec.Arm == "multi" && rec.Reward != 1 {
 			t.Errorf("multi rollout (%d, %d): reward %v", rec.TaskIndex, rec.RolloutIndex, rec.Reward)
 		}
 	}
-	if by["single"] != 12 || by["multi-2"] != 12 || by["multi"] != 12 {
+	if by["single"] != 12 || by["multi-2"] != 12 || by["multi"] != 12 || by["multi-json"] != 12 {
 		t.Errorf("records by arm: %v", by)
 	}
 	m := readFile(t, filepath.Join(dir, "manifest.json"))

@@ -267,6 +267,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		if a.MaxRounds > 0 {
 			name += fmt.Sprintf(",max-rounds=%d", a.MaxRounds)
 		}
+		if a.ToolMode != "" {
+			name += ",tool-mode=" + a.ToolMode
+		}
 		armNames = append(armNames, name)
 	}
 	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,

@@ -68,6 +68,8 @@ type Arm struct {
 	Policy string // agent.PolicyMulti, agent.PolicySingle or agent.PolicyWorkflow
 	// MaxRounds overrides Options.Agent.MaxRounds for this arm when > 0.
 	MaxRounds int
+	// ToolMode overrides Options.Agent.ToolMode for this arm when set (native or json).
+	ToolMode string
 }
 
 // config is the agent configuration of the arm.
@@ -75,6 +77,9 @@ func (a Arm) config(base agent.Config) agent.Config {
 	base.Policy = a.Policy
 	if a.MaxRounds > 0 {
 		base.MaxRounds = a.MaxRounds
+	}
+	if a.ToolMode != "" {
+		base.ToolMode = a.ToolMode
 	}
 	return base
 }
