@@ -207,33 +207,15 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	}
 	p := task.Params
 	tr := &Trajectory{Messages: ChatMessages(p)}
-	req := openai.ChatCompletionRequest{
-		Model:       c.ModelName,
-		Tools:       ChatTools(p.Tools),
-		Temperature: temperature(p.Temperature),
-		MaxTokens:   c.MaxTokens,
-	}
+	req := c.baseRequest(p, seed)
+	req.Tools = ChatTools(p.Tools)
 	if len(req.Tools) > 0 {
 		// Chat Completions servers reject tool_choice without tools.
 		req.ToolChoice = ChatToolChoice(p.ToolChoice)
 	}
-	if c.Temperature != nil {
-		req.Temperature = temperature(c.Temperature)
-	}
-	if p.TopP != nil {
-		req.TopP = float32(*p.TopP)
-		if req.TopP == 0 {
-			req.TopP = zeroTemperature
-		}
-	}
-	if req.MaxTokens == 0 && p.MaxOutputTokens != nil {
-		req.MaxTokens = *p.MaxOutputTokens
-	}
 	if p.ParallelToolCalls != nil && len(req.Tools) > 0 {
 		req.ParallelToolCalls = *p.ParallelToolCalls
 	}
-	s := int(seed)
-	req.Seed = &s
 	offered := make(map[string]bool, len(p.Tools))
 	for _, t := range p.Tools {
 		offered[t.Name] = true
@@ -354,6 +336,31 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			toolsRemoved = true
 		}
 	}
+}
+
+// baseRequest is the request every model call of a rollout starts from: the model, sampling
+// (the row's, or the run's override), max tokens and the seed. Tools are each policy's own.
+func (c *Config) baseRequest(p *dataset.Params, seed int64) openai.ChatCompletionRequest {
+	req := openai.ChatCompletionRequest{
+		Model:       c.ModelName,
+		Temperature: temperature(p.Temperature),
+		MaxTokens:   c.MaxTokens,
+	}
+	if c.Temperature != nil {
+		req.Temperature = temperature(c.Temperature)
+	}
+	if p.TopP != nil {
+		req.TopP = float32(*p.TopP)
+		if req.TopP == 0 {
+			req.TopP = zeroTemperature
+		}
+	}
+	if req.MaxTokens == 0 && p.MaxOutputTokens != nil {
+		req.MaxTokens = *p.MaxOutputTokens
+	}
+	s := int(seed)
+	req.Seed = &s
+	return req
 }
 
 func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, time.Duration, *answerTap, error) {

@@ -315,31 +315,6 @@ type StepFailure struct {
 	Messages []openai.ChatCompletionMessage `json:"messages,omitempty"`
 }
 
-// baseRequest is the request every model call of a rollout starts from (sampling, seed); Run
-// builds the same one.
-func (c *Config) baseRequest(p *dataset.Params, seed int64) openai.ChatCompletionRequest {
-	req := openai.ChatCompletionRequest{
-		Model:       c.ModelName,
-		Temperature: temperature(p.Temperature),
-		MaxTokens:   c.MaxTokens,
-	}
-	if c.Temperature != nil {
-		req.Temperature = temperature(c.Temperature)
-	}
-	if p.TopP != nil {
-		req.TopP = float32(*p.TopP)
-		if req.TopP == 0 {
-			req.TopP = zeroTemperature
-		}
-	}
-	if req.MaxTokens == 0 && p.MaxOutputTokens != nil {
-		req.MaxTokens = *p.MaxOutputTokens
-	}
-	s := int(seed)
-	req.Seed = &s
-	return req
-}
-
 // stepRun is one rollout of the workflow policy, or of the multi policy in JSON mode (one
 // step offering every tool, MaxRounds iterations, no retry).
 type stepRun struct {
