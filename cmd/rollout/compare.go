@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 
@@ -18,11 +16,7 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
 	arm := fs.String("arm", "", "with two runs: compare this arm of each (needed when a run has several)")
-	zero := fs.Bool("score-failures-as-zero", false, "pair failed rollouts with reward 0 instead of leaving them out")
-	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k, when its reward is at least this")
-	format := fs.String("format", "text", "output: text, json or markdown")
-	seed := fs.Uint64("seed", 0, "seed of the bootstrap")
-	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% CI of the difference, tasks resampled as clusters (0: none)")
+	options := statsFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
 			"Pairs the rollouts of two sides by (task, repeat) and reports B − A: the mean reward\n"+
@@ -31,29 +25,13 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"file or journal.\n\n")
 		fs.PrintDefaults()
 	}
-	var paths []string
-	for {
-		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			paths, args = append(paths, args[0]), args[1:]
-		}
-		if len(args) == 0 {
-			break
-		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return errHelp
-			}
-			return usageError{err}
-		}
-		args = fs.Args()
+	paths, err := parsePaths(fs, args)
+	if err != nil {
+		return err
 	}
-	switch *format {
-	case "text", "json", "markdown", "md":
-	default:
-		return badUsage("compare: --format %q: want text, json or markdown", *format)
-	}
-	if math.IsNaN(*threshold) || *threshold == 0 || *bootstrap < 0 {
-		return badUsage("compare: --threshold must be a non-zero reward and --bootstrap >= 0")
+	o, format, err := options()
+	if err != nil {
+		return err
 	}
 	load := func(path string) ([]report.Record, error) {
 		var recs []report.Record
@@ -131,10 +109,6 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	default:
 		return badUsage("compare: give two runs, or one run and --arms A,B")
 	}
-	o := report.StatsOptions{Threshold: *threshold, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap, Seed: *seed}
-	if *bootstrap == 0 {
-		o.Bootstrap = -1
-	}
 	c := report.Compare(a, b, nameA, nameB, o)
-	return c.Write(e.stdout, *format)
+	return c.Write(e.stdout, format)
 }

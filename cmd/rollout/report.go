@@ -18,11 +18,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("rollout report", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
-	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out")
-	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k and pass^k, when its reward is at least this")
-	format := fs.String("format", "text", "output: text, json or markdown")
-	seed := fs.Uint64("seed", 0, "seed of the bootstrap: the same records and seed give the same interval")
-	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% confidence interval, tasks resampled as clusters (0: no interval)")
+	options := statsFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
 			"Prints the statistics of runs: mean reward with its standard error and a 95%% CI bootstrapped over\n"+
@@ -31,42 +27,18 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
 		fs.PrintDefaults()
 	}
-	// Paths and flags may come in any order.
-	var paths []string
-	for {
-		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			paths, args = append(paths, args[0]), args[1:]
-		}
-		if len(args) == 0 {
-			break
-		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return errHelp
-			}
-			return usageError{err}
-		}
-		args = fs.Args()
+	paths, err := parsePaths(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(paths) == 0 {
 		return badUsage("report: which run directory or file?")
 	}
-	switch *format {
-	case "text", "json", "markdown", "md":
-	default:
-		return badUsage("report: --format %q: want text, json or markdown", *format)
+	o, format, err := options()
+	if err != nil {
+		return err
 	}
-	if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold == 0 {
-		// 0 would read as the default in StatsOptions: ask for a small positive number.
-		return badUsage("report: --threshold %v: want a finite, non-zero reward", *threshold)
-	}
-	if *bootstrap < 0 {
-		return badUsage("report: --bootstrap %d: want 0 or more", *bootstrap)
-	}
-	o := report.StatsOptions{GroupBy: *groupBy, Threshold: *threshold, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap, Seed: *seed}
-	if *bootstrap == 0 {
-		o.Bootstrap = -1
-	}
+	o.GroupBy = *groupBy
 
 	ev := report.NewEvaluator(o)
 	for _, p := range paths {
@@ -78,7 +50,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	if res.Duplicates > 0 {
 		fmt.Fprintf(e.stderr, "rollout: warning: %d records repeat the key (task, rollout, arm) of another from the same task file: the same run given twice, or runs to report apart\n", res.Duplicates)
 	}
-	if err := res.Write(e.stdout, *format); err != nil {
+	if err := res.Write(e.stdout, format); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil
@@ -142,4 +114,54 @@ func addJournal(add func(*report.Record), path string) error {
 		err = fmt.Errorf("%s: %w", path, err)
 	}
 	return err
+}
+
+// statsFlags registers the flags rollout report and rollout compare share (how rewards are
+// scored and the interval bootstrapped, and the output format); options reads them once fs is
+// parsed, checking them.
+func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, error)) {
+	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out")
+	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k and pass^k, when its reward is at least this")
+	format := fs.String("format", "text", "output: text, json or markdown")
+	seed := fs.Uint64("seed", 0, "seed of the bootstrap: the same records and seed give the same interval")
+	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% confidence interval, tasks resampled as clusters (0: no interval)")
+	return func() (report.StatsOptions, string, error) {
+		switch *format {
+		case "text", "json", "markdown", "md":
+		default:
+			return report.StatsOptions{}, "", badUsage("%s: --format %q: want text, json or markdown", fs.Name(), *format)
+		}
+		if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold == 0 {
+			// 0 would read as the default in StatsOptions: ask for a small positive number.
+			return report.StatsOptions{}, "", badUsage("%s: --threshold %v: want a finite, non-zero reward", fs.Name(), *threshold)
+		}
+		if *bootstrap < 0 {
+			return report.StatsOptions{}, "", badUsage("%s: --bootstrap %d: want 0 or more", fs.Name(), *bootstrap)
+		}
+		o := report.StatsOptions{Threshold: *threshold, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap, Seed: *seed}
+		if *bootstrap == 0 {
+			o.Bootstrap = -1
+		}
+		return o, *format, nil
+	}
+}
+
+// parsePaths parses args whose paths and flags may come in any order; it returns the paths.
+func parsePaths(fs *flag.FlagSet, args []string) ([]string, error) {
+	var paths []string
+	for {
+		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			paths, args = append(paths, args[0]), args[1:]
+		}
+		if len(args) == 0 {
+			return paths, nil
+		}
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, usageError{err}
+		}
+		args = fs.Args()
+	}
 }
