@@ -15,9 +15,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/internal/testnet"
 )
 
 // SkipEnv is the environment variable that, set to 1, makes Start skip the test instead of
@@ -186,20 +187,5 @@ func ping(addr, password string, pid int) error {
 	return nil
 }
 
-// syncBuffer collects the server's output for error messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects a process's output while it runs.
+type syncBuffer = testnet.Buffer

@@ -3,8 +3,10 @@ package testnet
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 )
@@ -41,4 +43,35 @@ func Silent(t testing.TB) (url string, accepted func() int) {
 		}
 	})
 	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
+}
+
+// RawAnswer answers a request with raw bytes written on its connection (a broken or truncated
+// HTTP answer, say), then closes the connection.
+func RawAnswer(w http.ResponseWriter, raw string) {
+	conn, buf, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	buf.WriteString(raw)
+	buf.Flush()
+	conn.Close()
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use: a child process's output, collected for
+// error messages while it runs.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

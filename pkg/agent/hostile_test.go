@@ -38,15 +38,7 @@ func streamBody(w http.ResponseWriter, head string, n int, written *atomic.Int64
 }
 
 // hijack answers with raw bytes on the connection, then closes it.
-func hijack(w http.ResponseWriter, raw string) {
-	conn, buf, err := w.(http.Hijacker).Hijack()
-	if err != nil {
-		panic(err)
-	}
-	buf.WriteString(raw)
-	buf.Flush()
-	conn.Close()
-}
+func hijack(w http.ResponseWriter, raw string) { testnet.RawAnswer(w, raw) }
 
 // A 100 MB model answer is not read into memory: the client stops at the 32 MiB cap
 // (DefaultMaxModelAnswerBytes), the call is not retried, and the rollout ends as model_error

@@ -127,15 +127,7 @@ func TestBudgetZeroAndTransportCause(t *testing.T) {
 }
 
 // hijack answers with raw bytes on the connection, then closes it.
-func hijack(w http.ResponseWriter, raw string) {
-	conn, buf, err := w.(http.Hijacker).Hijack()
-	if err != nil {
-		panic(err)
-	}
-	buf.WriteString(raw)
-	buf.Flush()
-	conn.Close()
-}
+func hijack(w http.ResponseWriter, raw string) { testnet.RawAnswer(w, raw) }
 
 // With MaxBodyBytes, an answer whose connection closes mid-body (Content-Length larger than
 // what is sent) is retried like any connection error, and counted; without it, the caller

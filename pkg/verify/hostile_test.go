@@ -87,15 +87,8 @@ func serverAnswering(t *testing.T, h http.HandlerFunc) (*agent.ToolServer, func(
 	return ts, func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
-func hijack(w http.ResponseWriter, raw string) {
-	conn, buf, err := w.(http.Hijacker).Hijack()
-	if err != nil {
-		panic(err)
-	}
-	buf.WriteString(raw)
-	buf.Flush()
-	conn.Close()
-}
+// hijack answers with raw bytes on the connection, then closes it.
+func hijack(w http.ResponseWriter, raw string) { testnet.RawAnswer(w, raw) }
 
 // A verify answer whose connection closes mid-body is retried (the answer is read within the
 // attempt), and the attempts are counted; one that always breaks is a verify error that says
