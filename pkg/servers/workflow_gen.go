@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
 )
 
 // GenerateWorkflow writes n task rows for the workflow server as JSONL: each asks, in plain
@@ -767,17 +769,9 @@ var workflowToolsJSON = func() []workflowObj {
 	return out
 }()
 
-// WorkflowStep is one step of the workflow arm for the workflow server's tasks (seed 003): the
-// step's own prompt and tools, the validation tools that must have passed (answered "valid":
-// true) before the step's final answer is accepted, its iteration budget and retries.
-type WorkflowStep struct {
-	Name            string   `json:"name"`
-	Prompt          string   `json:"prompt"`
-	Tools           []string `json:"tools"`
-	ValidationTools []string `json:"validation_tools"`
-	MaxIterations   int      `json:"max_iterations"`
-	MaxRetries      int      `json:"max_retries"`
-}
+// WorkflowStep is one step of the workflow arm for the workflow server's tasks (seed 003), in
+// the steps-file format the workflow policy reads (agent.Step).
+type WorkflowStep = agent.Step
 
 // WorkflowSteps are the workflow server's steps: discovery, configuration, assembly.
 var WorkflowSteps = []WorkflowStep{

@@ -262,14 +262,7 @@ func TestWorkflowStepsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var steps []struct {
-		Name            string   `json:"name"`
-		Prompt          string   `json:"prompt"`
-		Tools           []string `json:"tools"`
-		ValidationTools []string `json:"validation_tools"`
-		MaxIterations   int      `json:"max_iterations"`
-		MaxRetries      int      `json:"max_retries"`
-	}
+	var steps []WorkflowStep
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&steps); err != nil {

@@ -28,13 +28,14 @@ type chatRequest struct {
 type chatMessage struct {
 	Role       string          `json:"role"`
 	Content    json.RawMessage `json:"content"`
-	ToolCalls  []inToolCall    `json:"tool_calls"`
+	ToolCalls  []wireToolCall  `json:"tool_calls"`
 	ToolCallID string          `json:"tool_call_id"`
 
 	text string // the content's text
 }
 
-type inToolCall struct {
+// wireToolCall is a tool call as Chat Completions writes it, in requests and in answers.
+type wireToolCall struct {
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {

@@ -348,7 +348,7 @@ func (s *Simulator) attempt(fp [16]byte) int {
 // answer is what the simulator says: text, or tool calls.
 type answer struct {
 	content string
-	calls   []outToolCall
+	calls   []wireToolCall
 	finish  string
 }
 
@@ -445,7 +445,7 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 		}
 	}
 	s.malform(args, d, round)
-	res := make([]outToolCall, len(chosen))
+	res := make([]wireToolCall, len(chosen))
 	for i, n := range chosen {
 		res[i] = toolCall(planCallID(d, n), calls[n].Name, args[i])
 	}
@@ -488,7 +488,7 @@ func (s *Simulator) playRandom(req *chatRequest, d drawer, round int) answer {
 		args[i] = schemaArguments(tools[i].Function.Parameters, d.rand("random/arguments", round, i))
 	}
 	s.malform(args, d, round)
-	res := make([]outToolCall, n)
+	res := make([]wireToolCall, n)
 	for i := range n {
 		res[i] = toolCall(fmt.Sprintf("call_r%d_%d_%s", round, i, d.idSuffix("random", round, i)), tools[i].Function.Name, args[i])
 	}
@@ -517,8 +517,8 @@ func planCallIndex(d drawer, id string) (int, bool) {
 	return n, true
 }
 
-func toolCall(id, name, args string) outToolCall {
-	tc := outToolCall{ID: id, Type: "function"}
+func toolCall(id, name, args string) wireToolCall {
+	tc := wireToolCall{ID: id, Type: "function"}
 	tc.Function.Name, tc.Function.Arguments = name, args
 	return tc
 }
@@ -542,18 +542,9 @@ type chatChoice struct {
 }
 
 type outMessage struct {
-	Role      string        `json:"role"`
-	Content   *string       `json:"content"`
-	ToolCalls []outToolCall `json:"tool_calls,omitempty"`
-}
-
-type outToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type chatUsage struct {

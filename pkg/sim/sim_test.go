@@ -134,9 +134,9 @@ type chatResp struct {
 	Choices []struct {
 		Index   int `json:"index"`
 		Message struct {
-			Role      string       `json:"role"`
-			Content   *string      `json:"content"`
-			ToolCalls []inToolCall `json:"tool_calls"`
+			Role      string         `json:"role"`
+			Content   *string        `json:"content"`
+			ToolCalls []wireToolCall `json:"tool_calls"`
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
@@ -153,7 +153,7 @@ type chatResp struct {
 	} `json:"error"`
 }
 
-func (r *chatResp) calls() []inToolCall { return r.Choices[0].Message.ToolCalls }
+func (r *chatResp) calls() []wireToolCall { return r.Choices[0].Message.ToolCalls }
 
 func (r *chatResp) text() string {
 	if c := r.Choices[0].Message.Content; c != nil {
