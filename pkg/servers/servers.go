@@ -168,11 +168,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 		return
 	case "/seed_session":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
-			return
-		}
-		body, ok := readBody(w, r)
+		body, ok := postBody(w, r)
 		if !ok {
 			return
 		}
@@ -187,11 +183,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{}`))
 		return
 	case "/verify":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
-			return
-		}
-		body, ok := readBody(w, r)
+		body, ok := postBody(w, r)
 		if !ok {
 			return
 		}
@@ -218,11 +210,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
 		return
 	}
-	if r.Method != http.MethodPost {
-		methodNotAllowed(w, "POST")
-		return
-	}
-	body, ok := readBody(w, r)
+	body, ok := postBody(w, r)
 	if !ok {
 		return
 	}
@@ -309,6 +297,16 @@ func (h *handler) checkCookie(value string) (string, bool) {
 		return "", false
 	}
 	return sid, true
+}
+
+// postBody reads the body of a POST; any other method is answered 405. false: the request is
+// answered.
+func postBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, "POST")
+		return nil, false
+	}
+	return readBody(w, r)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
