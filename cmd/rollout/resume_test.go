@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -144,10 +145,7 @@ func TestKill9Resume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "rollout")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildRollout(t)
 	kills := 6
 	if s := os.Getenv("ROLLOUT_KILL_LOOPS"); s != "" {
 		kills, _ = strconv.Atoi(s)
@@ -165,14 +163,7 @@ func TestKill9Resume(t *testing.T) {
 		if i > 0 {
 			a = append(append([]string{}, args...), "--resume")
 		}
-		cmd := exec.Command(bin, a...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait() }()
+		cmd, stderr, waited := startRollout(t, bin, a...)
 		if killed < kills {
 			select {
 			case err := <-waited:
@@ -215,22 +206,12 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and signals the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "rollout")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildRollout(t)
 	input := headLines(t, extractionData, 40)
 	dir := t.TempDir()
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 		"--quiet", "--concurrency", "8", "--sim-latency", "150ms", "--drain-timeout", "1m"}
-	cmd := exec.Command(bin, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	cmd, stderr, waited := startRollout(t, bin, args...)
 	for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 2 {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -258,4 +239,54 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
 	checkExactlyOnce(t, dir, 40, 1)
+}
+
+// buildRollout builds the rollout binary once for the tests that run it as a process.
+func buildRollout(t *testing.T) string {
+	t.Helper()
+	builtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "rollout-test-bin-")
+		if err != nil {
+			builtErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "rollout")
+		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			builtErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if builtErr != nil {
+		t.Fatal(builtErr)
+	}
+	return builtBin
+}
+
+var (
+	builtOnce sync.Once
+	builtBin  string
+	builtErr  error
+)
+
+// startRollout starts the binary with args; waited receives its exit once, and stderr holds
+// what it wrote (read it after waited).
+func startRollout(t *testing.T, bin string, args ...string) (cmd *exec.Cmd, stderr *strings.Builder, waited <-chan error) {
+	t.Helper()
+	cmd = exec.Command(bin, args...)
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := make(chan error, 1)
+	go func() { w <- cmd.Wait() }()
+	return cmd, stderr, w
+}
+
+// TestMain removes the binary buildRollout built, once every test is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
 }
