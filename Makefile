@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build run replay data oracle test race vet lint fmt bench fuzz soak clean
+.PHONY: all build run replay data oracle test race vet lint fmt bench bench-quick bench-tools fuzz soak clean
 
 all: build
 
@@ -70,9 +70,24 @@ lint: vet
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-# Go benchmarks of the hot paths; figures go to BENCHMARKS.md by hand for now.
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/...
+# The benchmark suite (BENCHMARKS.md): Go benchmarks of the hot paths, the simulator's HTTP
+# ceiling (wrk, else hey), and load runs of bin/rollout against `rollout sim` and
+# `rollout serve counter` in their own processes, up to 10^6 tasks. It prints the figures and
+# rewrites the generated part of BENCHMARKS.md. About 30 minutes on 2 cores; BENCH_SCALE=0.01
+# (make bench-quick) is a look in a minute, without touching BENCHMARKS.md.
+BENCH_SCALE ?= 1
+bench: build bench-tools
+	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale $(BENCH_SCALE) --md BENCHMARKS.md
+
+bench-quick: build bench-tools
+	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale 0.01 --phases ceiling,load,zero,rounds,size,million
+
+# A load generator for the simulator's ceiling: wrk from Debian when we may install it, else hey.
+bench-tools:
+	@command -v wrk >/dev/null 2>&1 || command -v hey >/dev/null 2>&1 || test -x "$$($(GO) env GOPATH)/bin/hey" || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }; \
+	    else $(GO) install github.com/rakyll/hey@latest; fi; }
 
 # Each fuzz target for FUZZTIME (their seed corpora run in `make test` too).
 FUZZTIME ?= 30s

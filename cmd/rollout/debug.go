@@ -6,8 +6,24 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
+	rpprof "runtime/pprof"
 )
+
+// startCPUProfile writes a CPU profile of the whole command to path (ROLLOUT_CPUPROFILE=FILE):
+// for a run too short to attach to, and for the load benchmark. stop ends and closes it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("ROLLOUT_CPUPROFILE: %w", err)
+	}
+	if err := rpprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ROLLOUT_CPUPROFILE: %w", err)
+	}
+	return func() { rpprof.StopCPUProfile(); f.Close() }, nil
+}
 
 // startDebug serves Go's profiles (net/http/pprof) on addr, for profiling a live run:
 // ROLLOUT_DEBUG_ADDR=127.0.0.1:6060 rollout run …, then go tool pprof

@@ -82,6 +82,13 @@ func run(ctx context.Context, args []string, e env) int {
 		}
 		defer stop()
 	}
+	if path := e.getenv("ROLLOUT_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return exitCode(usageError{err}, e.stderr)
+		}
+		defer stop()
+	}
 	var err error
 	switch args[0] {
 	case "run":

@@ -8,6 +8,7 @@
 //	POST /v1/chat/completions (also /chat/completions)   a chat.completion, never streamed
 //	GET  /v1/models (also /models)                        one model, "rollout-sim"
 //	GET  /                                                health: {"status":"ok"}
+//	GET  /stats                                           the counters so far (Stats, as JSON)
 //
 // # Conversations
 //
@@ -218,8 +219,14 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": ModelID})
+	case "/stats":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, http.MethodGet)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Stats())
 	default:
-		writeError(w, http.StatusNotFound, "invalid_request_error", "", "", fmt.Sprintf("the simulator has no %s; it serves POST /v1/chat/completions, GET /v1/models and GET /", r.URL.Path))
+		writeError(w, http.StatusNotFound, "invalid_request_error", "", "", fmt.Sprintf("the simulator has no %s; it serves POST /v1/chat/completions, GET /v1/models, GET /stats and GET /", r.URL.Path))
 	}
 }
 

@@ -1278,6 +1278,15 @@ func TestEndpoints(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("/chat/completions: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	// The counters, as the load benchmark polls them: the answer above, final and unplanned.
+	status, body := get("/stats")
+	var st Stats
+	if err := json.Unmarshal([]byte(body), &st); status != 200 || err != nil {
+		t.Fatalf("/stats: %d %s (%v)", status, body, err)
+	}
+	if st.Requests != 1 || st.Answers != 1 || st.FinalAnswers != 1 || st.Unplanned != 1 {
+		t.Errorf("/stats after one answer: %+v", st)
+	}
 }
 
 // ---- tasks ----

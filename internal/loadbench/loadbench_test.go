@@ -1,0 +1,135 @@
+package loadbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/plan"
+)
+
+// buildRollout builds the rollout binary into a temporary directory.
+func buildRollout(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rollout")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/rollout-dev/rollout/cmd/rollout").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestWriteTasksAreValidRowsWithAPlan(t *testing.T) {
+	for _, shape := range []TaskShape{{Rounds: 1}, {Rounds: 3, PromptBytes: 1000}, {Rounds: 30}} {
+		var buf bytes.Buffer
+		if err := WriteTasks(&buf, 5, shape); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		sc := bufio.NewScanner(&buf)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			rd, err := dataset.NewReader(bytes.NewReader(sc.Bytes()), "tasks.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			task, err := rd.Next()
+			if err != nil || task.Err != nil {
+				t.Fatalf("%v: row %d: %v %v", shape, n, err, task.Err)
+			}
+			if task.ID != strconv.Itoa(n) {
+				t.Errorf("%v: row %d has id %q", shape, n, task.ID)
+			}
+			raw := task.Field(plan.Field)
+			if shape.Rounds == 1 {
+				if raw != nil || len(task.Params.Tools) != 0 {
+					t.Errorf("one-round task with a plan or tools: %s", sc.Bytes())
+				}
+				n++
+				continue
+			}
+			if raw == nil {
+				t.Fatalf("%v: no plan", shape)
+			}
+			p, err := plan.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Rounds) != shape.Rounds-1 {
+				t.Errorf("%v: plan has %d rounds", shape, len(p.Rounds))
+			}
+			n++
+		}
+		if n != 5 {
+			t.Errorf("%v: %d rows", shape, n)
+		}
+	}
+}
+
+// TestSmokeLoad runs a tiny load scenario end to end, three processes on loopback, so that the
+// benchmark cannot rot: every rollout must score 1 and the counts must add up. It asserts no
+// timing.
+func TestSmokeLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts three processes")
+	}
+	bin := buildRollout(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc := Scenario{Name: "smoke", Tasks: 60, Concurrency: 8, Latency: 5 * time.Millisecond,
+		Shape: TaskShape{Rounds: 3, PromptBytes: 200}, RSSAt: []int{10, 1 << 30}}
+	res, err := Run(ctx, Config{Bin: bin, Dir: t.TempDir(), Poll: 20 * time.Millisecond}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rollouts != 60 || res.ModelCalls != 180 || res.ToolCalls != 120 {
+		t.Errorf("rollouts %d, model calls %d, tool calls %d", res.Rollouts, res.ModelCalls, res.ToolCalls)
+	}
+	if res.Runner.CPU() <= 0 || res.Runner.MaxRSS <= 0 || res.Sim.CPU() <= 0 || res.Server.CPU() <= 0 {
+		t.Errorf("no rusage: runner %+v sim %+v server %+v", res.Runner, res.Sim, res.Server)
+	}
+	if res.SlotLimit() != 1600 || res.SteadyCallRate <= 0 {
+		t.Errorf("slot limit %g, steady rate %g", res.SlotLimit(), res.SteadyCallRate)
+	}
+	if res.RSSAt[1] != 0 {
+		t.Errorf("RSS sampled at a count never reached: %v", res.RSSAt)
+	}
+	if len(res.Samples) == 0 {
+		t.Error("no samples")
+	}
+}
+
+// A run that does not do its work is an error, not a figure.
+func TestSmokeLoadBrokenRunIsAnError(t *testing.T) {
+	r := &Result{Scenario: Scenario{Tasks: 10, Shape: TaskShape{Rounds: 3}}, Rollouts: 10, MeanReward: 0.9, ModelCalls: 30, ToolCalls: 20}
+	if r.check() == nil {
+		t.Error("mean reward 0.9 passed the check")
+	}
+	r.MeanReward, r.ModelCalls = 1, 29
+	if r.check() == nil {
+		t.Error("a missing model call passed the check")
+	}
+	r.ModelCalls = 30
+	if err := r.check(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSteadyRate(t *testing.T) {
+	var s []Sample
+	for i := range 11 { // 0..100 calls over 10 s, 10 a second
+		s = append(s, Sample{At: time.Duration(i) * time.Second, Calls: int64(i * 10)})
+	}
+	if r := steadyRate(s, 100); r != 10 {
+		t.Errorf("steady rate %g, want 10", r)
+	}
+	if r := steadyRate(s[:2], 100); r != 0 {
+		t.Errorf("steady rate of a run without a 90%% sample: %g", r)
+	}
+}

@@ -1,0 +1,239 @@
+package loadbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// SuiteOptions size the suite.
+type SuiteOptions struct {
+	// Scale multiplies the task counts of every load scenario (1: the full suite, 10^6 tasks
+	// in the memory scenario; 0.01 for a quick look).
+	Scale float64
+	// Phases to run (empty: all): gobench, ceiling, load, zero, rounds, size, concurrency, million.
+	Phases []string
+	// BenchTime is go test's -benchtime for the Go benchmarks ("": go's default).
+	BenchTime string
+	// GoBenchPackages are the packages whose Go benchmarks run (default ./pkg/...).
+	GoBenchPackages []string
+}
+
+func (o SuiteOptions) has(phase string) bool {
+	if len(o.Phases) == 0 {
+		return true
+	}
+	for _, p := range o.Phases {
+		if p == phase {
+			return true
+		}
+	}
+	return false
+}
+
+func (o SuiteOptions) n(full int) int { return max(1, int(float64(full)*o.Scale)) }
+
+// Suite is everything `make bench` measures.
+type Suite struct {
+	Started  time.Time
+	Took     time.Duration
+	Machine  Machine
+	Options  SuiteOptions
+	GoBench  []GoBench
+	Ceiling  *Ceiling
+	Load     []*Result // 100 ms latency, 3 rounds, concurrency 64, 256, 1024
+	Zero     *Result   // zero latency, 3 rounds, concurrency 64
+	Rounds   []*Result // zero latency, concurrency 64, rounds 1, 3, 10, 30
+	Size     []*Result // zero latency, concurrency 64, 3 rounds, prompt 0 to 64 KiB
+	Conc     []*Result // 100 ms latency, 3 rounds, concurrency 64 to 4096
+	Million  *Result   // 10^6 one-round tasks, concurrency 1024, zero latency
+	Resume   *Timing   // report.Compact over the million scenario's output
+	Finalize *Timing   // report.Finalize over the million scenario's output
+}
+
+// Timing is an in-process measurement over a run's output.
+type Timing struct {
+	Records int
+	Took    time.Duration
+	Note    string
+}
+
+// Rate is records per second.
+func (t *Timing) Rate() float64 { return float64(t.Records) / t.Took.Seconds() }
+
+// Machine describes where the suite ran.
+type Machine struct {
+	CPU, OS, Go string
+	CPUs        int
+	MemoryGiB   float64
+}
+
+func readMachine() Machine {
+	m := Machine{Go: runtime.Version(), CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				m.CPU = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:")), "%f", &kb)
+		m.MemoryGiB = kb / (1 << 20)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.OS = "Linux " + strings.TrimSpace(string(b)) + " " + runtime.GOARCH
+	}
+	return m
+}
+
+// The suite's fixed points.
+const (
+	LoadLatency  = 100 * time.Millisecond
+	LoadRounds   = 3
+	loadSeconds  = 20 // the ideal length of a 100 ms scenario at full scale
+	zeroConc     = 64
+	millionConc  = 1024
+	millionTasks = 1_000_000
+)
+
+// RunSuite runs the suite's phases in order; log gets a line per step.
+func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Suite, error) {
+	if o.Scale <= 0 {
+		o.Scale = 1
+	}
+	if len(o.GoBenchPackages) == 0 {
+		o.GoBenchPackages = []string{"./pkg/..."}
+	}
+	s := &Suite{Started: time.Now(), Machine: readMachine(), Options: o}
+	defer func() { s.Took = time.Since(s.Started) }()
+	say := func(format string, args ...any) { fmt.Fprintf(log, "bench: "+format+"\n", args...) }
+	run := func(sc Scenario) (*Result, error) {
+		say("%s: %d tasks (%v), concurrency %d, latency %v", sc.Name, sc.Tasks, sc.Shape, sc.Concurrency, sc.Latency)
+		r, err := Run(ctx, c, sc)
+		if err != nil {
+			return nil, err
+		}
+		say("%s: %.0f model calls/s (steady), %.0f rollouts/s, runner %.1f µs CPU/turn, peak RSS %.0f MiB",
+			sc.Name, r.SteadyCallRate, r.RolloutRate(), micros(r.CPUPerTurn()), mib(r.Runner.MaxRSS))
+		return r, nil
+	}
+	shape3 := TaskShape{Rounds: LoadRounds}
+	// Tasks for a 100 ms scenario of about loadSeconds at the slot limit.
+	loadTasks := func(conc int) int {
+		return o.n(int(float64(conc) / LoadLatency.Seconds() * loadSeconds / LoadRounds))
+	}
+
+	if o.has("gobench") {
+		say("go test -bench %s", strings.Join(o.GoBenchPackages, " "))
+		bs, err := RunGoBench(ctx, o.BenchTime, o.GoBenchPackages, nil)
+		if err != nil {
+			return s, err
+		}
+		s.GoBench = bs
+	}
+	if o.has("ceiling") {
+		say("simulator ceiling: a load generator, 64 connections, 10 s")
+		cl, err := MeasureCeiling(ctx, c, shape3, 64, 10*time.Second)
+		if err != nil {
+			return s, err
+		}
+		s.Ceiling = cl
+	}
+	if o.has("load") {
+		for _, conc := range []int{64, 256, 1024} {
+			r, err := run(Scenario{Name: fmt.Sprintf("load-c%d", conc), Tasks: loadTasks(conc), Concurrency: conc, Latency: LoadLatency, Shape: shape3})
+			if err != nil {
+				return s, err
+			}
+			s.Load = append(s.Load, r)
+		}
+	}
+	if o.has("zero") {
+		r, err := run(Scenario{Name: "zero-c64", Tasks: o.n(20_000), Concurrency: zeroConc, Shape: shape3})
+		if err != nil {
+			return s, err
+		}
+		s.Zero = r
+	}
+	if o.has("rounds") {
+		for _, rounds := range []int{1, 3, 10, 30} {
+			r, err := run(Scenario{Name: fmt.Sprintf("rounds-%d", rounds), Tasks: o.n(30_000 / rounds), Concurrency: zeroConc, Shape: TaskShape{Rounds: rounds}})
+			if err != nil {
+				return s, err
+			}
+			s.Rounds = append(s.Rounds, r)
+		}
+	}
+	if o.has("size") {
+		for _, size := range []int{0, 4 << 10, 16 << 10, 64 << 10} {
+			r, err := run(Scenario{Name: fmt.Sprintf("size-%d", size), Tasks: o.n(5_000), Concurrency: zeroConc, Shape: TaskShape{Rounds: LoadRounds, PromptBytes: size}})
+			if err != nil {
+				return s, err
+			}
+			s.Size = append(s.Size, r)
+		}
+	}
+	if o.has("concurrency") {
+		for _, conc := range []int{64, 256, 1024, 2048, 4096} {
+			if r := findLoad(s.Load, conc); r != nil {
+				s.Conc = append(s.Conc, r)
+				continue
+			}
+			r, err := run(Scenario{Name: fmt.Sprintf("load-c%d", conc), Tasks: loadTasks(conc), Concurrency: conc, Latency: LoadLatency, Shape: shape3})
+			if err != nil {
+				return s, err
+			}
+			s.Conc = append(s.Conc, r)
+		}
+	}
+	if o.has("million") {
+		n := o.n(millionTasks)
+		var at []int
+		for k := 1_000; k <= n; k *= 10 {
+			at = append(at, k)
+		}
+		r, err := run(Scenario{Name: "million", Tasks: n, Concurrency: millionConc, Shape: TaskShape{Rounds: 1}, RSSAt: at, KeepOutput: true})
+		if err != nil {
+			return s, err
+		}
+		s.Million = r
+		out := filepath.Join(c.Dir, "million", "out")
+		defer os.RemoveAll(out)
+		say("resume scan of %d records", r.Rollouts)
+		t0 := time.Now()
+		done, err := report.Compact(out, "", nil)
+		if err != nil {
+			return s, fmt.Errorf("resume scan: %w", err)
+		}
+		s.Resume = &Timing{Records: len(done), Took: time.Since(t0)}
+		say("finalize (Parquet and summary) of %d records", r.Rollouts)
+		t0 = time.Now()
+		if _, err := report.Finalize(out, report.ParquetOptions{}); err != nil {
+			return s, fmt.Errorf("finalize: %w", err)
+		}
+		s.Finalize = &Timing{Records: r.Rollouts, Took: time.Since(t0)}
+	}
+	return s, nil
+}
+
+func findLoad(rs []*Result, conc int) *Result {
+	for _, r := range rs {
+		if r.Scenario.Concurrency == conc {
+			return r
+		}
+	}
+	return nil
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+func mib(b int64) float64           { return float64(b) / (1 << 20) }
