@@ -236,4 +236,4 @@ func findLoad(rs []*Result, conc int) *Result {
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-func mib(b int64) float64           { return float64(b) / (1 << 20) }
+func mib(b int64) float64            { return float64(b) / (1 << 20) }
