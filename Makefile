@@ -80,7 +80,7 @@ bench: build bench-tools
 	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale $(BENCH_SCALE) --md BENCHMARKS.md
 
 bench-quick: build bench-tools
-	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale 0.01 --phases ceiling,load,zero,rounds,size,million
+	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale 0.01 --phases ceiling,floor,load,zero,rounds,size,million
 
 # A load generator for the simulator's ceiling: wrk from Debian when we may install it, else hey.
 bench-tools:

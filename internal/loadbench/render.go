@@ -205,6 +205,13 @@ func (s *Suite) Markdown(w io.Writer) {
 			fmt.Fprintf(w, " That is **%.2f of the simulator's HTTP ceiling** below.", z.SteadyCallRate/c.RPS)
 		}
 		fmt.Fprintf(w, "\n\n")
+		if f := s.Floor; f != nil {
+			per := micros(f.PerRequest())
+			rpt := z.Scenario.Shape.RequestsPerTurn()
+			fmt.Fprintf(w, "The HTTP floor: Go's HTTP client alone (the runner's transport, keep-alive, %d connections) spends **%s µs of CPU per request** on this machine (user %s µs, system %s µs; %s requests to the simulator in %s). A %d-round rollout makes %d requests (seed_session, %d model calls, %d tool calls, verify), %.2f per turn, so no runner on net/http can do a turn here for less than **%s µs**; the runner's %s µs is **%.2f× that floor**.\n\n",
+				f.Conns, num(per), num(micros(f.CPU.User/time.Duration(f.Requests))), num(micros(f.CPU.System/time.Duration(f.Requests))), thousands(int64(f.Requests)), secs(f.Took),
+				z.Scenario.Shape.Rounds, z.Scenario.Shape.Requests(), z.Scenario.Shape.Rounds, z.Scenario.Shape.Rounds-1, rpt, num(per*rpt), num(micros(z.CPUPerTurn())), micros(z.CPUPerTurn())/(per*rpt))
+		}
 		loadTable([]*Result{z}).write(w)
 	}
 	if c := s.Ceiling; c != nil {

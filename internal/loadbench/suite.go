@@ -18,7 +18,7 @@ type SuiteOptions struct {
 	// Scale multiplies the task counts of every load scenario (1: the full suite, 10^6 tasks
 	// in the memory scenario; 0.01 for a quick look).
 	Scale float64
-	// Phases to run (empty: all): gobench, ceiling, load, zero, rounds, size, concurrency, million.
+	// Phases to run (empty: all): gobench, ceiling, floor, load, zero, rounds, size, concurrency, million.
 	Phases []string
 	// BenchTime is go test's -benchtime for the Go benchmarks ("": go's default).
 	BenchTime string
@@ -48,6 +48,7 @@ type Suite struct {
 	Options  SuiteOptions
 	GoBench  []GoBench
 	Ceiling  *Ceiling
+	Floor    *Floor
 	Load     []*Result // 100 ms latency, 3 rounds, concurrency 64, 256, 1024
 	Zero     *Result   // zero latency, 3 rounds, concurrency 64
 	Rounds   []*Result // zero latency, concurrency 64, rounds 1, 3, 10, 30
@@ -148,6 +149,14 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 			return s, err
 		}
 		s.Ceiling = cl
+	}
+	if o.has("floor") {
+		say("HTTP client floor: the runner's transport alone, %d requests at concurrency %d", o.n(20_000), zeroConc)
+		f, err := MeasureFloor(ctx, c, shape3, max(o.n(20_000), 2_000), zeroConc)
+		if err != nil {
+			return s, err
+		}
+		s.Floor = f
 	}
 	if o.has("load") {
 		for _, conc := range []int{64, 256, 1024} {

@@ -31,6 +31,13 @@ type TaskShape struct {
 	PromptBytes int
 }
 
+// Requests is the number of HTTP requests the runner makes for one rollout of the shape:
+// seed_session, Rounds model calls, Rounds-1 tool calls, verify.
+func (s TaskShape) Requests() int { return 1 + s.Rounds + s.Rounds - 1 + 1 }
+
+// RequestsPerTurn is Requests / Rounds.
+func (s TaskShape) RequestsPerTurn() float64 { return float64(s.Requests()) / float64(s.Rounds) }
+
 func (s TaskShape) String() string {
 	return fmt.Sprintf("%d rounds, %d B prompt", s.Rounds, s.PromptBytes)
 }
