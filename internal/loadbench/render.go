@@ -190,7 +190,7 @@ func (s *Suite) Markdown(w io.Writer) {
 	t.write(w)
 
 	if len(s.Load) > 0 {
-		fmt.Fprintf(w, "### Load: %v model latency, %d-round rollouts\n\n", LoadLatency, LoadRounds)
+		fmt.Fprintf(w, "### Load: %v model latency, %d-round rollouts (and concurrency 1024 at 1 s)\n\n", LoadLatency, LoadRounds)
 		fmt.Fprintf(w, "Three processes on loopback: `rollout run`, `rollout sim --latency %v`, `rollout serve counter`. Steady calls/s is the simulator's answer rate between 10%% and 90%% of the run's calls; the slot limit is concurrency / latency. CPU figures are each process's rusage (user + system) over its whole life, divided by the runner's turns (model calls) or rollouts.\n\n", LoadLatency)
 		loadTable(s.Load).write(w)
 	}
