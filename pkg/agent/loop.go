@@ -207,15 +207,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	}
 	p := task.Params
 	tr := &Trajectory{Messages: ChatMessages(p)}
-	req := c.baseRequest(p, seed)
-	req.Tools = ChatTools(p.Tools)
-	if len(req.Tools) > 0 {
-		// Chat Completions servers reject tool_choice without tools.
-		req.ToolChoice = ChatToolChoice(p.ToolChoice)
-	}
-	if p.ParallelToolCalls != nil && len(req.Tools) > 0 {
-		req.ParallelToolCalls = *p.ParallelToolCalls
-	}
+	req := c.multiRequest(p, seed)
 	offered := make(map[string]bool, len(p.Tools))
 	for _, t := range p.Tools {
 		offered[t.Name] = true
@@ -236,20 +228,10 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			tr.Error = fmt.Sprintf("model call in round %d: the answer has no choices", round)
 			return tr
 		}
-		choice := resp.Choices[0]
-		msg := choice.Message
-		rd := Round{Index: round, ModelLatencyMs: ms(latency), Usage: usageOf(resp.Usage),
-			FinishReason: string(choice.FinishReason), Content: msg.Content, Reasoning: msg.ReasoningContent}
+		rd := newRound(&resp, round, latency)
 		tr.Usage.add(rd.Usage)
-		// The history keeps what the model said, without echoing its
-		// reasoning back to it.
-		hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content}
-		for i, tc := range msg.ToolCalls {
-			tc.ID = callID(tc.ID, round, i)
-			tc.Type = openai.ToolTypeFunction
-			tc.Index = nil
-			hist.ToolCalls = append(hist.ToolCalls, tc)
-		}
+		msg := &resp.Choices[0].Message
+		hist := historyMessage(msg, round)
 		if toolsRemoved && len(hist.ToolCalls) > 0 {
 			// Asked for tools after they were taken away: the calls are not made (nor kept
 			// in the history, where they would have no answers); the policy's bound is hit.
@@ -268,6 +250,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			return tr
 		}
 		allFailed, allUnreachable, allTimedOut := true, true, true
+		rd.ToolCalls = make([]ToolCall, 0, len(hist.ToolCalls))
 		for _, tc := range hist.ToolCalls {
 			call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
 			start := time.Now()
@@ -336,6 +319,47 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			toolsRemoved = true
 		}
 	}
+}
+
+// newRound is the record of round idx from its answer (which has choices): the first choice's
+// text, reasoning and finish reason, the usage and the latency. Its tool calls are added as they
+// are made.
+func newRound(resp *openai.ChatCompletionResponse, idx int, latency time.Duration) Round {
+	choice := &resp.Choices[0]
+	return Round{Index: idx, ModelLatencyMs: ms(latency), Usage: usageOf(resp.Usage),
+		FinishReason: string(choice.FinishReason), Content: choice.Message.Content, Reasoning: choice.Message.ReasoningContent}
+}
+
+// historyMessage is the model's answer msg of round idx as the conversation keeps it: what the
+// model said, without echoing its reasoning back to it, and its tool calls, each with an id
+// (generated when the endpoint gave none), typed function, without a stream index.
+func historyMessage(msg *openai.ChatCompletionMessage, idx int) openai.ChatCompletionMessage {
+	hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content}
+	if len(msg.ToolCalls) > 0 {
+		hist.ToolCalls = make([]openai.ToolCall, len(msg.ToolCalls))
+		for i, tc := range msg.ToolCalls {
+			tc.ID = callID(tc.ID, idx, i)
+			tc.Type = openai.ToolTypeFunction
+			tc.Index = nil
+			hist.ToolCalls[i] = tc
+		}
+	}
+	return hist
+}
+
+// multiRequest is the request of every round of a multi-step rollout, but for its messages:
+// the base request and all the row's tools, converted once per rollout.
+func (c *Config) multiRequest(p *dataset.Params, seed int64) openai.ChatCompletionRequest {
+	req := c.baseRequest(p, seed)
+	req.Tools = ChatTools(p.Tools)
+	if len(req.Tools) > 0 {
+		// Chat Completions servers reject tool_choice without tools.
+		req.ToolChoice = ChatToolChoice(p.ToolChoice)
+	}
+	if p.ParallelToolCalls != nil && len(req.Tools) > 0 {
+		req.ParallelToolCalls = *p.ParallelToolCalls
+	}
+	return req
 }
 
 // baseRequest is the request every model call of a rollout starts from: the model, sampling

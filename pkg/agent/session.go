@@ -11,6 +11,8 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -42,7 +44,14 @@ type ToolServer struct {
 	// not part of NeMo Gym's protocol), so a rollout drops its session state when it is done
 	// instead of leaving it to the server's TTL.
 	EndSession bool
+
+	// urls caches the URL of each endpoint (tool name) called, at most maxCachedURLs.
+	urls     sync.Map // string -> string
+	urlCount atomic.Int32
 }
+
+// maxCachedURLs bounds ToolServer.urls: names come from the model.
+const maxCachedURLs = 1024
 
 // NewToolServer checks base and returns a resource-server client.
 func NewToolServer(name, base string, transport http.RoundTripper) (*ToolServer, error) {
@@ -114,13 +123,11 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 		}
 		return err
 	}
-	u := *s.srv.base
-	u.Path += "/" + path
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, u.String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, s.srv.url(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header["Content-Type"] = jsonContentType
 	limit := s.srv.maxBody()
 	var resp *http.Response
 	if retried {
@@ -141,7 +148,7 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 		return nil, callErr(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	b, err := readBody(resp, limit+1)
 	a := &Answer{Status: resp.StatusCode, Body: b}
 	if int64(len(b)) > limit {
 		a.Body, a.Truncated = b[:limit], true
@@ -150,6 +157,51 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 		return a, callErr(fmt.Errorf("reading the answer of %s (HTTP %d): %w", path, resp.StatusCode, err))
 	}
 	return a, nil
+}
+
+// url is the URL of an endpoint: base/path.
+func (s *ToolServer) url(path string) string {
+	if u, ok := s.urls.Load(path); ok {
+		return u.(string)
+	}
+	u := *s.base
+	u.Path += "/" + path
+	us := u.String()
+	if s.urlCount.Load() < maxCachedURLs {
+		if _, loaded := s.urls.LoadOrStore(path, us); !loaded {
+			s.urlCount.Add(1)
+		}
+	}
+	return us
+}
+
+// jsonContentType is the Content-Type header of every POST (shared: never changed).
+var jsonContentType = []string{"application/json"}
+
+// readBody reads at most n bytes of resp's body: into a buffer of the announced length when
+// there is one, so that an answer is read without growing its buffer.
+func readBody(resp *http.Response, n int64) ([]byte, error) {
+	if resp.ContentLength < 0 || resp.ContentLength >= n {
+		return io.ReadAll(io.LimitReader(resp.Body, n))
+	}
+	// One byte more than announced, so that the end is seen without a second buffer.
+	b := make([]byte, 0, resp.ContentLength+1)
+	for {
+		m, err := resp.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			// Longer than announced (the transport would not let that happen): read the rest
+			// as before.
+			rest, err := io.ReadAll(io.LimitReader(resp.Body, n-int64(len(b))))
+			return append(b, rest...), err
+		}
+	}
 }
 
 // Seed posts the whole task row to /seed_session.

@@ -529,11 +529,9 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 			tr.Error = fmt.Sprintf("model call in round %d: the answer has no choices", idx)
 			return rolloutEnded, "", ""
 		}
-		choice := resp.Choices[0]
-		msg := choice.Message
-		rd := Round{Index: idx, ModelLatencyMs: ms(latency), Usage: usageOf(resp.Usage),
-			FinishReason: string(choice.FinishReason), Content: msg.Content, Reasoning: msg.ReasoningContent}
+		rd := newRound(&resp, idx, latency)
 		tr.Usage.add(rd.Usage)
+		msg := &resp.Choices[0].Message
 
 		var calls []openai.ToolCall
 		if r.json {
@@ -566,13 +564,7 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 					Function: openai.FunctionCall{Name: c.Name, Arguments: string(c.Arguments)}})
 			}
 		} else {
-			hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content}
-			for i, tc := range msg.ToolCalls {
-				tc.ID = callID(tc.ID, idx, i)
-				tc.Type = openai.ToolTypeFunction
-				tc.Index = nil
-				hist.ToolCalls = append(hist.ToolCalls, tc)
-			}
+			hist := historyMessage(msg, idx)
 			tr.Messages = append(tr.Messages, hist)
 			calls = hist.ToolCalls
 		}
@@ -588,6 +580,7 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 		}
 
 		allFailed, allUnreachable, allTimedOut := true, true, true
+		rd.ToolCalls = make([]ToolCall, 0, len(calls))
 		roundValidation := map[string][]validationAnswer{}
 		var blocks []string
 		for _, tc := range calls {

@@ -177,7 +177,19 @@ func (r *Reader) readLine(limit int) (line []byte, tooLong bool, err error) {
 	}
 }
 
+// parse parses t.Raw. Almost every row takes the single pass of parseFast; a row it does not
+// accept (malformed, or unusual: escaped keys, duplicate members, nulls where values go, ...)
+// is parsed again by parseCareful, which decides and words the errors.
 func (t *Task) parse() *fieldError {
+	if t.parseFast() {
+		return nil
+	}
+	t.Fields, t.ID, t.AgentRef, t.Params = nil, "", nil, nil
+	return t.parseCareful()
+}
+
+// parseCareful is the reference parser: encoding/json's checks, one field at a time.
+func (t *Task) parseCareful() *fieldError {
 	if !utf8.Valid(t.Raw) {
 		off := 0
 		for off < len(t.Raw) {

@@ -1,0 +1,24 @@
+package agent
+
+import (
+	"encoding/json"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/rollout-dev/rollout/pkg/dataset"
+)
+
+// Internals for the benchmarks of the external test package.
+var (
+	NewRound       = newRound
+	HistoryMessage = historyMessage
+	ToolArguments  = toolArguments
+)
+
+// MultiRequest is the request of every round of a multi-step rollout, without its messages.
+func (c *Config) MultiRequest(p *dataset.Params, seed int64) openai.ChatCompletionRequest {
+	return c.multiRequest(p, seed)
+}
+
+// PlainJSON is encoding/json's encoding of t by reflection, without its MarshalJSON method.
+func PlainJSON(t *Trajectory) ([]byte, error) { return json.Marshal((*plainTrajectory)(t)) }

@@ -1,0 +1,358 @@
+package agent
+
+import (
+	"encoding/json"
+	"math"
+	"math/bits"
+	"strconv"
+	"unicode/utf8"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// plainTrajectory is Trajectory without its MarshalJSON method: encoding/json's encoding by
+// reflection, the reference that MarshalJSON gives byte for byte.
+type plainTrajectory Trajectory
+
+// MarshalJSON encodes the trajectory exactly as encoding/json encodes its fields (the same
+// bytes as before it had this method), in one pass without reflection: the runner marshals
+// one trajectory per rollout, and encoding/json spent most of that time in go-openai's
+// per-message MarshalJSON and in compacting what it returned. Calling it directly (rather
+// than through json.Marshal, which compacts a Marshaler's output once more) is the fast way.
+func (t *Trajectory) MarshalJSON() ([]byte, error) {
+	return t.AppendJSON(make([]byte, 0, t.sizeHint()))
+}
+
+// AppendJSON appends MarshalJSON's encoding of the trajectory to dst.
+func (t *Trajectory) AppendJSON(dst []byte) ([]byte, error) {
+	if b, ok := t.appendJSON(dst); ok {
+		return b, nil
+	}
+	// What the fast encoder does not take on (messages with content parts or a
+	// function_call, numbers JSON has no form for, a step record): encoding/json's way,
+	// for its bytes or its error.
+	b, err := json.Marshal((*plainTrajectory)(t))
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
+// sizeHint is about the size of the encoding, so that it is written into one buffer.
+func (t *Trajectory) sizeHint() int {
+	n := 256 + len(t.Error)
+	for i := range t.Messages {
+		m := &t.Messages[i]
+		n += 64 + len(m.Content) + len(m.ReasoningContent) + len(m.ToolCallID)
+		for j := range m.ToolCalls {
+			n += 64 + len(m.ToolCalls[j].ID) + len(m.ToolCalls[j].Function.Name) + len(m.ToolCalls[j].Function.Arguments)
+		}
+	}
+	for i := range t.Rounds {
+		n += 160 + len(t.Rounds[i].FinishReason)
+		for j := range t.Rounds[i].ToolCalls {
+			n += 96 + len(t.Rounds[i].ToolCalls[j].CallID) + len(t.Rounds[i].ToolCalls[j].Name)
+		}
+	}
+	return n + n/16 // escapes
+}
+
+// appendJSON is the fast encoder; ok is false when it cannot take the trajectory on.
+func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
+	b = append(b, `{"messages":`...)
+	if t.Messages == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range t.Messages {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendMessage(b, &t.Messages[i]); !ok {
+				return b, false
+			}
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"rounds":`...)
+	if t.Rounds == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range t.Rounds {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendRound(b, &t.Rounds[i]); !ok {
+				return b, false
+			}
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"usage":`...)
+	b = appendUsage(b, &t.Usage)
+	b = append(b, `,"termination":`...)
+	b = appendString(b, string(t.Termination))
+	if t.FailureClass != "" {
+		b = append(b, `,"failure_class":`...)
+		b = appendString(b, t.FailureClass)
+	}
+	if t.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendString(b, t.Error)
+	}
+	if len(t.Steps) > 0 {
+		return b, false // the workflow policy's record: encoding/json's
+	}
+	if t.InvalidAnswers != 0 {
+		b = append(b, `,"invalid_answers":`...)
+		b = strconv.AppendInt(b, int64(t.InvalidAnswers), 10)
+	}
+	return append(b, '}'), true
+}
+
+// appendMessage encodes a chat message as go-openai's MarshalJSON does, for a message of
+// text and tool calls.
+func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
+	if m.MultiContent != nil || m.FunctionCall != nil {
+		return b, false
+	}
+	b = append(b, `{"role":`...)
+	b = appendString(b, m.Role)
+	if m.Content != "" {
+		b = append(b, `,"content":`...)
+		b = appendString(b, m.Content)
+	}
+	if m.Refusal != "" {
+		b = append(b, `,"refusal":`...)
+		b = appendString(b, m.Refusal)
+	}
+	if m.Name != "" {
+		b = append(b, `,"name":`...)
+		b = appendString(b, m.Name)
+	}
+	if m.ReasoningContent != "" {
+		b = append(b, `,"reasoning_content":`...)
+		b = appendString(b, m.ReasoningContent)
+	}
+	if len(m.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i := range m.ToolCalls {
+			tc := &m.ToolCalls[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '{')
+			if tc.Index != nil {
+				b = append(b, `"index":`...)
+				b = strconv.AppendInt(b, int64(*tc.Index), 10)
+				b = append(b, ',')
+			}
+			if tc.ID != "" {
+				b = append(b, `"id":`...)
+				b = appendString(b, tc.ID)
+				b = append(b, ',')
+			}
+			b = append(b, `"type":`...)
+			b = appendString(b, string(tc.Type))
+			b = append(b, `,"function":{`...)
+			if tc.Function.Name != "" {
+				b = append(b, `"name":`...)
+				b = appendString(b, tc.Function.Name)
+			}
+			if tc.Function.Arguments != "" {
+				if tc.Function.Name != "" {
+					b = append(b, ',')
+				}
+				b = append(b, `"arguments":`...)
+				b = appendString(b, tc.Function.Arguments)
+			}
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	if m.ToolCallID != "" {
+		b = append(b, `,"tool_call_id":`...)
+		b = appendString(b, m.ToolCallID)
+	}
+	return append(b, '}'), true
+}
+
+func appendRound(b []byte, r *Round) ([]byte, bool) {
+	var ok bool
+	b = append(b, `{"index":`...)
+	b = strconv.AppendInt(b, int64(r.Index), 10)
+	b = append(b, `,"model_latency_ms":`...)
+	if b, ok = appendFloat(b, r.ModelLatencyMs); !ok {
+		return b, false
+	}
+	b = append(b, `,"usage":`...)
+	b = appendUsage(b, &r.Usage)
+	b = append(b, `,"finish_reason":`...)
+	b = appendString(b, r.FinishReason)
+	if len(r.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i := range r.ToolCalls {
+			c := &r.ToolCalls[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"call_id":`...)
+			b = appendString(b, c.CallID)
+			b = append(b, `,"name":`...)
+			b = appendString(b, c.Name)
+			if c.Status != 0 {
+				b = append(b, `,"status":`...)
+				b = strconv.AppendInt(b, int64(c.Status), 10)
+			}
+			if c.Failed {
+				b = append(b, `,"failed":true`...)
+			}
+			if c.Unreachable {
+				b = append(b, `,"unreachable":true`...)
+			}
+			if c.TimedOut {
+				b = append(b, `,"timed_out":true`...)
+			}
+			b = append(b, `,"latency_ms":`...)
+			if b, ok = appendFloat(b, c.LatencyMs); !ok {
+				return b, false
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), true
+}
+
+func appendUsage(b []byte, u *Usage) []byte {
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
+	if u.CachedTokens != 0 {
+		b = append(b, `,"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(u.CachedTokens), 10)
+	}
+	if u.ReasoningTokens != 0 {
+		b = append(b, `,"reasoning_tokens":`...)
+		b = strconv.AppendInt(b, int64(u.ReasoningTokens), 10)
+	}
+	return append(b, '}')
+}
+
+// appendFloat is encoding/json's encoding of a float64; ok is false for NaN and infinities,
+// which it refuses.
+func appendFloat(b []byte, f float64) ([]byte, bool) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return b, false
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 is written e-9
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b, true
+}
+
+const hexDigits = "0123456789abcdef"
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// needsEscape marks (in the high bit of its byte; the lowest mark exactly) the bytes of x
+// that encoding/json does not copy as they are: control characters, '"', '\\', the HTML
+// characters '<', '>' and '&', and non-ASCII bytes (checked one rune at a time).
+func needsEscape(x uint64) uint64 {
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	lt := x ^ (ones * '<')
+	gt := x ^ (ones * '>')
+	amp := x ^ (ones * '&')
+	return (((x - ones*0x20) &^ x) | x | ((q - ones) &^ q) | ((bs - ones) &^ bs) | ((lt - ones) &^ lt) |
+		((gt - ones) &^ gt) | ((amp - ones) &^ amp)) & highs
+}
+
+// load64 is s[i:i+8] as a little-endian number.
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// appendString is encoding/json's encoding of a string (with its default HTML escaping):
+// the same bytes.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		for i+8 <= len(s) {
+			if m := needsEscape(load64(s, i)); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
+		if c := s[i]; c < utf8.RuneSelf {
+			if htmlSafe(c) {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// htmlSafe says whether encoding/json copies the ASCII byte c as it is.
+func htmlSafe(c byte) bool {
+	return c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+}

@@ -1,0 +1,1056 @@
+package dataset
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// The single-pass row parser.
+//
+// parseFast validates a row (UTF-8 and JSON syntax) and extracts what Task holds in one scan,
+// with no encoding/json and no reflection. It accepts only rows that parseCareful (the
+// reference: encoding/json's checks) accepts, and then gives exactly its result; on anything
+// else it returns false and the row goes to parseCareful, which decides and words the error.
+// So it may refuse a good row that is unusual (escaped keys, a duplicate member, null where a
+// value goes, a key that encoding/json would match case-insensitively, nesting deeper than
+// maxFastDepth): that only costs the careful pass. FuzzParseFast checks the two agree.
+
+// maxFastDepth is the nesting parseFast follows; deeper rows go to parseCareful, which applies
+// MaxNesting.
+const maxFastDepth = 512
+
+// span is a string's content in the row: b[start:end] without the quotes; esc says it has
+// escapes. set is false for an absent (or null) value.
+type span struct {
+	start, end int
+	esc, set   bool
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek is the byte at s.i, or 0 at the end.
+func (s *scanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special marks (in the high bit of its byte, the lowest mark exactly) the bytes of x that a
+// string scan must stop at: '"', '\\', control characters and non-ASCII bytes.
+func special(x uint64) uint64 {
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	return ((q - ones) &^ q) | ((bs - ones) &^ bs) | ((x - ones*0x20) &^ x) | x
+}
+
+// str validates the string at s.i (a quote) as encoding/json and utf8.Valid would, and moves
+// past it.
+func (s *scanner) str() (span, bool) {
+	b := s.b
+	i := s.i + 1
+	sp := span{start: i, set: true}
+	for {
+		for i+8 <= len(b) {
+			if m := special(binary.LittleEndian.Uint64(b[i:])) & highs; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			return sp, false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			sp.end = i
+			s.i = i + 1
+			return sp, true
+		case c == '\\':
+			sp.esc = true
+			if i+1 >= len(b) {
+				return sp, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if hex4(b[i+2:]) < 0 {
+					return sp, false
+				}
+				i += 6
+			default:
+				return sp, false
+			}
+		case c < 0x20:
+			return sp, false
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return sp, false
+			}
+			i += size
+		}
+	}
+}
+
+// hex4 is the value of the 4 hex digits that b starts with, or -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
+}
+
+func (s *scanner) literal(lit string) bool {
+	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
+		return false
+	}
+	s.i += len(lit)
+	return true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func (s *scanner) digits() {
+	for s.i < len(s.b) && isDigit(s.b[s.i]) {
+		s.i++
+	}
+}
+
+// number validates a JSON number at s.i and moves past it.
+func (s *scanner) number() bool {
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case '1' <= c && c <= '9':
+		s.digits()
+	default:
+		return false
+	}
+	if s.peek() == '.' {
+		s.i++
+		if !isDigit(s.peek()) {
+			return false
+		}
+		s.digits()
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !isDigit(s.peek()) {
+			return false
+		}
+		s.digits()
+	}
+	return true
+}
+
+// key reads a member's key and its colon; s.i is then at the value.
+func (s *scanner) key() (span, bool) {
+	if s.peek() != '"' {
+		return span{}, false
+	}
+	k, ok := s.str()
+	if !ok {
+		return k, false
+	}
+	s.ws()
+	if s.peek() != ':' {
+		return k, false
+	}
+	s.i++
+	s.ws()
+	return k, true
+}
+
+// value validates the JSON value at s.i, inside depth containers, and moves past it.
+// Nesting is followed with a stack of closing brackets, not recursion.
+func (s *scanner) value(depth int) bool {
+	var stackArr [32]byte
+	stack := stackArr[:0]
+	for {
+		s.ws()
+		switch s.peek() {
+		case '{', '[':
+			if depth+len(stack) >= maxFastDepth {
+				return false
+			}
+			open := s.b[s.i]
+			s.i++
+			s.ws()
+			if c := s.peek(); c == open+2 { // '{'+2 is '}', '['+2 is ']'
+				s.i++
+				break
+			}
+			stack = append(stack, open+2)
+			if open == '{' {
+				if _, ok := s.key(); !ok {
+					return false
+				}
+			}
+			continue
+		case '"':
+			if _, ok := s.str(); !ok {
+				return false
+			}
+		case 't':
+			if !s.literal("true") {
+				return false
+			}
+		case 'f':
+			if !s.literal("false") {
+				return false
+			}
+		case 'n':
+			if !s.literal("null") {
+				return false
+			}
+		default:
+			if !s.number() {
+				return false
+			}
+		}
+		// After a value: commas and closing brackets until the next value.
+		for {
+			if len(stack) == 0 {
+				return true
+			}
+			s.ws()
+			c := s.peek()
+			if c == ',' {
+				s.i++
+				s.ws()
+				if stack[len(stack)-1] == '}' {
+					if _, ok := s.key(); !ok {
+						return false
+					}
+				}
+				break
+			}
+			if c != stack[len(stack)-1] {
+				return false
+			}
+			s.i++
+			stack = stack[:len(stack)-1]
+		}
+	}
+}
+
+// object reads the object at s.i (inside depth containers): for each member, member gets the
+// key (bytes without escapes: a key with escapes fails the object) with s.i at the value, and
+// must move past the value.
+func (s *scanner) object(member func(key []byte) bool) bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	for {
+		k, ok := s.key()
+		if !ok || k.esc || !member(s.b[k.start:k.end]) {
+			return false
+		}
+		s.ws()
+		switch s.peek() {
+		case ',':
+			s.i++
+			s.ws()
+		case '}':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// array reads the array at s.i: elem is called with s.i at each element, and must move past it.
+func (s *scanner) array(elem func(i int) bool) bool {
+	if s.peek() != '[' {
+		return false
+	}
+	s.i++
+	s.ws()
+	if s.peek() == ']' {
+		s.i++
+		return true
+	}
+	for n := 0; ; n++ {
+		if !elem(n) {
+			return false
+		}
+		s.ws()
+		switch s.peek() {
+		case ',':
+			s.i++
+			s.ws()
+		case ']':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// optString reads a string or null (as encoding/json does into a *string: null is nil).
+// Another kind of value fails: encoding/json would give a type error.
+func (s *scanner) optString(dst *span) bool {
+	switch s.peek() {
+	case '"':
+		sp, ok := s.str()
+		*dst = sp
+		return ok
+	case 'n':
+		*dst = span{}
+		return s.literal("null")
+	}
+	return false
+}
+
+// text is the value of a string span, unescaped as encoding/json does.
+func (s *scanner) text(sp span) string {
+	raw := s.b[sp.start:sp.end]
+	if !sp.esc {
+		return string(raw)
+	}
+	return bytesString(appendText(make([]byte, 0, len(raw)), raw))
+}
+
+// bytesString is b as a string, without a copy: b is not used after.
+func bytesString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// is says whether the span's text is lit.
+func (s *scanner) is(sp span, lit string) bool {
+	if !sp.esc {
+		return string(s.b[sp.start:sp.end]) == lit
+	}
+	return s.text(sp) == lit
+}
+
+// appendText appends the unescaped text of a valid string's content (encoding/json's
+// unquote, for valid UTF-8).
+func appendText(b, raw []byte) []byte {
+	for len(raw) > 0 {
+		j := bytes.IndexByte(raw, '\\')
+		if j < 0 {
+			return append(b, raw...)
+		}
+		b = append(b, raw[:j]...)
+		raw = raw[j:]
+		switch c := raw[1]; c {
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			r := hex4(raw[2:])
+			raw = raw[6:]
+			if utf16.IsSurrogate(r) {
+				r1 := rune(-1)
+				if len(raw) >= 6 && raw[0] == '\\' && raw[1] == 'u' {
+					r1 = hex4(raw[2:])
+				}
+				if dec := utf16.DecodeRune(r, r1); dec != unicode.ReplacementChar {
+					raw = raw[6:]
+					b = utf8.AppendRune(b, dec)
+					continue
+				}
+				r = unicode.ReplacementChar
+			}
+			b = utf8.AppendRune(b, r)
+			continue
+		default: // '"', '\\', '/'
+			b = append(b, c)
+		}
+		raw = raw[2:]
+	}
+	return b
+}
+
+// foldsTo says whether key is not one of names but encoding/json would take it for one (it
+// matches keys case-insensitively). A key with non-ASCII bytes may fold to ASCII (the Kelvin
+// sign to k): it counts as such a key.
+func foldsTo(key []byte, names []string) bool {
+	for _, c := range key {
+		if c >= utf8.RuneSelf {
+			return true
+		}
+	}
+	for _, n := range names {
+		if len(n) == len(key) && asciiEqualFold(key, n) {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiEqualFold(a []byte, b string) bool {
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// rowKey is a top-level key as a string, without allocating for the usual ones.
+func rowKey(k []byte) string {
+	switch string(k) {
+	case "id":
+		return "id"
+	case rcp:
+		return rcp
+	case "agent_ref":
+		return "agent_ref"
+	case "expected_answer":
+		return "expected_answer"
+	case "ground_truth":
+		return "ground_truth"
+	case "category":
+		return "category"
+	case "difficulty":
+		return "difficulty"
+	case "metadata":
+		return "metadata"
+	}
+	return string(k)
+}
+
+// parseFast is the single pass; see the top of this file.
+func (t *Task) parseFast() bool {
+	s := &scanner{b: t.Raw}
+	s.ws()
+	fields := make([]Field, 0, 8)
+	var seen map[string]bool
+	var params *Params
+	ok := s.object(func(kb []byte) bool {
+		key := rowKey(kb)
+		if len(fields) < 16 {
+			for _, f := range fields {
+				if f.Key == key {
+					return false
+				}
+			}
+		} else {
+			if seen == nil {
+				seen = make(map[string]bool, 32)
+				for _, f := range fields {
+					seen[f.Key] = true
+				}
+			}
+			if seen[key] {
+				return false
+			}
+			seen[key] = true
+		}
+		start := s.i
+		if key == rcp && s.peek() == '{' {
+			if params = s.params(); params == nil {
+				return false
+			}
+		} else if !s.value(1) {
+			return false
+		}
+		fields = append(fields, Field{Key: key, Value: t.Raw[start:s.i:s.i]})
+		return true
+	})
+	if s.ws(); !ok || s.i != len(t.Raw) || params == nil {
+		return false
+	}
+	for _, f := range fields {
+		switch f.Key {
+		case "id":
+			switch c := f.Value[0]; {
+			case c == '"':
+				t.ID = (&scanner{b: f.Value}).wholeText()
+			case c == '-' || isDigit(c):
+				t.ID = string(f.Value)
+			case c != 'n':
+				return false
+			}
+		case "agent_ref":
+			if f.Value[0] != 'n' {
+				ref, ok := agentRef(f.Value)
+				if !ok {
+					return false
+				}
+				t.AgentRef = ref
+			}
+		}
+	}
+	t.Fields, t.Params = fields, params
+	return true
+}
+
+// wholeText is the text of s.b, one valid JSON string.
+func (s *scanner) wholeText() string {
+	sp, _ := s.str()
+	return s.text(sp)
+}
+
+var agentRefKeys = []string{"type", "name"}
+
+// agentRef reads agent_ref, a valid object, as encoding/json does into AgentRef.
+func agentRef(raw []byte) (*AgentRef, bool) {
+	s := &scanner{b: raw}
+	var typ, name span
+	var have uint16
+	ok := s.object(func(k []byte) bool {
+		switch string(k) {
+		case "type":
+			return once(&have, 1) && s.optString(&typ)
+		case "name":
+			return once(&have, 2) && s.optString(&name)
+		}
+		return !foldsTo(k, agentRefKeys) && s.value(2)
+	})
+	if !ok || !name.set || name.start == name.end {
+		return nil, false
+	}
+	ref := &AgentRef{Name: s.text(name)}
+	if typ.set {
+		ref.Type = s.text(typ)
+	}
+	return ref, true
+}
+
+// once marks bit in *have and says whether it was clear: a known member seen twice sends the
+// row to parseCareful (encoding/json keeps the last one; rows do not do that).
+func once(have *uint16, bit uint16) bool {
+	if *have&bit != 0 {
+		return false
+	}
+	*have |= bit
+	return true
+}
+
+// params reads responses_create_params (s.i at its '{') as parseParams does.
+func (s *scanner) params() *Params {
+	start := s.i
+	var keys [32][]byte
+	nkeys := 0
+	box := &paramsBox{}
+	p := &box.Params
+	var input, tools, temperature, topP, maxTokens, parallel, choice []byte
+	ok := s.object(func(k []byte) bool {
+		for _, o := range keys[:nkeys] {
+			if string(o) == string(k) {
+				return false // a duplicate member
+			}
+		}
+		if nkeys == len(keys) {
+			return false // many members: parseCareful finds duplicates with a map
+		}
+		keys[nkeys] = k
+		nkeys++
+		vs := s.i
+		var ok bool
+		switch string(k) {
+		case "input":
+			ok = s.input(p)
+			input = s.b[vs:s.i]
+		case "tools":
+			ok = s.tools(p)
+			tools = s.b[vs:s.i:s.i]
+		case "instructions":
+			var sp span
+			if ok = s.optString(&sp); ok && sp.set {
+				p.Instructions = s.text(sp)
+			}
+		default:
+			ok = s.value(2)
+			v := s.b[vs:s.i:s.i]
+			switch string(k) {
+			case "temperature":
+				temperature = v
+			case "top_p":
+				topP = v
+			case "max_output_tokens":
+				maxTokens = v
+			case "parallel_tool_calls":
+				parallel = v
+			case "tool_choice":
+				choice = v
+			}
+		}
+		return ok
+	})
+	if !ok {
+		return nil
+	}
+	p.Raw = s.b[start:s.i:s.i]
+	if input == nil || input[0] == 'n' {
+		return nil
+	}
+	if tools != nil && tools[0] != 'n' {
+		p.ToolsRaw = tools
+	}
+	if !optFloat(temperature, 0, 2, &box.temperature, &p.Temperature) || !optFloat(topP, 0, 1, &box.topP, &p.TopP) {
+		return nil
+	}
+	if maxTokens != nil && maxTokens[0] != 'n' {
+		if !isNumber(maxTokens) {
+			return nil
+		}
+		n, err := strconv.ParseInt(string(maxTokens), 10, strconv.IntSize)
+		if err != nil || n <= 0 {
+			return nil
+		}
+		box.maxTokens = int(n)
+		p.MaxOutputTokens = &box.maxTokens
+	}
+	if parallel != nil {
+		switch parallel[0] {
+		case 't', 'f':
+			box.parallel = parallel[0] == 't'
+			p.ParallelToolCalls = &box.parallel
+		case 'n':
+		default:
+			return nil
+		}
+	}
+	if choice != nil && choice[0] != 'n' {
+		if !toolChoiceOK(choice) {
+			return nil
+		}
+		p.ToolChoice = choice
+	}
+	return p
+}
+
+func isNumber(v []byte) bool { return v[0] == '-' || isDigit(v[0]) }
+
+// paramsBox holds Params and the values its pointers point to, in one allocation.
+type paramsBox struct {
+	Params
+	temperature, topP float64
+	maxTokens         int
+	parallel          bool
+}
+
+// optFloat reads an optional number within [lo, hi] into *f, and points *dst at it (null or
+// absent: nil).
+func optFloat(v []byte, lo, hi float64, f *float64, dst **float64) bool {
+	if v == nil || v[0] == 'n' {
+		return true
+	}
+	if !isNumber(v) {
+		return false
+	}
+	x, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || x < lo || x > hi {
+		return false
+	}
+	*f = x
+	*dst = f
+	return true
+}
+
+var toolChoiceKeys = []string{"type", "name"}
+
+// toolChoiceOK says whether tool_choice (valid, not null) is accepted as checkToolChoice does.
+func toolChoiceOK(v []byte) bool {
+	s := &scanner{b: v}
+	switch v[0] {
+	case '"':
+		switch s.wholeText() {
+		case "auto", "none", "required":
+			return true
+		}
+		return false
+	case '{':
+		var typ, name span
+		var have uint16
+		ok := s.object(func(k []byte) bool {
+			switch string(k) {
+			case "type":
+				return once(&have, 1) && s.optString(&typ)
+			case "name":
+				return once(&have, 2) && s.optString(&name)
+			}
+			return !foldsTo(k, toolChoiceKeys) && s.value(3)
+		})
+		return ok && typ.set && s.is(typ, "function") && name.set && name.start != name.end
+	}
+	return false
+}
+
+var itemKeys = []string{"type", "role", "content", "name", "arguments", "call_id", "output"}
+
+// input reads responses_create_params.input (s.i at its value) as parseInput does.
+func (s *scanner) input(p *Params) bool {
+	switch s.peek() {
+	case '"':
+		sp, ok := s.str()
+		if ok {
+			p.Input = []Item{{Type: ItemMessage, Role: "user", Content: s.text(sp)}}
+		}
+		return ok
+	case '[':
+	default:
+		return false
+	}
+	items := make([]Item, 0, 4)
+	n := 0
+	ok := s.array(func(int) bool {
+		n++
+		it, keep, ok := s.item()
+		if ok && keep {
+			items = append(items, it)
+		}
+		return ok
+	})
+	if !ok || n == 0 {
+		return false
+	}
+	p.Input = items
+	return true
+}
+
+// content kinds of an item
+const (
+	contentNone   = iota // absent or null
+	contentString        // a string
+	contentParts         // a list of text parts
+	contentOther         // anything else (an error for a message)
+)
+
+// item reads one input item; keep is false for the items parseInput leaves out (reasoning).
+func (s *scanner) item() (it Item, keep, ok bool) {
+	var typ, role, name, callID, args, output span
+	var have uint16
+	var argsNull, outputNull, argsOther, outputOther bool
+	contentKind := contentNone
+	var content span
+	var parts []span
+	ok = s.object(func(k []byte) bool {
+		switch string(k) {
+		case "type":
+			return once(&have, 1) && s.optString(&typ)
+		case "role":
+			return once(&have, 2) && s.optString(&role)
+		case "name":
+			return once(&have, 4) && s.optString(&name)
+		case "call_id":
+			return once(&have, 8) && s.optString(&callID)
+		case "content":
+			if !once(&have, 16) {
+				return false
+			}
+			switch s.peek() {
+			case '"':
+				var ok bool
+				content, ok = s.str()
+				contentKind = contentString
+				return ok
+			case 'n':
+				return s.literal("null")
+			case '[':
+				var ok bool
+				parts, ok = s.parts()
+				contentKind = contentParts
+				if parts == nil {
+					contentKind = contentOther
+				}
+				return ok
+			}
+			contentKind = contentOther
+			return s.value(4)
+		case "arguments":
+			if !once(&have, 32) {
+				return false
+			}
+			return s.rawString(&args, &argsNull, &argsOther)
+		case "output":
+			if !once(&have, 64) {
+				return false
+			}
+			return s.rawString(&output, &outputNull, &outputOther)
+		}
+		return !foldsTo(k, itemKeys) && s.value(4)
+	})
+	if !ok {
+		return it, false, false
+	}
+	switch {
+	case !typ.set || s.is(typ, ItemMessage):
+		if !role.set {
+			return it, false, false
+		}
+		r := roleName(s, role)
+		if r == "" {
+			return it, false, false
+		}
+		it = Item{Type: ItemMessage, Role: r}
+		switch contentKind {
+		case contentString:
+			it.Content = s.text(content)
+		case contentParts:
+			it.Content = s.joinText(parts)
+		default:
+			return it, false, false
+		}
+		return it, true, true
+	case s.is(typ, ItemFunctionCall):
+		if !name.set || name.start == name.end || !callID.set || callID.start == callID.end || (!args.set && !argsNull) || argsOther {
+			return it, false, false
+		}
+		it = Item{Type: ItemFunctionCall, Name: s.text(name), CallID: s.text(callID)}
+		if args.set {
+			it.Arguments = s.text(args)
+		}
+		return it, true, true
+	case s.is(typ, ItemFunctionCallOutput):
+		if !callID.set || callID.start == callID.end || (!output.set && !outputNull) || outputOther {
+			return it, false, false
+		}
+		it = Item{Type: ItemFunctionCallOutput, CallID: s.text(callID)}
+		if output.set {
+			it.Output = s.text(output)
+		}
+		return it, true, true
+	case s.is(typ, "reasoning"):
+		return it, false, true
+	}
+	return it, false, false
+}
+
+// rawString reads a value that must be a string where it is used (arguments, output): a
+// string goes to sp, null sets *null, anything else *other.
+func (s *scanner) rawString(sp *span, null, other *bool) bool {
+	switch s.peek() {
+	case '"':
+		v, ok := s.str()
+		*sp = v
+		return ok
+	case 'n':
+		*null = true
+		return s.literal("null")
+	}
+	*other = true
+	return s.value(4)
+}
+
+// roleName is a message role as a constant string, or "" when it is not one.
+func roleName(s *scanner, sp span) string {
+	for _, r := range roleNames {
+		if s.is(sp, r) {
+			return r
+		}
+	}
+	return ""
+}
+
+var roleNames = []string{"system", "developer", "user", "assistant"}
+
+var partKeys = []string{"type", "text"}
+
+// parts reads a content list at s.i. It returns the parts' text spans, or nil (with ok true)
+// when the list is valid JSON but not all text parts: an error for a message only.
+func (s *scanner) parts() (texts []span, ok bool) {
+	good := true
+	texts = make([]span, 0, 2)
+	ok = s.array(func(int) bool {
+		if !good || s.peek() != '{' {
+			good = false
+			return s.value(5)
+		}
+		var typ, text span
+		var have uint16
+		ok := s.object(func(k []byte) bool {
+			switch string(k) {
+			case "type":
+				return once(&have, 1) && s.optString(&typ)
+			case "text":
+				return once(&have, 2) && s.optString(&text)
+			}
+			return !foldsTo(k, partKeys) && s.value(6)
+		})
+		if !ok || !typ.set || !text.set || !(s.is(typ, "input_text") || s.is(typ, "output_text") || s.is(typ, "text")) {
+			return false
+		}
+		texts = append(texts, text)
+		return true
+	})
+	if !good {
+		return nil, ok
+	}
+	return texts, ok
+}
+
+func (s *scanner) joinText(parts []span) string {
+	if len(parts) == 1 {
+		return s.text(parts[0])
+	}
+	n := 0
+	for _, p := range parts {
+		n += p.end - p.start
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = appendText(b, s.b[p.start:p.end])
+	}
+	return bytesString(b)
+}
+
+var toolKeys = []string{"type", "name", "description", "parameters", "strict", "function"}
+
+// tools reads responses_create_params.tools (s.i at its value) as parseTools does.
+func (s *scanner) tools(p *Params) bool {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case '[':
+	default:
+		return false
+	}
+	tools := make([]Tool, 0, 4)
+	var names map[string]bool
+	ok := s.array(func(int) bool {
+		var typ, name, desc span
+		var params []byte
+		var strict *bool
+		var have uint16
+		ok := s.object(func(k []byte) bool {
+			switch string(k) {
+			case "type":
+				return once(&have, 1) && s.optString(&typ)
+			case "name":
+				return once(&have, 2) && s.optString(&name)
+			case "description":
+				return once(&have, 4) && s.optString(&desc)
+			case "parameters":
+				vs := s.i
+				if !once(&have, 8) || !s.value(4) {
+					return false
+				}
+				params = s.b[vs:s.i:s.i]
+				return true
+			case "strict":
+				if !once(&have, 16) {
+					return false
+				}
+				switch s.peek() {
+				case 't':
+					v := true
+					strict = &v
+					return s.literal("true")
+				case 'f':
+					v := false
+					strict = &v
+					return s.literal("false")
+				case 'n':
+					return s.literal("null")
+				}
+				return false
+			case "function":
+				return once(&have, 32) && s.value(4)
+			}
+			return !foldsTo(k, toolKeys) && s.value(4)
+		})
+		if !ok || !typ.set || !s.is(typ, "function") || !name.set || name.start == name.end {
+			return false
+		}
+		t := Tool{Name: s.text(name), Strict: strict}
+		if len(tools) < 16 {
+			for i := range tools {
+				if tools[i].Name == t.Name {
+					return false
+				}
+			}
+		} else {
+			if names == nil {
+				names = make(map[string]bool, 64)
+				for i := range tools {
+					names[tools[i].Name] = true
+				}
+			}
+			if names[t.Name] {
+				return false
+			}
+			names[t.Name] = true
+		}
+		if desc.set {
+			t.Description = s.text(desc)
+		}
+		if params != nil && params[0] != 'n' {
+			if params[0] != '{' {
+				return false
+			}
+			t.Parameters = params
+		}
+		tools = append(tools, t)
+		return true
+	})
+	if ok {
+		p.Tools = tools
+	}
+	return ok
+}
