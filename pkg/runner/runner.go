@@ -400,7 +400,8 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
 	rec.Termination, rec.FailureClass, rec.Error = string(tr.Termination), tr.FailureClass, tr.Error
 	defer func() {
-		if b, err := json.Marshal(tr); err == nil {
+		// The direct encoder: the bytes of json.Marshal(tr), without reflection or re-compaction.
+		if b, err := tr.MarshalJSON(); err == nil {
 			res.Trajectory = b
 		}
 	}()
