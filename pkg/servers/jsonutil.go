@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -21,22 +22,51 @@ type field struct {
 // object is a JSON object that keeps its members' order and raw values, so that /verify can echo
 // the request's fields as they came.
 type object struct {
-	fields []field // values are json.RawMessage
-	index  map[string]int
+	members []member
+	// index finds a member by key once there are more than objectLinearMax of them (nil until
+	// then: a few comparisons are cheaper than a map).
+	index map[string]int
+}
+
+// member is one member of an object: its key and its value as written.
+type member struct {
+	key   string
+	value json.RawMessage
+	// compact: value is valid JSON without white space outside its strings, so it is written
+	// as it is (json.Compact would not change it).
+	compact bool
 }
 
 func (o *object) get(key string) (json.RawMessage, bool) {
-	i, ok := o.index[key]
-	if !ok {
-		return nil, false
+	if o.index != nil {
+		i, ok := o.index[key]
+		if !ok {
+			return nil, false
+		}
+		return o.members[i].value, true
 	}
-	return o.fields[i].value.(json.RawMessage), true
+	for _, m := range o.members {
+		if m.key == key {
+			return m.value, true
+		}
+	}
+	return nil, false
 }
 
 // decodeObject parses data as one JSON object. ok is false when data is valid JSON but not an
 // object; err is set when data is not valid JSON. A repeated key keeps its first position and its
-// last value, like a Python dict built by json.loads.
+// last value, like a Python dict built by json.loads. The values are data's own bytes (not
+// copies, with no spare capacity).
 func decodeObject(data []byte) (obj *object, ok bool, err error) {
+	if obj, ok := scanObject(data); ok {
+		return obj, true, nil
+	}
+	return decodeObjectSlow(data)
+}
+
+// decodeObjectSlow is decodeObject by encoding/json alone: for what scanObject does not take
+// (invalid JSON, whose error it words, and values that are not objects).
+func decodeObjectSlow(data []byte) (obj *object, ok bool, err error) {
 	if !json.Valid(data) {
 		var v any
 		err = json.Unmarshal(data, &v)
@@ -53,7 +83,7 @@ func decodeObject(data []byte) (obj *object, ok bool, err error) {
 	if d, isDelim := tok.(json.Delim); !isDelim || d != '{' {
 		return nil, false, nil
 	}
-	obj = &object{index: map[string]int{}}
+	obj = &object{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -64,13 +94,9 @@ func decodeObject(data []byte) (obj *object, ok bool, err error) {
 		if err := dec.Decode(&raw); err != nil {
 			return nil, false, err
 		}
-		if i, dup := obj.index[key]; dup {
-			obj.fields[i].value = raw
-			continue
-		}
-		obj.index[key] = len(obj.fields)
-		obj.fields = append(obj.fields, field{key: key, value: raw})
+		obj.add(key, raw, false)
 	}
+	obj.buildIndex()
 	if _, err := dec.Token(); err != nil {
 		return nil, false, err
 	}
@@ -111,18 +137,90 @@ func parseBodyObject(body []byte) (*object, error) {
 
 // marshalFields writes fields as one compact JSON object, without HTML escaping.
 func marshalFields(fields []field) []byte {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	n := 2
+	for _, f := range fields {
+		n += len(f.key) + 4
+		if raw, ok := f.value.(json.RawMessage); ok {
+			n += len(raw)
+		} else {
+			n += 8
+		}
+	}
+	return appendFields(make([]byte, 0, n), fields)
+}
+
+// appendFields appends fields as one compact JSON object, without HTML escaping.
+func appendFields(b []byte, fields []field) []byte {
+	b = append(b, '{')
 	for i, f := range fields {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.Write(marshalValue(f.key))
-		b.WriteByte(':')
-		b.Write(marshalValue(f.value))
+		b = appendString(b, f.key)
+		b = append(b, ':')
+		b = appendValue(b, f.value)
 	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return append(b, '}')
+}
+
+// appendValue appends marshalValue(v), writing the common kinds without encoding/json.
+func appendValue(b []byte, v any) []byte {
+	switch x := v.(type) {
+	case json.RawMessage:
+		return appendRaw(b, x)
+	case bool:
+		return strconv.AppendBool(b, x)
+	case int:
+		return strconv.AppendInt(b, int64(x), 10)
+	case int64:
+		return strconv.AppendInt(b, x, 10)
+	case *big.Int:
+		if x == nil {
+			return append(b, "null"...)
+		}
+		return x.Append(b, 10)
+	case pyFloat:
+		if f, err := x.MarshalJSON(); err == nil {
+			return append(b, f...)
+		}
+	case string:
+		return appendString(b, x)
+	}
+	return append(b, marshalValue(v)...)
+}
+
+// appendRaw appends marshalValue(raw): raw compacted, or raw as it is when it is not valid JSON.
+func appendRaw(b []byte, raw json.RawMessage) []byte {
+	if validJSON(raw) {
+		return appendCompact(b, raw)
+	}
+	return append(b, marshalValue(raw)...)
+}
+
+// marshalMembers writes members as one compact JSON object, as marshalFields writes them.
+func marshalMembers(members []member) []byte {
+	n := 2
+	for _, m := range members {
+		n += len(m.key) + 4 + len(m.value)
+	}
+	b := append(make([]byte, 0, n), '{')
+	for i, m := range members {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, m.key)
+		b = append(b, ':')
+		b = m.appendValue(b)
+	}
+	return append(b, '}')
+}
+
+// appendValue appends the member's value as marshalValue writes it.
+func (m *member) appendValue(b []byte) []byte {
+	if m.compact {
+		return append(b, m.value...)
+	}
+	return appendRaw(b, m.value)
 }
 
 func marshalValue(v any) []byte {

@@ -28,10 +28,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/session"
@@ -119,12 +121,15 @@ func New(name string, opts Options) (*Server, error) {
 			}
 			return nil, fmt.Errorf("servers: %s: session key: %w", name, err)
 		}
+		cookieName := b.class + "___" + b.name
 		return &Server{handler: handler{
-			name:       b.name,
-			cookieName: b.class + "___" + b.name,
-			key:        key,
-			store:      store,
-			impl:       b.make(b.name, store),
+			name:         b.name,
+			cookieName:   cookieName,
+			cookieSuffix: cookieSuffix(cookieName),
+			key:          key,
+			macs:         &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }},
+			store:        store,
+			impl:         b.make(b.name, store),
 		}, ownStore: own}, nil
 	}
 	return nil, fmt.Errorf("servers: unknown resource server %q (built-in: %s)", name, strings.Join(Names(), ", "))
@@ -151,9 +156,21 @@ type toolFunc func(ctx context.Context, sid string, body []byte) ([]field, error
 type handler struct {
 	name       string
 	cookieName string
-	key        []byte
-	store      session.Store
-	impl       resourceServer
+	// cookieSuffix is what net/http writes after the value of the session cookie: its
+	// attributes.
+	cookieSuffix string
+	key          []byte
+	macs         *sync.Pool // of HMAC-SHA256 hashes keyed with key
+	store        session.Store
+	impl         resourceServer
+}
+
+// cookieSuffix is the attributes of the session cookie as http.SetCookie writes them after the
+// value: "; Path=/; Max-Age=…; HttpOnly; SameSite=Lax".
+func cookieSuffix(name string) string {
+	const v = "v"
+	s := (&http.Cookie{Name: name, Value: v, Path: "/", MaxAge: sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode}).String()
+	return strings.TrimPrefix(s, name+"="+v)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -244,25 +261,48 @@ func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, sid st
 // echo is the verify answer: the request's fields in their order, then the verify fields (a
 // request field of the same name gives way to the verify field).
 func echo(req *object, extra []field) []byte {
-	replaced := make(map[string]bool, len(extra))
-	for _, f := range extra {
-		replaced[f.key] = true
+	n := 2 + 24*len(extra)
+	for _, m := range req.members {
+		n += len(m.key) + 4 + len(m.value)
 	}
-	fields := make([]field, 0, len(req.fields)+len(extra))
-	for _, f := range req.fields {
-		if !replaced[f.key] {
-			fields = append(fields, f)
+	b := append(make([]byte, 0, n), '{')
+	first := true
+outer:
+	for i := range req.members {
+		m := &req.members[i]
+		for _, e := range extra {
+			if e.key == m.key {
+				continue outer
+			}
 		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, m.key)
+		b = append(b, ':')
+		b = m.appendValue(b)
 	}
-	return marshalFields(append(fields, extra...))
+	for _, f := range extra {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, f.key)
+		b = append(b, ':')
+		b = appendValue(b, f.value)
+	}
+	return append(b, '}')
 }
 
 // session returns the request's session id, starting a new session when the request carries no
 // validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).
 func (h *handler) session(w http.ResponseWriter, r *http.Request) string {
-	sid := ""
+	sid, value := "", ""
 	if c, err := r.Cookie(h.cookieName); err == nil {
-		sid, _ = h.checkCookie(c.Value)
+		if sid, _ = h.checkCookie(c.Value); sid != "" {
+			value = c.Value // exactly sid.sign(sid): the signature was compared byte for byte
+		}
 	}
 	if sid == "" {
 		b := make([]byte, 16)
@@ -270,22 +310,23 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) string {
 			panic(fmt.Sprintf("servers: session id: %v", err)) // crypto/rand never fails on supported platforms
 		}
 		sid = hex.EncodeToString(b)
+		value = sid + "." + h.sign(sid)
 	}
-	http.SetCookie(w, &http.Cookie{
-		Name:     h.cookieName,
-		Value:    sid + "." + h.sign(sid),
-		Path:     "/",
-		MaxAge:   sessionMaxAge,
-		HttpOnly: true,
-		SameSite: http.SameSiteLaxMode,
-	})
+	// http.SetCookie(w, &http.Cookie{Name: h.cookieName, Value: value, Path: "/", MaxAge:
+	// sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode}) writes this; value needs
+	// no quoting (hex, '.', base64url).
+	w.Header().Add("Set-Cookie", h.cookieName+"="+value+h.cookieSuffix)
 	return sid
 }
 
 func (h *handler) sign(sid string) string {
-	m := hmac.New(sha256.New, h.key)
-	m.Write([]byte(sid))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	m := h.macs.Get().(hash.Hash)
+	m.Reset()
+	io.WriteString(m, sid)
+	var sum [sha256.Size]byte
+	s := base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0]))
+	h.macs.Put(m)
+	return s
 }
 
 func (h *handler) checkCookie(value string) (string, bool) {
@@ -310,7 +351,7 @@ func postBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, maxBodyBytes), r.ContentLength)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -321,6 +362,29 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	return body, true
+}
+
+// readAll is io.ReadAll with a first buffer the size of the body announced (up to a bound: the
+// announcement may be false), instead of one that grows from 512 bytes.
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	const maxFirst = 256 << 10
+	if size <= 0 {
+		size = 511 // unknown: io.ReadAll's 512
+	}
+	b := make([]byte, 0, min(size, maxFirst)+1) // +1: the read that sees EOF needs room
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // let append grow it
+		}
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

@@ -125,10 +125,7 @@ func (c *stateCounter) seedSession(ctx context.Context, sid string, row *object)
 		}
 		initial = n
 	}
-	state, err := json.Marshal(counterState{Count: initial, Initial: initial, History: []counterEvent{}})
-	if err != nil {
-		return err
-	}
+	state := encodeSeedState(initial)
 	return c.store.Update(ctx, sid, func([]byte, bool) ([]byte, error) { return state, nil })
 }
 
@@ -139,6 +136,13 @@ func (c *stateCounter) call(ctx context.Context, sid, tool string, by *big.Int, 
 	err := c.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
 		if !ok {
 			return nil, errSessionNotFound
+		}
+		if raw, ok := parseCounterState(old); ok {
+			if n, ok := new(big.Int).SetString(string(raw.count), 10); ok {
+				op(n)
+				out = n
+				return nextCounterState(raw, tool, by, n), nil
+			}
 		}
 		st, err := decodeCounterState(old)
 		if err != nil {
@@ -221,16 +225,16 @@ func (c *stateCounter) verify(ctx context.Context, sid string, req *object, _ []
 			{"reason", "session_not_found"},
 		}, nil
 	}
-	st, err := decodeCounterState(data)
+	count, calls, err := readCounterState(data)
 	if err != nil {
 		return nil, err
 	}
-	if st.Count.Cmp(expected) != 0 {
+	if count.Cmp(expected) != 0 {
 		return []field{
 			{"reward", pyFloat(0)},
 			{"count_correct", 0},
-			{"tool_calls", st.Calls},
-			{"count", st.Count},
+			{"tool_calls", calls},
+			{"count", count},
 			{"expected_count", expected},
 			{"reason", "count_mismatch"},
 		}, nil
@@ -238,7 +242,7 @@ func (c *stateCounter) verify(ctx context.Context, sid string, req *object, _ []
 	return []field{
 		{"reward", pyFloat(1)},
 		{"count_correct", 1},
-		{"tool_calls", st.Calls},
-		{"count", st.Count},
+		{"tool_calls", calls},
+		{"count", count},
 	}, nil
 }

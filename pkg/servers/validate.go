@@ -39,7 +39,9 @@ func (v *validationErrors) add(typ string, loc []any, msg string, input any) {
 }
 
 func at(loc []any, more ...any) []any {
-	out := make([]any, 0, len(loc)+len(more))
+	// A constant capacity lets the compiler keep a loc that does not outlive its caller on the
+	// stack (the errors copy theirs): most are built for a check that passes.
+	out := make([]any, 0, 8)
 	return append(append(out, loc...), more...)
 }
 
@@ -71,7 +73,7 @@ func required(obj *object, key string, loc []any, errs *validationErrors) (json.
 }
 
 // objectInput is an object as the "input" of an error: its members in order.
-func objectInput(obj *object) json.RawMessage { return marshalFields(obj.fields) }
+func objectInput(obj *object) json.RawMessage { return marshalMembers(obj.members) }
 
 // laxInt validates raw as pydantic's int in lax mode: an integer, a float without a fractional
 // part, an integer string, or a bool.
@@ -84,8 +86,7 @@ func laxInt(raw json.RawMessage, loc []any, errs *validationErrors) (*big.Int, b
 		}
 		return n, ok
 	case '"':
-		var s string
-		_ = json.Unmarshal(raw, &s)
+		s, _ := decodeString(raw)
 		n, ok := stringToInt(s)
 		if !ok {
 			errs.add("int_parsing", loc, "Input should be a valid integer, unable to parse string as an integer", raw)
@@ -133,14 +134,24 @@ func stringToInt(s string) (*big.Int, bool) {
 	return v, ok
 }
 
+// decodeString reads raw as encoding/json reads a JSON string into a string; false when that
+// fails.
+func decodeString(raw json.RawMessage) (string, bool) {
+	if s, ok := scanString(raw); ok {
+		return s, true
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err == nil
+}
+
 // laxString validates raw as pydantic's str: only a JSON string.
 func laxString(raw json.RawMessage, loc []any, errs *validationErrors) (string, bool) {
 	if jsonKind(raw) != '"' {
 		errs.add("string_type", loc, "Input should be a valid string", raw)
 		return "", false
 	}
-	var s string
-	_ = json.Unmarshal(raw, &s)
+	s, _ := decodeString(raw)
 	return s, true
 }
 
@@ -150,8 +161,10 @@ func laxList(raw json.RawMessage, loc []any, errs *validationErrors) ([]json.Raw
 		errs.add("list_type", loc, "Input should be a valid list", raw)
 		return nil, false
 	}
-	var items []json.RawMessage
-	_ = json.Unmarshal(raw, &items)
+	items, ok := scanArray(raw)
+	if !ok {
+		_ = json.Unmarshal(raw, &items)
+	}
 	return items, true
 }
 
@@ -193,8 +206,7 @@ func laxBool(raw json.RawMessage, loc []any, errs *validationErrors) bool {
 			return true
 		}
 	case '"':
-		var s string
-		_ = json.Unmarshal(raw, &s)
+		s, _ := decodeString(raw)
 		switch strings.ToLower(strings.TrimSpace(s)) {
 		case "0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes":
 			return true
@@ -212,8 +224,7 @@ func laxFloat(raw json.RawMessage, loc []any, errs *validationErrors) bool {
 	case '0', 't', 'f':
 		return true
 	case '"':
-		var s string
-		_ = json.Unmarshal(raw, &s)
+		s, _ := decodeString(raw)
 		if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
 			return true
 		}
@@ -262,9 +273,9 @@ func validateRunRequest(req *object, errs *validationErrors) {
 	if !ok {
 		return
 	}
-	for _, f := range params.fields {
-		if !responseCreateParamsKeys[f.key] {
-			errs.add("extra_forbidden", at(loc, f.key), "Extra inputs are not permitted", f.value)
+	for _, m := range params.members {
+		if !responseCreateParamsKeys[m.key] {
+			errs.add("extra_forbidden", at(loc, m.key), "Extra inputs are not permitted", m.value)
 		}
 	}
 	if input, ok := required(params, "input", loc, errs); ok {
@@ -319,8 +330,7 @@ func validateVerifyRequest(req *object, errs *validationErrors) []outputItem {
 		laxString(v, at(loc, "model"), errs)
 	}
 	if v, ok := required(resp, "object", loc, errs); ok {
-		var s string
-		if jsonKind(v) != '"' || json.Unmarshal(v, &s) != nil || s != "response" {
+		if s, ok := decodeString(v); jsonKind(v) != '"' || !ok || s != "response" {
 			*errs = append(*errs, fieldError{Type: "literal_error", Loc: at(loc, "object"),
 				Msg: "Input should be 'response'", Input: v, Ctx: map[string]any{"expected": "'response'"}})
 		}
@@ -361,13 +371,14 @@ func validateVerifyRequest(req *object, errs *validationErrors) []outputItem {
 			continue
 		}
 		if it.Type == "function_call" {
-			for _, k := range []struct {
-				key string
-				dst *string
-			}{{"name", &it.Name}, {"arguments", &it.Arguments}, {"call_id", &it.CallID}} {
-				if r, ok := required(item, k.key, iloc, errs); ok {
-					*k.dst, _ = laxString(r, at(iloc, k.key), errs)
-				}
+			if r, ok := required(item, "name", iloc, errs); ok {
+				it.Name, _ = laxString(r, at(iloc, "name"), errs)
+			}
+			if r, ok := required(item, "arguments", iloc, errs); ok {
+				it.Arguments, _ = laxString(r, at(iloc, "arguments"), errs)
+			}
+			if r, ok := required(item, "call_id", iloc, errs); ok {
+				it.CallID, _ = laxString(r, at(iloc, "call_id"), errs)
 			}
 		}
 		out = append(out, it)

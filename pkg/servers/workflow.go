@@ -405,12 +405,12 @@ func parseWorkflowSchema(raw json.RawMessage) (*workflowSchema, error) {
 		if err != nil || !ok {
 			return nil, fmt.Errorf("config_schema.properties: want an object")
 		}
-		for _, f := range props.fields {
-			p, err := parseWorkflowProperty(f.value.(json.RawMessage))
+		for _, m := range props.members {
+			p, err := parseWorkflowProperty(m.value)
 			if err != nil {
-				return nil, fmt.Errorf("config_schema.properties.%s: %v", f.key, err)
+				return nil, fmt.Errorf("config_schema.properties.%s: %v", m.key, err)
 			}
-			p.Name = f.key
+			p.Name = m.key
 			s.Properties = append(s.Properties, *p)
 		}
 	}
@@ -468,9 +468,9 @@ func validateWorkflowConfig(c *workflowComponent, config *object, prefix string)
 	for _, p := range s.Properties {
 		names = append(names, p.Name)
 	}
-	for _, f := range config.fields {
-		if s.property(f.key) == nil {
-			errs = append(errs, workflowError{prefix + f.key, fmt.Sprintf("%q is not a property of %s; its properties are: %s", f.key, c.Name, strings.Join(names, ", "))})
+	for _, m := range config.members {
+		if s.property(m.key) == nil {
+			errs = append(errs, workflowError{prefix + m.key, fmt.Sprintf("%q is not a property of %s; its properties are: %s", m.key, c.Name, strings.Join(names, ", "))})
 		}
 	}
 	for _, p := range s.Properties {
@@ -1110,7 +1110,7 @@ func parseWorkflowRequirements(req *object, errs *validationErrors) []workflowRe
 		if v, ok := required(item, "component_id", iloc, errs); ok {
 			r.ComponentID, _ = laxString(v, at(iloc, "component_id"), errs)
 		}
-		r.Config = &object{index: map[string]int{}}
+		r.Config = &object{}
 		if v, ok := item.get("config"); ok && !isNull(v) {
 			if c, ok := workflowDict(v, at(iloc, "config"), errs); ok {
 				r.Config = c
@@ -1225,10 +1225,10 @@ func scoreWorkflow(st *workflowState, want []workflowRequirement) workflowVerdic
 				mismatch = fmt.Sprintf("components[%d].config is missing", i)
 				break
 			}
-			for _, f := range r.Config.fields {
-				where := fmt.Sprintf("components[%d].config.%s", i, f.key)
-				wantRaw := f.value.(json.RawMessage)
-				gotRaw, ok := config.get(f.key)
+			for _, m := range r.Config.members {
+				where := fmt.Sprintf("components[%d].config.%s", i, m.key)
+				wantRaw := m.value
+				gotRaw, ok := config.get(m.key)
 				if !ok {
 					mismatch = where + " is not set, want " + workflowCanonicalRaw(wantRaw, false)
 					break

@@ -68,6 +68,16 @@ func Remote(ctx context.Context, p Poster, body []byte, rowKeys []string) (*Resu
 // reward 1: the answer was not what the server meant to send). A duplicate
 // "reward" key is refused too: JSON readers disagree on which one counts.
 func Parse(answer []byte, rowKeys []string) (*Result, error) {
+	r, err := parseFast(answer, rowKeys)
+	if err == errNotRead {
+		return parseSlow(answer, rowKeys)
+	}
+	return r, err
+}
+
+// parseSlow is Parse by encoding/json alone, several passes over the answer: for answers that
+// are not one valid JSON object, whose errors it words, parseFast hands them here.
+func parseSlow(answer []byte, rowKeys []string) (*Result, error) {
 	if !json.Valid(answer) {
 		return nil, &Error{Msg: fmt.Sprintf("the answer is not valid JSON (%s): %s", syntaxError(answer), snippet(answer))}
 	}

@@ -1,0 +1,175 @@
+package servers
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Benchmarks of the "counter" server's handler, as the load benchmark drives it: a memory
+// session store, the handler called directly (no network), one session.
+//
+//	go test ./pkg/servers -run '^$' -bench Counter -benchmem
+
+// benchRow is a counter task row as the load benchmark writes it (3 rounds: 2 increment_counter
+// calls, then the answer), about 1 KB.
+const benchRow = `{"id":4711,"responses_create_params":{"input":[{"role":"user","content":"The counter starts at 0. Increment it by 1, one call per round, 2 times; then say its value."}],` +
+	`"tools":` + benchTools + `,"parallel_tool_calls":false},"agent_ref":{"type":"responses_api_agents","name":"counter"},"initial_count":0,"expected_count":2,` +
+	`"reference_plan":{"rounds":[[{"name":"increment_counter","arguments":{"count":1}}],[{"name":"increment_counter","arguments":{"count":1}}]],"final":"The counter is at 2."}}`
+
+const benchTools = `[{"type":"function","name":"increment_counter","description":"Add count to the session's counter; returns the new value.","parameters":{"type":"object","properties":{"count":{"type":"integer","description":"How much to add."}},"required":["count"],"additionalProperties":false},"strict":true},` +
+	`{"type":"function","name":"get_counter_value","description":"The counter's value.","parameters":{"type":"object","properties":{},"additionalProperties":false},"strict":true}]`
+
+// benchResponse is the Responses API object of that 3-round rollout, as agent.BuildResponse
+// writes it.
+const benchResponse = `{"id":"resp_4711_0_multi","created_at":1767225600,"model":"sim","object":"response","output":[` +
+	`{"type":"function_call","id":"fc_4711_0_multi_1","status":"completed","call_id":"call_0_0","name":"increment_counter","arguments":"{\"count\":1}"},` +
+	`{"type":"function_call_output","call_id":"call_0_0","output":"{\"success\": true, \"count\": 1}"},` +
+	`{"type":"function_call","id":"fc_4711_0_multi_2","status":"completed","call_id":"call_1_0","name":"increment_counter","arguments":"{\"count\":1}"},` +
+	`{"type":"function_call_output","call_id":"call_1_0","output":"{\"success\": true, \"count\": 2}"},` +
+	`{"type":"message","id":"msg_4711_0_multi_3","status":"completed","role":"assistant","content":[{"type":"output_text","text":"The counter is at 2.","annotations":[]}]}],` +
+	`"parallel_tool_calls":false,"tool_choice":"auto","tools":` + benchTools + `,"status":"completed","error":null,"incomplete_details":null,"instructions":null,` +
+	`"temperature":null,"top_p":null,"max_output_tokens":null,"usage":{"input_tokens":412,"input_tokens_details":{"cached_tokens":0},"output_tokens":57,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":469}}`
+
+var benchVerifyBody = []byte(strings.TrimSuffix(benchRow, "}") + `,"response":` + benchResponse + `}`)
+
+// benchWriter is a reusable http.ResponseWriter that keeps the last status and body.
+type benchWriter struct {
+	h      http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *benchWriter) Header() http.Header         { return w.h }
+func (w *benchWriter) WriteHeader(status int)      { w.status = status }
+func (w *benchWriter) Write(p []byte) (int, error) { return w.body.Write(p) }
+
+// benchClient calls one handler within one session.
+type benchClient struct {
+	tb     testing.TB
+	h      http.Handler
+	cookie string
+	w      benchWriter
+}
+
+func newBenchClient(tb testing.TB, name string) *benchClient {
+	srv, err := New(name, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Close() })
+	return &benchClient{tb: tb, h: srv, w: benchWriter{h: http.Header{}}}
+}
+
+// post serves one POST and returns the answer, failing unless the status is 200. The answer is
+// valid until the next call.
+func (c *benchClient) post(path string, body []byte) []byte {
+	req, err := http.NewRequest(http.MethodPost, "http://bench"+path, bytes.NewReader(body))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.cookie != "" {
+		req.Header.Set("Cookie", c.cookie)
+	}
+	clear(c.w.h)
+	c.w.status = http.StatusOK
+	c.w.body.Reset()
+	c.h.ServeHTTP(&c.w, req)
+	if c.w.status != http.StatusOK {
+		c.tb.Fatalf("POST %s: %d %s", path, c.w.status, c.w.body.Bytes())
+	}
+	if c.cookie == "" {
+		c.cookie = strings.SplitN(c.w.h.Get("Set-Cookie"), ";", 2)[0]
+	}
+	return c.w.body.Bytes()
+}
+
+var benchIncrement = []byte(`{"count":1}`)
+
+// seeded is a client whose session is seeded with benchRow and has had the rollout's two
+// increment_counter calls: its verify scores 1.
+func seeded(tb testing.TB) *benchClient {
+	c := newBenchClient(tb, "counter")
+	c.post("/seed_session", []byte(benchRow))
+	c.post("/increment_counter", benchIncrement)
+	c.post("/increment_counter", benchIncrement)
+	if out := c.post("/verify", benchVerifyBody); !bytes.Contains(out, []byte(`"reward":1.0,"count_correct":1,"tool_calls":2,"count":2}`)) {
+		tb.Fatalf("verify answered %s", out)
+	}
+	return c
+}
+
+// reportCPU reports the process's CPU time per iteration since start, in µs, beside the wall
+// time.
+func reportCPU(b *testing.B, start time.Duration) {
+	if cpu := processCPU(); cpu > 0 {
+		b.ReportMetric(float64(cpu-start)/1e3/float64(b.N), "cpu-µs/op")
+	}
+}
+
+func BenchmarkCounterVerify(b *testing.B) {
+	c := seeded(b)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchVerifyBody)))
+	start := processCPU()
+	for b.Loop() {
+		c.post("/verify", benchVerifyBody)
+	}
+	reportCPU(b, start)
+}
+
+func BenchmarkCounterSeedSession(b *testing.B) {
+	c := seeded(b)
+	row := []byte(benchRow)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(row)))
+	start := processCPU()
+	for b.Loop() {
+		c.post("/seed_session", row)
+	}
+	reportCPU(b, start)
+}
+
+func BenchmarkCounterToolCall(b *testing.B) {
+	c := seeded(b)
+	// A session of a long rollout: its history is full.
+	for range stateCounterHistory {
+		c.post("/increment_counter", benchIncrement)
+	}
+	b.ReportAllocs()
+	start := processCPU()
+	for b.Loop() {
+		c.post("/increment_counter", benchIncrement)
+	}
+	reportCPU(b, start)
+}
+
+// BenchmarkCounterRollout is the server's share of one 3-round rollout: a new session's
+// seed_session, two increment_counter calls, verify and end_session.
+func BenchmarkCounterRollout(b *testing.B) {
+	c := newBenchClient(b, "counter")
+	b.ReportAllocs()
+	start := processCPU()
+	for b.Loop() {
+		c.cookie = ""
+		c.post("/seed_session", []byte(benchRow))
+		c.post("/increment_counter", benchIncrement)
+		c.post("/increment_counter", benchIncrement)
+		c.post("/verify", benchVerifyBody)
+		c.post("/end_session", nil)
+	}
+	reportCPU(b, start)
+}
+
+// The benchmark's verify answer is the echoed request plus the reward fields.
+func TestBenchVerifyAnswer(t *testing.T) {
+	c := seeded(t)
+	out := c.post("/verify", benchVerifyBody)
+	want := strings.TrimSuffix(string(benchVerifyBody), "}") + `,"reward":1.0,"count_correct":1,"tool_calls":2,"count":2}`
+	if string(out) != want {
+		t.Fatalf("verify answered\n%s\nwant\n%s", out, want)
+	}
+}

@@ -1,0 +1,43 @@
+package servers
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// The session cookie is written as http.SetCookie writes it, for a new session and a known one,
+// and a known session keeps its cookie value.
+func TestSessionCookieHeader(t *testing.T) {
+	srv, err := New("counter", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	want := func(value string) string {
+		w := httptest.NewRecorder()
+		http.SetCookie(w, &http.Cookie{Name: srv.cookieName, Value: value, Path: "/", MaxAge: sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		return w.Header().Get("Set-Cookie")
+	}
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	got := w.Header().Values("Set-Cookie")
+	if len(got) != 1 {
+		t.Fatalf("Set-Cookie %q", got)
+	}
+	value := strings.TrimPrefix(strings.SplitN(got[0], ";", 2)[0], srv.cookieName+"=")
+	sid, sig, _ := strings.Cut(value, ".")
+	if len(sid) != 32 || sig != srv.sign(sid) || got[0] != want(value) {
+		t.Fatalf("new session: Set-Cookie %q, want %q", got[0], want(value))
+	}
+	for range 3 { // the pooled MACs sign the same
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.AddCookie(&http.Cookie{Name: srv.cookieName, Value: value})
+		w = httptest.NewRecorder()
+		srv.ServeHTTP(w, req)
+		if got := w.Header().Values("Set-Cookie"); len(got) != 1 || got[0] != want(value) {
+			t.Fatalf("known session: Set-Cookie %q, want %q", got, want(value))
+		}
+	}
+}
