@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -43,16 +42,7 @@ func (redisQuiet) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(redisQuiet{}) }
 
-// defaultGCPercent is the garbage collector's target when GOGC is not set. A run's live heap
-// is small (tasks are streamed, records go to disk) and its garbage is per-request JSON and
-// HTTP buffers, so collecting at 4× the live heap instead of 2× cuts the CPU of a turn by
-// about a tenth for a few MiB of memory (BENCHMARKS.md).
-const defaultGCPercent = 400
-
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
