@@ -129,9 +129,12 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 		return r, nil
 	}
 	shape3 := TaskShape{Rounds: LoadRounds}
-	// Tasks for a 100 ms scenario of about loadSeconds at the slot limit.
+	// Tasks for a 100 ms scenario: about loadSeconds at the slot limit, but no more than ten
+	// windows of rollouts (at least 5,000 tasks): where the machine's CPU, not the slots, is the
+	// limit, ten windows are enough for a steady state and the run stays in minutes.
 	loadTasks := func(conc int) int {
-		return o.n(int(float64(conc) / LoadLatency.Seconds() * loadSeconds / LoadRounds))
+		ideal := int(float64(conc) / LoadLatency.Seconds() * loadSeconds / LoadRounds)
+		return o.n(min(ideal, max(10*conc, 5_000)))
 	}
 
 	if o.has("gobench") {
