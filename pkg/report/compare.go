@@ -113,7 +113,7 @@ func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
 	clusters := make([]cluster, 0, len(ids))
 	for _, id := range ids {
 		tp := tasks[id]
-		clusters = append(clusters, cluster{task: id, n: tp.n, sum: tp.sumB - tp.sumA})
+		clusters = append(clusters, cluster{n: tp.n, sum: tp.sumB - tp.sumA})
 		switch d := (tp.sumB - tp.sumA) / float64(tp.n); {
 		case d > 1e-12:
 			c.Won++

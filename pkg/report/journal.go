@@ -1,12 +1,10 @@
 package report
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"time"
@@ -51,8 +49,10 @@ type Sink struct {
 	mu       sync.Mutex
 	journal  *jsonlFile
 	sides    []sideFile
-	buf      bytes.Buffer
-	enc      *json.Encoder
+	buf      bytes.Buffer  // for enc, the slow path
+	enc      *json.Encoder // encoding/json, for the records appendRecordJSON refuses
+	line     []byte
+	keys     []string
 	pending  int
 	every    int
 	interval time.Duration
@@ -154,12 +154,17 @@ func (s *Sink) Write(r *Result) error {
 			return err
 		}
 	}
-	s.buf.Reset()
-	if err := s.enc.Encode(&r.Record); err != nil {
-		s.err = fmt.Errorf("journal: task %d rollout %d: %w", r.Record.TaskIndex, r.Record.RolloutIndex, err)
-		return s.err
+	line, keys, ok := appendRecordJSON(s.line[:0], &r.Record, s.keys)
+	s.line, s.keys = line[:0], keys
+	if !ok {
+		s.buf.Reset()
+		if err := s.enc.Encode(&r.Record); err != nil {
+			s.err = fmt.Errorf("journal: task %d rollout %d: %w", r.Record.TaskIndex, r.Record.RolloutIndex, err)
+			return s.err
+		}
+		line = s.buf.Bytes()
 	}
-	if err := s.journal.writeLine(s.buf.Bytes()); err != nil {
+	if err := s.journal.writeLine(line); err != nil {
 		s.err = fmt.Errorf("journal: %w", err)
 		return s.err
 	}
@@ -204,35 +209,57 @@ func (s *Sink) Close() error {
 
 // ScanJournal calls fn for every record of the journal at path, in order. A torn last line
 // (a crash in the middle of a write) is ignored; any other line that does not parse is an
-// error naming the line.
+// error naming the line. Each call gets a record of its own. Lines are decoded in parallel,
+// ahead of fn.
 func ScanJournal(path string, fn func(rec *Record) error) error {
+	return scanJournal(path, func(rec *Record) error {
+		r := new(Record)
+		*r = *rec
+		return fn(r)
+	})
+}
+
+// scanJournal calls fn for every record of the journal at path, in order; the record is
+// only valid during the call (the maps and lists it points to are its own).
+func scanJournal(path string, fn func(rec *Record) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 1<<20)
-	line := 0
-	for {
-		b, err := br.ReadBytes('\n')
-		if len(b) > 0 && b[len(b)-1] != '\n' {
-			return nil // torn tail: the rollout has no record and runs again
+	workers := scanWorkers()
+	decoders := make([]recordDecoder, workers)
+	var lineErr error // a line's, or fn's: returned as it is
+	_, err = scanLines(f, workers, func(w int, line []byte, res *decodedLine) {
+		decoders[w].parse(line, res)
+	}, func(_ []byte, n int, res *decodedLine) error {
+		if res.err != nil {
+			lineErr = fmt.Errorf("%s:%d: not a record: %v", path, n, res.err)
+		} else {
+			lineErr = fn(&res.rec)
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		line++
-		var rec Record
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return fmt.Errorf("%s:%d: not a record: %v", path, line, err)
-		}
-		if err := fn(&rec); err != nil {
-			return err
-		}
+		return lineErr
+	})
+	if err != nil && err != lineErr {
+		err = fmt.Errorf("%s: %w", path, err)
 	}
+	return err
+}
+
+// decodedLine is a journal line decoded: a record, or encoding/json's error.
+type decodedLine struct {
+	rec Record
+	err error
+}
+
+// parse decodes a journal line into res, which must be zero: through the fast path, or
+// else encoding/json.
+func (d *recordDecoder) parse(line []byte, res *decodedLine) {
+	if d.decode(line, &res.rec) {
+		return
+	}
+	res.rec = Record{}
+	res.err = json.Unmarshal(line, &res.rec)
 }
 
 func join(dir, name string) string { return dir + string(os.PathSeparator) + name }

@@ -2,8 +2,11 @@ package report
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -179,5 +182,136 @@ func TestManifestDifferences(t *testing.T) {
 	changed, _ := NewManifest(in, cfg{Seed: 1, Sim: map[string]string{"Latency": "0"}})
 	if d := changed.Differences(rec); len(d) != 1 || !strings.Contains(d[0], "the input differs") {
 		t.Errorf("changed input: %q", d)
+	}
+}
+
+// Compact rewrites only what it must: a clean run's files are left as they are; lines to
+// drop at the end are cut off in place; a line dropped before kept ones makes a new file.
+// Either way, each file holds what a rewrite would have written.
+func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
+	type fileID struct{ os.FileInfo }
+	inode := func(path string) fileID {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fileID{st}
+	}
+	same := func(a, b fileID) bool { return os.SameFile(a.FileInfo, b.FileInfo) }
+	appendTo := func(path, text string) {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(text)
+		f.Close()
+	}
+	setup := func(t *testing.T) string {
+		dir := t.TempDir()
+		s, err := OpenSink(dir, SinkOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range int64(6) {
+			class := ""
+			if i == 2 {
+				class = FailTimeout
+			}
+			if err := s.Write(result(i, 0, class, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	journal := func(dir string) string { return filepath.Join(dir, JournalFile) }
+	trajs := func(dir string) string { return filepath.Join(dir, TrajectoriesFile) }
+
+	t.Run("clean", func(t *testing.T) {
+		dir := setup(t)
+		before, jIno, tIno := lines(t, journal(dir)), inode(journal(dir)), inode(trajs(dir))
+		done, err := Compact(dir, "", nil)
+		if err != nil || len(done) != 6 {
+			t.Fatalf("%d done, %v", len(done), err)
+		}
+		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) || !slices.Equal(lines(t, journal(dir)), before) {
+			t.Error("a clean run's files were rewritten")
+		}
+	})
+	t.Run("tail", func(t *testing.T) {
+		dir := setup(t)
+		want := lines(t, trajs(dir))
+		appendTo(trajs(dir), `{"task_index":6,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n"+`{"task_index":7,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n"+`{"task_ind`)
+		appendTo(journal(dir), `{"task_index":6,"rollout_ind`)
+		jIno, tIno := inode(journal(dir)), inode(trajs(dir))
+		done, err := Compact(dir, "", nil)
+		if err != nil || len(done) != 6 {
+			t.Fatalf("%d done, %v", len(done), err)
+		}
+		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) {
+			t.Error("files were rewritten, not cut")
+		}
+		if got := lines(t, trajs(dir)); !slices.Equal(got, want) {
+			t.Errorf("trajectories:\n%q\nwant\n%q", got, want)
+		}
+		if got := lines(t, journal(dir)); len(got) != 6 || !strings.HasSuffix(got[5], "}") {
+			t.Errorf("journal: %q", got)
+		}
+	})
+	t.Run("middle", func(t *testing.T) {
+		dir := setup(t)
+		j, tr := lines(t, journal(dir)), lines(t, trajs(dir))
+		tIno := inode(trajs(dir))
+		done, err := Compact(dir, "", func(r *Record) bool { return !InfraFailure(r.FailureClass) })
+		if err != nil || len(done) != 5 || done.Has(2, 0, "multi") {
+			t.Fatalf("%v done, %v", done, err)
+		}
+		if same(inode(trajs(dir)), tIno) {
+			t.Error("the trajectories file was not rewritten")
+		}
+		wantJ := slices.Delete(slices.Clone(j), 2, 3)
+		wantT := slices.Delete(slices.Clone(tr), 2, 3)
+		if got := lines(t, journal(dir)); !slices.Equal(got, wantJ) {
+			t.Errorf("journal:\n%q\nwant\n%q", got, wantJ)
+		}
+		if got := lines(t, trajs(dir)); !slices.Equal(got, wantT) {
+			t.Errorf("trajectories:\n%q\nwant\n%q", got, wantT)
+		}
+		if _, err := os.Stat(trajs(dir) + ".compact"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("temporary file left: %v", err)
+		}
+	})
+}
+
+// Trajectory lines out of the records' order, repeated, or of rollouts without a record:
+// the first line of each recorded rollout stays, in its place.
+func TestCompactTrajectoryOrder(t *testing.T) {
+	dir := t.TempDir()
+	rec := func(task int64) string {
+		r := result(task, 0, "", 1)
+		b, _ := json.Marshal(&r.Record)
+		return string(b)
+	}
+	traj := func(task int64, note string) string {
+		return fmt.Sprintf(`{"task_index":%d,"rollout_index":0,"arm":"multi","trajectory":%q}`, task, note)
+	}
+	write := func(name string, ls ...string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(ls, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(JournalFile, rec(0), rec(1), rec(2), rec(3))
+	write(TrajectoriesFile,
+		traj(0, "a"), traj(9, "orphan"), traj(2, "b"), traj(1, "c"), traj(1, "dup"), traj(0, "dup"),
+		`{"task_index":3,"rollout_index":0,"arm":"multi","trajectory":"not json"`, traj(3, "d"), traj(2, "dup"))
+	done, err := Compact(dir, "", nil)
+	if err != nil || len(done) != 4 {
+		t.Fatalf("%d done, %v", len(done), err)
+	}
+	want := []string{traj(0, "a"), traj(2, "b"), traj(1, "c"), traj(3, "d")}
+	if got := lines(t, filepath.Join(dir, TrajectoriesFile)); !slices.Equal(got, want) {
+		t.Errorf("trajectories:\n%q\nwant\n%q", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -523,8 +524,14 @@ func TestParquetMemoryBounded(t *testing.T) {
 	}
 }
 
+// BenchmarkParquetWrite appends realistic records (benchRecord: two task fields, two or three
+// tool names and reward components, a few failures) to rollouts.parquet, Close included.
 func BenchmarkParquetWrite(b *testing.B) {
-	recs := fixtureRecords(1024)
+	const pool = 4096
+	recs := make([]Record, pool)
+	for i := range recs {
+		recs[i] = benchRecord(i)
+	}
 	path := filepath.Join(b.TempDir(), "bench.parquet")
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -532,9 +539,15 @@ func BenchmarkParquetWrite(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	cpu := cpuTime()
 	res := &Result{}
 	for i := 0; i < b.N; i++ {
-		res.Record = recs[i%len(recs)]
+		// The pool again, with later tasks and start times.
+		res.Record = recs[i%pool]
+		lap := int64(i / pool)
+		res.Record.TaskIndex += lap * pool / 8
+		res.Record.SourceLine += lap * pool / 8
+		res.Record.StartedAt = res.Record.StartedAt.Add(time.Duration(lap) * pool * 37 * time.Millisecond)
 		if err := w.Write(res); err != nil {
 			b.Fatal(err)
 		}
@@ -543,10 +556,42 @@ func BenchmarkParquetWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "records/s")
 	}
 	if st, err := os.Stat(path); err == nil {
 		b.ReportMetric(float64(st.Size())/float64(b.N), "bytes/record")
+	}
+}
+
+// The column writers work in parallel, and flush pages as they fill: many rows, long
+// strings (a page fills every few hundred rows), small row groups; the file reads back
+// whole. Run with -race.
+func TestParquetParallelPages(t *testing.T) {
+	n := 20_000
+	if raceEnabled {
+		n = 6_000
+	}
+	recs := make([]Record, n)
+	for i := range recs {
+		recs[i] = benchRecord(i)
+		recs[i].Error = strings.Repeat(fmt.Sprintf("error %d; ", i), 40)
+		recs[i].TaskID = fmt.Sprintf("%0300d", i)
+	}
+	path := filepath.Join(t.TempDir(), "rewards.parquet")
+	writeParquet(t, path, ParquetOptions{RowGroupSize: 2500}, recs)
+	got, err := ReadParquet(path)
+	if err != nil || len(got) != n {
+		t.Fatalf("read %d records, %v", len(got), err)
+	}
+	for i := range recs {
+		if d := diffRecord(got[i], recs[i]); d != "" {
+			t.Fatalf("record %d: %s", i, d)
+		}
+	}
+	af := readArrow(t, path)
+	if got := af.table.NumRows(); got != int64(n) {
+		t.Errorf("arrow-go reads %d rows, want %d", got, n)
 	}
 }

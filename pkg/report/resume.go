@@ -169,39 +169,114 @@ func InfraFailure(class string) bool {
 // line; then it rewrites the trajectories file (and the NeMo Gym file at nemoGym, if set)
 // keeping one line for each kept record, so that lines of rollouts that had no record when
 // the run stopped are gone. It returns the kept rollouts: the ones a resume skips.
+//
+// A file is only rewritten when a line must go before other lines that stay; lines to drop
+// at its end (and a torn last line) are cut off, and a file that keeps every line is left
+// as it is; either way it is synced. Without keep, journal lines are read for their key
+// only, by a fast path that falls back to encoding/json when unsure; with keep, every
+// record is decoded (each call gets a record of its own).
 func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 	done := Done{}
 	jpath := join(dir, JournalFile)
 	if _, err := os.Stat(jpath); errors.Is(err, os.ErrNotExist) {
 		return done, nil
 	}
-	err := rewriteLines(jpath, func(line []byte, n int) (bool, error) {
-		var rec Record
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return false, fmt.Errorf("%s:%d: not a record: %v", jpath, n, err)
+	workers := scanWorkers()
+	decoders := make([]recordDecoder, workers)
+	// The kept records' keys, in order: the trajectories file holds their lines in the same
+	// order (the Sink writes a result's trajectory line, then its record), so that a
+	// trajectory line is usually the one of the next kept record, and needs no lookup.
+	var order []Key
+	presize := func(lines int) {
+		done = make(Done, lines)
+		order = make([]Key, 0, lines)
+	}
+	type journalLine struct {
+		key Key
+		rec *Record // with keep, or when the fast path could not read the key
+		err error
+	}
+	err := rewriteLines(jpath, workers, presize, func(w int, line []byte, res *journalLine) {
+		d := &decoders[w]
+		if keep == nil {
+			var ok bool
+			if res.key, ok = d.decodeKey(line); ok {
+				return
+			}
 		}
-		if _, dup := done[rec.Key()]; dup || (keep != nil && !keep(&rec)) {
-			return false, nil
+		var dl decodedLine
+		d.parse(line, &dl)
+		res.rec, res.err, res.key = &dl.rec, dl.err, dl.rec.Key()
+	}, func(_ []byte, n int, res *journalLine) (bool, error) {
+		if res.err != nil {
+			return false, fmt.Errorf("%s:%d: not a record: %v", jpath, n, res.err)
 		}
-		done[rec.Key()] = struct{}{}
+		if keep == nil {
+			// One map access: a key already there leaves the length alone.
+			m := len(done)
+			done[res.key] = struct{}{}
+			if len(done) == m {
+				return false, nil
+			}
+		} else {
+			if _, dup := done[res.key]; dup || !keep(res.rec) {
+				return false, nil
+			}
+			done[res.key] = struct{}{}
+		}
+		order = append(order, res.key)
 		return true, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	seen := Done{}
-	err = rewriteLines(join(dir, TrajectoriesFile), func(line []byte, _ int) (bool, error) {
-		var k struct {
-			Task    int64  `json:"task_index"`
-			Rollout int64  `json:"rollout_index"`
-			Arm     string `json:"arm"`
+	// A trajectory line is kept if it is the first of a kept record. While the lines come in
+	// the records' order (lines of rollouts without a record aside), that is the line of
+	// the next record; at the first line out of that order, the lines kept so far are
+	// noted, and every line is looked up from there on.
+	type keyLine struct {
+		task, rollout int64
+		arm           []byte // in the line
+		ok            bool
+	}
+	var intern recordDecoder
+	next := 0
+	var seen Done
+	err = rewriteLines(join(dir, TrajectoriesFile), workers, nil, func(_ int, line []byte, res *keyLine) {
+		res.task, res.rollout, res.arm, _, res.ok = lineKeys(line, "task_index", "rollout_index", "arm")
+	}, func(line []byte, _ int, res *keyLine) (bool, error) {
+		var key Key
+		if res.ok {
+			if seen == nil && next < len(order) {
+				if k := &order[next]; k.Task == res.task && k.Rollout == res.rollout && k.Arm == string(res.arm) {
+					next++
+					return true, nil
+				}
+			}
+			key = Key{res.task, res.rollout, intern.intern(res.arm)}
+		} else {
+			var k struct {
+				Task    int64  `json:"task_index"`
+				Rollout int64  `json:"rollout_index"`
+				Arm     string `json:"arm"`
+			}
+			if json.Unmarshal(line, &k) != nil {
+				return false, nil
+			}
+			key = Key{k.Task, k.Rollout, k.Arm}
 		}
-		if json.Unmarshal(line, &k) != nil {
-			return false, nil
-		}
-		key := Key{k.Task, k.Rollout, k.Arm}
 		if _, ok := done[key]; !ok {
 			return false, nil
+		}
+		if seen == nil {
+			if next < len(order) && order[next] == key {
+				next++
+				return true, nil
+			}
+			seen = make(Done, next)
+			for _, k := range order[:next] {
+				seen[k] = struct{}{}
+			}
 		}
 		if _, dup := seen[key]; dup {
 			return false, nil
@@ -209,26 +284,37 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 		seen[key] = struct{}{}
 		return true, nil
 	})
+	order = nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	if nemoGym != "" {
 		// NeMo Gym lines carry no arm: a line is kept when its (task, rollout) has a record.
 		type tr struct{ task, rollout int64 }
-		ok := map[tr]bool{}
+		ok := make(map[tr]bool, len(done))
 		for k := range done {
 			ok[tr{k.Task, k.Rollout}] = true
 		}
-		err = rewriteLines(nemoGym, func(line []byte, _ int) (bool, error) {
-			var k struct {
-				Task    *int64 `json:"_ng_task_index"`
-				Rollout *int64 `json:"_ng_rollout_index"`
+		type ngLine struct {
+			task, rollout int64
+			has           int
+			ok            bool
+		}
+		err = rewriteLines(nemoGym, workers, nil, func(_ int, line []byte, res *ngLine) {
+			res.task, res.rollout, _, res.has, res.ok = lineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, "")
+		}, func(line []byte, _ int, res *ngLine) (bool, error) {
+			if !res.ok {
+				var k struct {
+					Task    *int64 `json:"_ng_task_index"`
+					Rollout *int64 `json:"_ng_rollout_index"`
+				}
+				if json.Unmarshal(line, &k) != nil || k.Task == nil || k.Rollout == nil {
+					return false, nil
+				}
+				res.task, res.rollout, res.has = *k.Task, *k.Rollout, 3
 			}
-			if json.Unmarshal(line, &k) != nil || k.Task == nil || k.Rollout == nil {
-				return false, nil
-			}
-			key := tr{*k.Task, *k.Rollout}
-			if !ok[key] {
+			key := tr{res.task, res.rollout}
+			if res.has != 3 || !ok[key] {
 				return false, nil
 			}
 			delete(ok, key)
@@ -241,44 +327,97 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 	return done, nil
 }
 
-// rewriteLines rewrites the file at path with the complete lines for which keep is true
-// (a torn last line is dropped), through a temporary file that is synced and renamed.
-func rewriteLines(path string, keep func(line []byte, n int) (bool, error)) (err error) {
+// rewriteLines makes the file at path hold its complete lines for which keep is true, in
+// order (a torn last line is dropped), and syncs it. parse runs on workers goroutines, ahead
+// of keep, which gets what it made of each line. presize, if set, is first told about how
+// many lines the file has (estimated from its first lines). The file is rewritten (through a temporary file that is synced
+// and renamed) only if a line to keep follows one to drop: the lines before the first
+// dropped one are copied by the kernel, the others written. Otherwise the lines to drop, if
+// any, are at the end, and the file is cut short.
+func rewriteLines[T any](path string, workers int, presize func(lines int), parse func(w int, line []byte, res *T), keep func(line []byte, n int, res *T) (bool, error)) (err error) {
 	in, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp := path + ".compact"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	st, err := in.Stat()
 	if err != nil {
 		return err
 	}
+	tmp := path + ".compact"
+	var (
+		out    *os.File
+		bw     *bufio.Writer
+		off    int64      // where the line given to keep starts
+		dropAt int64 = -1 // where the dropped lines start, while no kept line follows them
+	)
 	defer func() {
-		if err != nil {
+		if err != nil && out != nil {
 			out.Close()
 			os.Remove(tmp)
 		}
 	}()
-	br := bufio.NewReaderSize(in, 1<<20)
-	bw := bufio.NewWriterSize(out, 1<<20)
-	for n := 1; ; n++ {
-		line, rerr := br.ReadBytes('\n')
-		if len(line) == 0 || line[len(line)-1] != '\n' {
-			if rerr != nil && !errors.Is(rerr, io.EOF) {
-				return fmt.Errorf("%s: %w", path, rerr)
-			}
-			break // the end, or a torn tail
-		}
-		ok, err := keep(line[:len(line)-1], n)
+	var keepErr error // keep's: returned as it is
+	if presize != nil {
+		// A sixteenth more than the estimate, for the lines that are shorter.
+		n := estimateLines(path)
+		presize(n + n/16)
+	}
+	complete, err := scanLines(in, workers, parse, func(line []byte, n int, res *T) error {
+		start := off
+		off += int64(len(line)) + 1
+		ok, err := keep(line, n, res)
 		if err != nil {
+			keepErr = err
 			return err
 		}
-		if ok {
-			if _, err := bw.Write(line); err != nil {
+		switch {
+		case !ok:
+			if out == nil && dropAt < 0 {
+				dropAt = start
+			}
+		case out != nil:
+			if _, err := bw.Write(line[:len(line)+1]); err != nil { // with its newline, after it in the block
+				return err
+			}
+		case dropAt >= 0:
+			// A line to keep after dropped ones: rewrite, from a copy of the lines before.
+			if out, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+				return err
+			}
+			if err := copyPrefix(out, path, dropAt); err != nil {
+				return err
+			}
+			bw = bufio.NewWriterSize(out, 1<<20)
+			if _, err := bw.Write(line[:len(line)+1]); err != nil {
 				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		if err != keepErr {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+		return err
+	}
+	if out == nil {
+		end := complete
+		if dropAt >= 0 {
+			end = dropAt
+		}
+		if end == st.Size() {
+			return in.Sync()
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(end)
+		if err == nil {
+			err = f.Sync()
+		}
+		return errors.Join(err, f.Close())
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -295,19 +434,60 @@ func rewriteLines(path string, keep func(line []byte, n int) (bool, error)) (err
 	return syncDir(path)
 }
 
+// copyPrefix copies the first n bytes of the file at path to out (in the kernel, where it
+// can: copy_file_range).
+func copyPrefix(out *os.File, path string, n int64) error {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	m, err := out.ReadFrom(io.LimitReader(in, n))
+	if err == nil && m != n {
+		err = fmt.Errorf("%s: copied %d bytes of %d", path, m, n)
+	}
+	return err
+}
+
+// FinalizeOptions configure FinalizeWith.
+type FinalizeOptions struct {
+	Parquet ParquetOptions
+	// Evaluator, when set, is given every record of the journal too (Add), so that the
+	// statistics of the evaluation need no second pass over the journal: call its
+	// Evaluation afterwards.
+	Evaluator *Evaluator
+}
+
 // Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
 // (written as .tmp, synced, renamed) and summary.json. It returns the summary.
 func Finalize(dir string, opt ParquetOptions) (Summary, error) {
-	pw, err := NewParquetWriter(join(dir, ParquetFile), opt)
+	return FinalizeWith(dir, FinalizeOptions{Parquet: opt})
+}
+
+// FinalizeWith is Finalize, feeding opt.Evaluator as well in the same pass over the journal.
+// It reads the journal a record at a time: its memory does not grow with the journal's
+// length (the Parquet writer holds one row group, the Evaluator a few numbers per record).
+func FinalizeWith(dir string, opt FinalizeOptions) (Summary, error) {
+	pw, err := NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
 	if err != nil {
 		return Summary{}, err
 	}
-	var stats Stats
-	res := &Result{}
-	err = ScanJournal(join(dir, JournalFile), func(rec *Record) error {
+	var (
+		stats Stats
+		res   Result
+	)
+	if opt.Evaluator != nil {
+		opt.Evaluator.reserve(estimateLines(join(dir, JournalFile)))
+	}
+	err = scanJournal(join(dir, JournalFile), func(rec *Record) error {
 		stats.Add(rec)
+		if opt.Evaluator != nil {
+			opt.Evaluator.Add(rec)
+		}
+		// The Parquet writer keeps a copy of the record until its batch is written; the maps
+		// and lists it points to are the record's own.
 		res.Record = *rec
-		return pw.Write(res)
+		return pw.Write(&res)
 	})
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil

@@ -165,7 +165,8 @@ func Evaluate(recs []Record, o StatsOptions) *Evaluation {
 // ScanJournal).
 func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	ev := NewEvaluator(o)
-	err := ScanJournal(path, func(rec *Record) error {
+	ev.reserve(estimateLines(path))
+	err := scanJournal(path, func(rec *Record) error {
 		ev.Add(rec)
 		return nil
 	})
@@ -177,28 +178,86 @@ func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 
 // Evaluator collects records, keeping a few numbers of each (not the records), for an
 // Evaluation. It is not safe for concurrent use.
+//
+// Each record costs an evalRow (48 bytes): what the order-dependent statistics need (the
+// reward, and the latency, whose float sum depends on the order of the terms). The counts
+// and integer sums are kept per cell, an arm and a group-by value, which every scope is a
+// union of.
 type Evaluator struct {
-	o    StatsOptions
-	rows []evalRow
-	// Interned strings: sources, arms, groups, failure classes, terminations.
+	o     StatsOptions
+	rows  []evalRow
+	cells []evalCell
+	// cellOf indexes cells by arm and group; lastCell is the cell of the last record, which
+	// the next one often shares.
+	cellOf   map[[2]int32]int32
+	lastCell int32
+	// Interned strings: sources, arms, groups, failure classes, terminations; the last of
+	// each kind, which the next record often repeats.
 	names []string
 	index map[string]int32
+	last  [5]struct {
+		s string
+		i int32
+	}
 }
 
-// evalRow is what the statistics need of one record.
+// Kinds of interned strings, for Evaluator.last.
+const (
+	nameSource = iota
+	nameArm
+	nameGroup
+	nameFailure
+	nameTermination
+)
+
+// evalRow is what the statistics need of one record, apart from its cell's sums.
 type evalRow struct {
-	task, rollout                  int64
-	src, arm, group, failure, term int32 // indices into names; failure −1 when none
-	hasReward                      bool
-	reward                         float64
-	rounds, toolCalls, toolErrors  int32
-	promptTokens, completionTokens int64
-	latencyMs                      float64
+	task, rollout   int64
+	reward          float64
+	latencyMs       float64
+	src, arm, group int32 // indices into names
+	flags           uint8
+}
+
+const (
+	rowHasReward = 1 << iota
+	rowFailed    // a failure class
+)
+
+// evalCell sums the records of one arm and one group-by value.
+type evalCell struct {
+	arm, group       int32
+	rollouts, failed int
+	failures         map[int32]int // by class (an index into names)
+	terminations     map[int32]int // by termination, "" left out
+	promptTokens     int64
+	completionTokens int64
+	toolErrors       int64
+	// Over the records with a reward and no failure class.
+	behaved                                             int
+	rounds, toolCalls, behavedPrompt, behavedCompletion int64
 }
 
 // NewEvaluator returns an empty Evaluator.
 func NewEvaluator(o StatsOptions) *Evaluator {
-	return &Evaluator{o: o.normalized(), index: map[string]int32{}}
+	e := &Evaluator{o: o.normalized(), index: map[string]int32{}, cellOf: map[[2]int32]int32{}, lastCell: -1}
+	for k := range e.last {
+		e.last[k].i = -1
+	}
+	return e
+}
+
+// reserve makes room for n more records.
+func (e *Evaluator) reserve(n int) { e.rows = slices.Grow(e.rows, n) }
+
+// internAs is intern, first trying the last string of its kind.
+func (e *Evaluator) internAs(kind int, s string) int32 {
+	if l := &e.last[kind]; l.s == s && l.i >= 0 {
+		return l.i
+	}
+	i := e.intern(s)
+	e.last[kind].s, e.last[kind].i = s, i
+	return i
 }
 
 func (e *Evaluator) intern(s string) int32 {
@@ -221,36 +280,89 @@ func (e *Evaluator) Add(r *Record) {
 		}
 	}
 	row := evalRow{
-		task: r.TaskIndex, rollout: r.RolloutIndex,
-		src: e.intern(r.SourceFile), arm: e.intern(r.Arm), group: e.intern(group), failure: -1, term: e.intern(r.Termination),
-		hasReward: r.HasReward, reward: r.Reward,
-		rounds: r.Rounds, toolCalls: r.ToolCalls, toolErrors: r.ToolErrors,
-		promptTokens: r.PromptTokens, completionTokens: r.CompletionTokens, latencyMs: r.LatencyMs,
+		task: r.TaskIndex, rollout: r.RolloutIndex, reward: r.Reward, latencyMs: r.LatencyMs,
+		src: e.internAs(nameSource, r.SourceFile), arm: e.internAs(nameArm, r.Arm), group: e.internAs(nameGroup, group),
+	}
+	if r.HasReward {
+		row.flags |= rowHasReward
 	}
 	if r.FailureClass != FailNone {
-		row.failure = e.intern(r.FailureClass)
+		row.flags |= rowFailed
 	}
 	e.rows = append(e.rows, row)
+
+	c := e.cell(row.arm, row.group)
+	c.rollouts++
+	if r.FailureClass != FailNone {
+		c.failed++
+		c.failures[e.internAs(nameFailure, r.FailureClass)]++
+	}
+	if r.Termination != "" {
+		c.terminations[e.internAs(nameTermination, r.Termination)]++
+	}
+	c.promptTokens += r.PromptTokens
+	c.completionTokens += r.CompletionTokens
+	c.toolErrors += int64(r.ToolErrors)
+	if r.FailureClass == FailNone && r.HasReward {
+		c.behaved++
+		c.rounds += int64(r.Rounds)
+		c.toolCalls += int64(r.ToolCalls)
+		c.behavedPrompt += r.PromptTokens
+		c.behavedCompletion += r.CompletionTokens
+	}
 }
 
-// Evaluation computes the statistics of the records added so far.
+func (e *Evaluator) cell(arm, group int32) *evalCell {
+	if e.lastCell >= 0 {
+		if c := &e.cells[e.lastCell]; c.arm == arm && c.group == group {
+			return c
+		}
+	}
+	i, ok := e.cellOf[[2]int32{arm, group}]
+	if !ok {
+		i = int32(len(e.cells))
+		e.cells = append(e.cells, evalCell{arm: arm, group: group, failures: map[int32]int{}, terminations: map[int32]int{}})
+		e.cellOf[[2]int32{arm, group}] = i
+	}
+	e.lastCell = i
+	return &e.cells[i]
+}
+
+// Evaluation computes the statistics of the records added so far. It sorts the rows it
+// keeps in place (their order does not matter), and needs little memory besides: a list of
+// row numbers per arm and per group.
 func (e *Evaluator) Evaluation() *Evaluation {
 	// Sort the rows so that sums, tasks and resamples come in one order whatever the
-	// order the records came in.
-	rows := slices.Clone(e.rows)
-	name := func(i int32) string { return e.names[i] }
+	// order the records came in: by source, task, arm (their names' order) and rollout,
+	// then (for duplicates) by the rest, so that only identical rows tie.
+	rank := make([]int32, len(e.names))
+	byName := make([]int32, len(e.names))
+	for i := range byName {
+		byName[i] = int32(i)
+	}
+	slices.SortFunc(byName, func(a, b int32) int { return strings.Compare(e.names[a], e.names[b]) })
+	for r, i := range byName {
+		rank[i] = int32(r)
+	}
+	rows := e.rows
 	slices.SortFunc(rows, func(a, b evalRow) int {
 		return cmp.Or(
-			strings.Compare(name(a.src), name(b.src)),
+			cmp.Compare(rank[a.src], rank[b.src]),
 			cmp.Compare(a.task, b.task),
-			strings.Compare(name(a.arm), name(b.arm)),
+			cmp.Compare(rank[a.arm], rank[b.arm]),
 			cmp.Compare(a.rollout, b.rollout),
+			cmp.Compare(rank[a.group], rank[b.group]),
+			cmp.Compare(a.reward, b.reward),
+			cmp.Compare(a.latencyMs, b.latencyMs),
+			cmp.Compare(a.flags, b.flags),
 		)
 	})
+	name := func(i int32) string { return e.names[i] }
+	all := rowSet{rows: rows}
 
 	// k: powers of two up to the most scored rollouts of one task in one arm.
 	maxN := 0
-	for _, u := range e.units(rows) {
+	for _, u := range e.units(all) {
 		maxN = max(maxN, u.n)
 	}
 	var ks []int
@@ -265,30 +377,40 @@ func (e *Evaluator) Evaluation() *Evaluation {
 			ev.Duplicates++
 		}
 	}
-	ev.Overall = e.scores(rows, ks)
+	cells := func(keep func(*evalCell) bool) []*evalCell {
+		var out []*evalCell
+		for i := range e.cells {
+			if keep(&e.cells[i]) {
+				out = append(out, &e.cells[i])
+			}
+		}
+		return out
+	}
+	ev.Overall = e.scores(all, cells(func(*evalCell) bool { return true }), ks)
 	ev.Overall.Scope = "all"
 
-	byArm := partition(rows, func(r *evalRow) string { return name(r.arm) })
-	for _, arm := range slices.Sorted(maps.Keys(byArm)) {
-		s := e.scores(byArm[arm], ks)
-		s.Scope, s.Arm = "arm="+arm, arm
+	byArm := all.partition(func(r *evalRow) int32 { return r.arm })
+	arms := sortedNames(byArm, name)
+	for _, arm := range arms {
+		s := e.scores(byArm[arm], cells(func(c *evalCell) bool { return c.arm == arm }), ks)
+		s.Scope, s.Arm = "arm="+name(arm), name(arm)
 		ev.ByArm = append(ev.ByArm, s)
 	}
 	if e.o.GroupBy == "" {
 		return ev
 	}
-	byGroup := partition(rows, func(r *evalRow) string { return name(r.group) })
-	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
-		s := e.scores(byGroup[g], ks)
-		s.Scope, s.Group = e.o.GroupBy+"="+g, g
+	byGroup := all.partition(func(r *evalRow) int32 { return r.group })
+	for _, g := range sortedNames(byGroup, name) {
+		s := e.scores(byGroup[g], cells(func(c *evalCell) bool { return c.group == g }), ks)
+		s.Scope, s.Group = e.o.GroupBy+"="+name(g), name(g)
 		ev.ByGroup = append(ev.ByGroup, s)
 	}
 	if len(byArm) > 1 {
-		for _, arm := range slices.Sorted(maps.Keys(byArm)) {
-			groups := partition(byArm[arm], func(r *evalRow) string { return name(r.group) })
-			for _, g := range slices.Sorted(maps.Keys(groups)) {
-				s := e.scores(groups[g], ks)
-				s.Scope, s.Arm, s.Group = "arm="+arm+" "+e.o.GroupBy+"="+g, arm, g
+		for _, arm := range arms {
+			groups := byArm[arm].partition(func(r *evalRow) int32 { return r.group })
+			for _, g := range sortedNames(groups, name) {
+				s := e.scores(groups[g], cells(func(c *evalCell) bool { return c.arm == arm && c.group == g }), ks)
+				s.Scope, s.Arm, s.Group = "arm="+name(arm)+" "+e.o.GroupBy+"="+name(g), name(arm), name(g)
 				ev.ByArmGroup = append(ev.ByArmGroup, s)
 			}
 		}
@@ -296,35 +418,71 @@ func (e *Evaluator) Evaluation() *Evaluation {
 	return ev
 }
 
-// partition splits rows by key, keeping their order.
-func partition(rows []evalRow, key func(*evalRow) string) map[string][]evalRow {
-	m := map[string][]evalRow{}
-	for i := range rows {
-		k := key(&rows[i])
-		m[k] = append(m[k], rows[i])
+// sortedNames lists the keys of m (indices into names) in the order of their names.
+func sortedNames[V any](m map[int32]V, name func(int32) string) []int32 {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b int32) int { return strings.Compare(name(a), name(b)) })
+	return keys
+}
+
+// rowSet is some of the sorted rows, in order: all of them (idx nil), or those at idx.
+type rowSet struct {
+	rows []evalRow
+	idx  []int32
+}
+
+func (s rowSet) len() int {
+	if s.idx == nil {
+		return len(s.rows)
+	}
+	return len(s.idx)
+}
+
+func (s rowSet) at(i int) *evalRow {
+	if s.idx == nil {
+		return &s.rows[i]
+	}
+	return &s.rows[s.idx[i]]
+}
+
+// partition splits a set by key, keeping the order.
+func (s rowSet) partition(key func(*evalRow) int32) map[int32]rowSet {
+	m := map[int32]rowSet{}
+	for i := range s.len() {
+		k := key(s.at(i))
+		p := m[k]
+		p.rows = s.rows
+		if s.idx == nil {
+			p.idx = append(p.idx, int32(i))
+		} else {
+			p.idx = append(p.idx, s.idx[i])
+		}
+		m[k] = p
 	}
 	return m
 }
 
 // scored reports whether a row is in the reward statistics, and with which reward.
 func (e *Evaluator) scored(r *evalRow) (reward float64, ok bool) {
-	if r.failure >= 0 {
+	if r.flags&rowFailed != 0 {
 		return 0, e.o.ScoreFailuresAsZero
 	}
-	return r.reward, r.hasReward
+	return r.reward, r.flags&rowHasReward != 0
 }
 
 // unit is one task in one arm: n scored rollouts, c successes.
 type unit struct{ n, c int }
 
 // units counts the scored rollouts and successes of each (source, task, arm) of sorted rows.
-func (e *Evaluator) units(rows []evalRow) []unit {
+func (e *Evaluator) units(rows rowSet) []unit {
 	var out []unit
-	for i := range rows {
-		r := &rows[i]
-		if i == 0 || r.src != rows[i-1].src || r.task != rows[i-1].task || r.arm != rows[i-1].arm {
+	var prev *evalRow
+	for i := range rows.len() {
+		r := rows.at(i)
+		if i == 0 || r.src != prev.src || r.task != prev.task || r.arm != prev.arm {
 			out = append(out, unit{})
 		}
+		prev = r
 		reward, ok := e.scored(r)
 		if !ok {
 			continue
@@ -338,35 +496,37 @@ func (e *Evaluator) units(rows []evalRow) []unit {
 	return slices.DeleteFunc(out, func(u unit) bool { return u.n == 0 })
 }
 
-// scores computes the Scores of sorted rows.
-func (e *Evaluator) scores(rows []evalRow, ks []int) Scores {
+// scores computes the Scores of sorted rows, whose cells are cells.
+func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
 	s := Scores{FailuresByClass: map[string]int{}, Terminations: map[string]int{}, PassAtK: []PassAtK{}}
+	// Counts and integer sums, from the cells.
+	var behaved int
+	var rounds, toolCalls, prompt, completion int64
+	for _, c := range cells {
+		s.Rollouts += c.rollouts
+		s.Failed += c.failed
+		for class, n := range c.failures {
+			s.FailuresByClass[e.names[class]] += n
+		}
+		for term, n := range c.terminations {
+			s.Terminations[e.names[term]] += n
+		}
+		s.PromptTokens += c.promptTokens
+		s.CompletionTokens += c.completionTokens
+		s.ToolErrors += c.toolErrors
+		behaved += c.behaved
+		rounds += c.rounds
+		toolCalls += c.toolCalls
+		prompt += c.behavedPrompt
+		completion += c.behavedCompletion
+	}
 	// Clusters for the bootstrap: the rewards of each (source, task), summed.
 	var clusters []cluster
-	var sum float64
-	// Sums over the rollouts with a reward and no failure class.
-	behaved := 0
-	var rounds, toolCalls, prompt, completion int64
-	var latency float64
-	for i := range rows {
-		r := &rows[i]
-		s.Rollouts++
-		if r.failure >= 0 {
-			s.Failed++
-			s.FailuresByClass[e.names[r.failure]]++
-		}
-		if t := e.names[r.term]; t != "" {
-			s.Terminations[t]++
-		}
-		s.PromptTokens += r.promptTokens
-		s.CompletionTokens += r.completionTokens
-		s.ToolErrors += int64(r.toolErrors)
-		if r.failure < 0 && r.hasReward {
-			behaved++
-			rounds += int64(r.rounds)
-			toolCalls += int64(r.toolCalls)
-			prompt += r.promptTokens
-			completion += r.completionTokens
+	var sum, latency float64
+	var prev *evalRow
+	for i := range rows.len() {
+		r := rows.at(i)
+		if r.flags&(rowFailed|rowHasReward) == rowHasReward {
 			latency += r.latencyMs
 		}
 		reward, ok := e.scored(r)
@@ -378,9 +538,10 @@ func (e *Evaluator) scores(rows []evalRow, ks []int) Scores {
 			s.Successes++
 		}
 		sum += reward
-		if len(clusters) == 0 || !clusters[len(clusters)-1].same(r) {
-			clusters = append(clusters, cluster{src: r.src, task: r.task})
+		if prev == nil || r.src != prev.src || r.task != prev.task {
+			clusters = append(clusters, cluster{})
 		}
+		prev = r
 		c := &clusters[len(clusters)-1]
 		c.sum += reward
 		c.n++
@@ -398,8 +559,8 @@ func (e *Evaluator) scores(rows []evalRow, ks []int) Scores {
 	if s.Scored >= 2 {
 		// Two passes: the squared deviations from the mean.
 		var ss float64
-		for i := range rows {
-			if reward, ok := e.scored(&rows[i]); ok {
+		for i := range rows.len() {
+			if reward, ok := e.scored(rows.at(i)); ok {
 				d := reward - s.MeanReward
 				ss += d * d
 			}
@@ -435,13 +596,9 @@ func (e *Evaluator) scores(rows []evalRow, ks []int) Scores {
 
 // cluster is one task's scored rollouts: their count and the sum of their rewards.
 type cluster struct {
-	src  int32
-	task int64
-	n    int
-	sum  float64
+	n   int
+	sum float64
 }
-
-func (c *cluster) same(r *evalRow) bool { return c.src == r.src && c.task == r.task }
 
 // bootstrapSeq is the base of the PCG streams of the bootstrap (any constant: the seed is
 // the knob).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // TrajectoryWriter writes one JSON line per result to the trajectories
@@ -15,8 +16,9 @@ import (
 // appending, so a resumed run adds to it.
 type TrajectoryWriter struct {
 	file *jsonlFile
-	buf  bytes.Buffer
-	enc  *json.Encoder
+	line []byte
+	buf  bytes.Buffer  // for enc
+	enc  *json.Encoder // encoding/json, for the lines the fast path refuses, and its error
 }
 
 var _ Output = (*TrajectoryWriter)(nil)
@@ -49,6 +51,13 @@ func (t *TrajectoryWriter) Write(r *Result) error {
 	if len(bytes.TrimSpace(traj)) == 0 {
 		traj = nil // encodes as null
 	}
+	if line, ok := t.appendLine(t.line[:0], r, traj); ok {
+		t.line = line[:0]
+		if err := t.file.writeLine(line); err != nil {
+			return fmt.Errorf("trajectory output: %w", err)
+		}
+		return nil
+	}
 	t.buf.Reset()
 	err := t.enc.Encode(trajectoryLine{
 		TaskIndex:    r.Record.TaskIndex,
@@ -74,3 +83,26 @@ func (t *TrajectoryWriter) Sync() error { return t.file.Sync() }
 
 // Close flushes and fsyncs the file.
 func (t *TrajectoryWriter) Close() error { return t.file.Close() }
+
+// appendLine appends the line json.Encoder writes for the result's trajectoryLine (HTML
+// escaping off): false if the trajectory is not valid JSON, for encoding/json to report.
+func (t *TrajectoryWriter) appendLine(dst []byte, r *Result, traj json.RawMessage) ([]byte, bool) {
+	dst = append(dst, `{"task_index":`...)
+	dst = strconv.AppendInt(dst, r.Record.TaskIndex, 10)
+	dst = append(dst, `,"rollout_index":`...)
+	dst = strconv.AppendInt(dst, r.Record.RolloutIndex, 10)
+	dst = append(dst, `,"arm":`...)
+	dst = appendJSONString(dst, r.Record.Arm)
+	dst = append(dst, `,"task_id":`...)
+	dst = appendJSONString(dst, r.Record.TaskID)
+	dst = append(dst, `,"trajectory":`...)
+	if traj == nil {
+		dst = append(dst, "null"...)
+	} else {
+		var ok bool
+		if dst, ok = appendCompact(dst, traj); !ok {
+			return dst, false
+		}
+	}
+	return append(dst, '}', '\n'), true
+}

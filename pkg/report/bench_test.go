@@ -1,0 +1,481 @@
+package report
+
+// Benchmarks of the output path at the scale of the performance issue: a 10^6-record run.
+//
+//	go test -run '^$' -bench 'ParquetWrite|ResumeScan|Finalize|AppendRecord' -benchmem ./pkg/report
+//
+// The 10^6-record run directory (journal.jsonl and trajectories.jsonl, written through a real
+// Sink) is built once per test process in a temporary directory, outside the timers, and
+// removed by TestMain.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	benchRuns.cleanup()
+	os.Exit(code)
+}
+
+// mix is splitmix64: a reproducible pseudo-random number for each record index.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+var (
+	benchArms       = []string{"single", "multi"}
+	benchTools      = []string{"list_databases", "find_records", "fetch_record", "read_value", "submit_answer"}
+	benchCategories = []string{"finance", "logistics", "retail", "health", "energy", "telecom"}
+	benchLevels     = []string{"easy", "medium", "hard"}
+	benchTerms      = []string{"completed", "completed", "completed", "completed", "completed", "completed", "tool_error", "max_rounds"}
+	benchFailures   = []struct{ class, err string }{
+		{FailRateLimited, "model: 429 Too Many Requests: rate limit reached for requests, retry after 2s"},
+		{FailTimeout, "rollout: context deadline exceeded after 120s (round 4)"},
+		{FailModelUnavailable, "model: dial tcp 10.0.3.17:8000: connect: connection refused"},
+		{FailResourceServer, `resource server: POST /fetch_record: 500 Internal Server Error: {"detail":"db locked"}`},
+		{FailBadTask, "task: responses_create_params.input: empty"},
+	}
+	benchStart = time.Date(2026, 11, 21, 9, 30, 0, 0, time.UTC)
+)
+
+// benchRecord is the i-th record of a realistic run of 125,000 tasks × 2 arms × 4 repeats:
+// two task fields, two or three tool names and reward components, about 3% failures (with
+// an error message and no reward), nanosecond start times in UTC.
+func benchRecord(i int) Record {
+	h := mix(uint64(i))
+	task := int64(i / 8)
+	r := Record{
+		TaskIndex:        task,
+		RolloutIndex:     int64(i % 4),
+		TaskID:           "extraction-" + strconv.FormatInt(100000+task, 10),
+		Arm:              benchArms[(i/4)%2],
+		Agent:            "react",
+		Model:            "Qwen/Qwen3-8B",
+		Rounds:           int32(1 + h%7),
+		ToolCalls:        int32(2 + h>>8%24),
+		ToolErrors:       int32(h >> 16 % 3),
+		PromptTokens:     int64(400 + h>>20%6000),
+		CompletionTokens: int64(20 + h>>32%400),
+		LatencyMs:        float64(300_000+h>>40%4_000_000) / 1000,
+		Termination:      benchTerms[h>>44%uint64(len(benchTerms))],
+		Attempts:         1,
+		StartedAt:        benchStart.Add(time.Duration(i)*37*time.Millisecond + time.Duration(h%1_000_000)),
+		Seed:             int64(h >> 1),
+		SourceFile:       "data/extraction.jsonl",
+		SourceLine:       task + 1,
+		TaskFields:       map[string]string{"category": benchCategories[task%6], "difficulty": benchLevels[task%3]},
+	}
+	n := 2 + int(h>>48%2)
+	r.ToolNames = benchTools[h>>50%3 : h>>50%3+uint64(n)]
+	if h>>52%100 < 3 {
+		f := benchFailures[h>>56%uint64(len(benchFailures))]
+		r.FailureClass, r.Error, r.Termination, r.Attempts = f.class, f.err, "", 3
+		return r
+	}
+	r.HasReward = true
+	answer := float64(h>>54%2) * 0.9
+	r.RewardComponents = map[string]float64{"answer": answer, "format": 0.1}
+	r.Reward = answer + 0.1
+	if n == 3 {
+		eff := float64(h>>58%8) / 8
+		r.RewardComponents["efficiency"] = eff
+		r.Reward += eff / 10
+	}
+	return r
+}
+
+// benchTrajectory is a trajectory of about size bytes of JSON for record i.
+func benchTrajectory(i int, size int) json.RawMessage {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"messages":[{"role":"user","content":"Sum the order values of region eu-%d."}`, i%7)
+	for j := 0; b.Len() < size-80; j++ {
+		fmt.Fprintf(&b, `,{"role":"assistant","tool_calls":[{"id":"call_%d_%d","name":"%s","arguments":{"region":"eu-%d","id":%d}}]}`,
+			i, j, benchTools[j%len(benchTools)], i%7, j)
+		fmt.Fprintf(&b, `,{"role":"tool","call_id":"call_%d_%d","content":"{\"value\":%d.5}"}`, i, j, i%1000+j)
+	}
+	b.WriteString(`],"final":"42"}`)
+	return json.RawMessage(b.String())
+}
+
+// benchRun is a run's output directory with n records written through a Sink.
+type benchRun struct {
+	dir   string
+	n     int
+	bytes int64 // journal size
+}
+
+// benchRunCache holds the run directories built by cachedRun.
+type benchRunCache struct {
+	mu   sync.Mutex
+	runs map[string]*benchRun
+	dirs []string
+}
+
+var benchRuns benchRunCache
+
+func (c *benchRunCache) cleanup() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range c.dirs {
+		os.RemoveAll(d)
+	}
+}
+
+// cachedRun returns a run directory of n records (a few hundred bytes of trajectory each),
+// built once per process. Benchmarks that change it work on a copy (copyRun).
+func cachedRun(b *testing.B, n int) *benchRun {
+	b.Helper()
+	benchRuns.mu.Lock()
+	defer benchRuns.mu.Unlock()
+	key := strconv.Itoa(n)
+	if r := benchRuns.runs[key]; r != nil {
+		return r
+	}
+	dir, err := os.MkdirTemp("", "rollout-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRuns.dirs = append(benchRuns.dirs, dir)
+	start := time.Now()
+	// A real run syncs every 256 records; here that would only time the disk.
+	s, err := OpenSink(dir, SinkOptions{SyncEvery: 1 << 30, SyncInterval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const pool = 512
+	trajs := make([]json.RawMessage, pool)
+	for i := range trajs {
+		trajs[i] = benchTrajectory(i, 300+i%200)
+	}
+	res := &Result{}
+	for i := range n {
+		res.Record = benchRecord(i)
+		res.Trajectory = trajs[i%pool]
+		if err := s.Write(res); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, JournalFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &benchRun{dir: dir, n: n, bytes: st.Size()}
+	if benchRuns.runs == nil {
+		benchRuns.runs = map[string]*benchRun{}
+	}
+	benchRuns.runs[key] = r
+	b.Logf("built a %d-record run in %v: journal %d MB", n, time.Since(start).Round(time.Millisecond), st.Size()>>20)
+	return r
+}
+
+// copyRun copies the journal and trajectories of src into dst.
+func copyRun(b *testing.B, src, dst string) {
+	b.Helper()
+	for _, name := range []string{JournalFile, TrajectoriesFile} {
+		in, err := os.Open(filepath.Join(src, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(dst, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			b.Fatal(err)
+		}
+		in.Close()
+		if err := out.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func appendFile(b *testing.B, path, text string) {
+	b.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+}
+
+// benchN is the number of records of the large benchmarks; ROLLOUT_BENCH_N overrides it.
+func benchN() int {
+	if s := os.Getenv("ROLLOUT_BENCH_N"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1_000_000
+}
+
+// BenchmarkResumeScan times what rollout run --resume does to know which rollouts are done:
+// Compact over a run of 10^6 records.
+//
+//   - clean: the run stopped cleanly; nothing to drop.
+//   - crashed: the journal ends in a torn line and the trajectories file in 40 lines of
+//     rollouts that have no record.
+//   - retry-failed: --retry-failed; the ~2% infrastructure failures are dropped from both
+//     files, which are rewritten.
+func BenchmarkResumeScan(b *testing.B) {
+	run := cachedRun(b, benchN())
+	retry := func(r *Record) bool { return !InfraFailure(r.FailureClass) }
+	wantRetry := 0
+	for i := range run.n {
+		if !InfraFailure(benchRecord(i).FailureClass) {
+			wantRetry++
+		}
+	}
+	crash := func(b *testing.B, dir string) {
+		var side strings.Builder
+		for i := range 40 {
+			r := benchRecord(run.n + i)
+			fmt.Fprintf(&side, `{"task_index":%d,"rollout_index":%d,"arm":%q,"task_id":%q,"trajectory":%s}`+"\n",
+				r.TaskIndex, r.RolloutIndex, r.Arm, r.TaskID, benchTrajectory(i, 400))
+		}
+		appendFile(b, filepath.Join(dir, TrajectoriesFile), side.String())
+		appendFile(b, filepath.Join(dir, JournalFile), `{"task_index":125000,"rollout_index":0,"arm":"sin`)
+	}
+	for _, bc := range []struct {
+		name    string
+		keep    func(*Record) bool
+		prepare func(b *testing.B, dir string) // on a fresh copy, before each scan; nil: scan the cached run
+		want    int
+	}{
+		{"clean", nil, nil, run.n},
+		{"crashed", nil, crash, run.n},
+		{"retry-failed", retry, func(*testing.B, string) {}, wantRetry},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			dir := run.dir
+			if bc.prepare != nil {
+				dir = b.TempDir()
+			}
+			b.SetBytes(run.bytes)
+			var cpu time.Duration
+			b.ResetTimer()
+			for range b.N {
+				if bc.prepare != nil {
+					b.StopTimer()
+					copyRun(b, run.dir, dir)
+					bc.prepare(b, dir)
+					b.StartTimer()
+				}
+				c := cpuTime()
+				done, err := Compact(dir, "", bc.keep)
+				cpu += cpuTime() - c
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(done) != bc.want {
+					b.Fatalf("%d rollouts done, want %d", len(done), bc.want)
+				}
+			}
+			b.StopTimer()
+			s := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(s, "s/scan")
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/scan")
+			b.ReportMetric(float64(run.n)/s, "records/s")
+		})
+	}
+}
+
+// peakHeap samples the heap in use until stop is called, and returns its peak in bytes.
+func peakHeap() (stop func() uint64) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peak atomic.Uint64
+	read := func() {
+		metrics.Read(sample)
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+	}
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				read()
+			}
+		}
+	}()
+	return func() uint64 {
+		close(quit)
+		<-exited
+		read()
+		return peak.Load()
+	}
+}
+
+// peakRSS resets the kernel's peak resident set size of the process (VmHWM) and returns a
+// function that reads it, in bytes; 0 where /proc does not have it.
+func peakRSS() (read func() uint64) {
+	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	return func() uint64 {
+		data, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return 0
+		}
+		for line := range strings.Lines(string(data)) {
+			if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				return kb << 10
+			}
+		}
+		return 0
+	}
+}
+
+// BenchmarkFinalize times the end of a 10^6-record run, and reports the peak heap
+// (sampled) and the peak RSS of the process over it:
+//
+//   - finalize: Finalize (rollouts.parquet and summary.json);
+//   - two-passes: Finalize, then EvaluateJournal (evaluation.json), as rollout run does;
+//   - one-pass: FinalizeWith an Evaluator, then its Evaluation;
+//   - one-pass-no-ci: the same without the bootstrap interval (2000 resamples of 125,000
+//     tasks in 3 scopes), the part of the evaluation that is not reading records.
+func BenchmarkFinalize(b *testing.B) {
+	run := cachedRun(b, benchN())
+	check := func(b *testing.B, sum Summary, ev *Evaluation) {
+		if sum.Rollouts != run.n || ev != nil && ev.Overall.Rollouts != run.n {
+			b.Fatalf("%d rollouts, want %d", sum.Rollouts, run.n)
+		}
+	}
+	b.Run("finalize", func(b *testing.B) {
+		benchFinalize(b, run, func(dir string) {
+			sum, err := Finalize(dir, ParquetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, sum, nil)
+		})
+	})
+	b.Run("two-passes", func(b *testing.B) {
+		benchFinalize(b, run, func(dir string) {
+			sum, err := Finalize(dir, ParquetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ev, err := EvaluateJournal(filepath.Join(dir, JournalFile), StatsOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, sum, ev)
+		})
+	})
+	for _, bc := range []struct {
+		name      string
+		bootstrap int
+	}{{"one-pass", 0}, {"one-pass-no-ci", -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			benchFinalize(b, run, func(dir string) {
+				ev := NewEvaluator(StatsOptions{Bootstrap: bc.bootstrap})
+				sum, err := FinalizeWith(dir, FinalizeOptions{Evaluator: ev})
+				if err != nil {
+					b.Fatal(err)
+				}
+				check(b, sum, ev.Evaluation())
+			})
+		})
+	}
+}
+
+func benchFinalize(b *testing.B, run *benchRun, finalize func(dir string)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	var heap, rss uint64
+	var cpu time.Duration
+	for range b.N {
+		b.StopTimer()
+		debug.FreeOSMemory() // each time from what the process holds, not what it had
+		b.StartTimer()
+		stopHeap, readRSS, c := peakHeap(), peakRSS(), cpuTime()
+		finalize(run.dir)
+		cpu += cpuTime() - c
+		heap, rss = max(heap, stopHeap()), max(rss, readRSS())
+	}
+	b.StopTimer()
+	s := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(s, "s/op")
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric(float64(run.n)/s, "records/s")
+	b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MB")
+	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
+	os.Remove(filepath.Join(run.dir, ParquetFile))
+	os.Remove(filepath.Join(run.dir, SummaryFile))
+}
+
+// BenchmarkAppendRecord times Sink.Write of one realistic result (a record and a trajectory
+// of about 1 KB) to a real Sink in a temporary directory: with the default syncing (fsync
+// every 256 records), and without syncing (the CPU cost alone).
+func BenchmarkAppendRecord(b *testing.B) {
+	const pool = 1024
+	results := make([]Result, pool)
+	for i := range results {
+		results[i] = Result{Record: benchRecord(i), Trajectory: benchTrajectory(i, 1024)}
+	}
+	for _, bc := range []struct {
+		name string
+		opt  SinkOptions
+	}{
+		{"default", SinkOptions{}},
+		{"nosync", SinkOptions{SyncEvery: 1 << 30, SyncInterval: time.Hour}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, err := OpenSink(b.TempDir(), bc.opt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.Write(&results[i%pool]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// cpuTime is the CPU time (user and system) the process has used: on a shared, noisy machine
+// a steadier measure of work than the wall clock.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,565 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// A line of each kind the journal holds, as the Sink writes it.
+var (
+	journalLine = func() string {
+		r := benchRecord(5)
+		b, _ := json.Marshal(&r)
+		return string(b)
+	}()
+	failedLine = func() string {
+		for i := 0; ; i++ {
+			if r := benchRecord(i); r.FailureClass != "" && strings.Contains(r.Error, `"`) {
+				b, _ := json.Marshal(&r)
+				return string(b)
+			}
+		}
+	}()
+)
+
+// decodeBoth decodes line with encoding/json and with the fast path (and the fallback, as
+// the package reads journals), and returns both records and whether the fast path took it.
+func decodeBoth(line string) (want Record, wantErr error, got Record, gotErr error, fast bool) {
+	wantErr = json.Unmarshal([]byte(line), &want)
+	var d recordDecoder
+	fast = d.decode([]byte(line), &got)
+	if !fast {
+		var dl decodedLine
+		d.parse([]byte(line), &dl)
+		got, gotErr = dl.rec, dl.err
+	}
+	return
+}
+
+// sameRecord compares records field by field, with reflect.DeepEqual, which tells a nil map
+// or list from an empty one; times must be equal and in the same location.
+func sameRecord(a, b Record) bool {
+	if !a.StartedAt.Equal(b.StartedAt) || a.StartedAt.Location().String() != b.StartedAt.Location().String() {
+		return false
+	}
+	_, ao := a.StartedAt.Zone()
+	_, bo := b.StartedAt.Zone()
+	a.StartedAt, b.StartedAt = time.Time{}, time.Time{}
+	return ao == bo && reflect.DeepEqual(a, b) && math.Signbit(a.Reward) == math.Signbit(b.Reward)
+}
+
+// The fast record decoder reads every line as encoding/json does: the same record, or an
+// error where encoding/json has one; and it takes the lines the Sink writes itself.
+func TestRecordDecoderMatchesEncodingJSON(t *testing.T) {
+	base := journalLine
+	replace := func(old, new string) string {
+		if !strings.Contains(base, old) {
+			panic(old)
+		}
+		return strings.Replace(base, old, new, 1)
+	}
+	tests := []struct {
+		name string
+		line string
+		fast bool // the fast path must take it
+	}{
+		{"sink line", base, true},
+		{"failed, escaped quotes in error", failedLine, true},
+		{"empty object", `{}`, true},
+		{"spaces everywhere", " { \"task_index\" : 3 ,\t\"arm\" :\r\n \"multi\" , \"tool_names\" : [ \"a\" , \"b\" ] , \"reward_components\" : { \"x\" : 1 } } \n", true},
+		{"keys in another order", `{"arm":"single","rollout_index":2,"task_index":9,"reward":0.5,"has_reward":true}`, true},
+		{"escaped arm", `{"task_index":1,"rollout_index":0,"arm":"a\"b\\c\/d\n\t\u00e9"}`, true},
+		{"non-ASCII arm", `{"task_index":1,"arm":"multi-é-😀"}`, true},
+		{"arm with a surrogate pair escape", `{"task_index":1,"arm":"\ud83d\ude00"}`, false},
+		{"arm with a lone surrogate", `{"task_index":1,"arm":"\ud83d"}`, false},
+		{"invalid UTF-8 in arm", "{\"task_index\":1,\"arm\":\"a\xffb\"}", false},
+		{"invalid UTF-8 in error", "{\"task_index\":1,\"error\":\"a\xff\"}", false},
+		{"key-like text inside a string", `{"error":"\"task_index\":99,\"arm\":\"x\"","task_index":1,"arm":"a"}`, true},
+		{"key-like members in a nested object", `{"task_fields":{"task_index":"99","arm":"x"},"task_index":1,"arm":"a"}`, true},
+		{"null fields", `{"task_index":null,"arm":null,"tool_names":null,"reward_components":null,"started_at":null,"reward":null,"has_reward":null}`, true},
+		{"empty list and map", `{"tool_names":[],"reward_components":{},"task_fields":{}}`, true},
+		{"negative zero reward", `{"reward":-0}`, false},
+		{"reward exponent", `{"reward":1e-7,"latency_ms":12.5E2}`, true},
+		{"big integers", `{"task_index":9223372036854775807,"rollout_index":-9223372036854775807,"seed":-12}`, true},
+		{"int64 overflow", `{"task_index":9223372036854775808}`, false},
+		{"int32 overflow", `{"rounds":2147483648}`, false},
+		{"int32 min", `{"rounds":-2147483648}`, true},
+		{"float into int", `{"task_index":1.0}`, false},
+		{"exponent into int", `{"task_index":1e3}`, false},
+		{"string into int", `{"task_index":"1"}`, false},
+		{"leading zero", `{"task_index":01}`, false},
+		{"number into string", `{"arm":1}`, false},
+		{"float out of range", `{"reward":1e400}`, false},
+		{"bool as number", `{"has_reward":1}`, false},
+		{"repeated key", `{"task_index":1,"task_index":2}`, false},
+		{"repeated map key", `{"task_fields":{"a":"1","a":"2"}}`, true},
+		{"key in another case", `{"Task_Index":5,"ARM":"x"}`, false},
+		{"key with an escape", `{"task\u005findex":5}`, false},
+		{"Kelvin sign key", "{\"tas\u212a_index\":5}", false},
+		{"unknown key", `{"task_index":1,"extra":{"a":[1,2,{"b":null}]}}`, false},
+		{"null in a list", `{"tool_names":["a",null]}`, false},
+		{"null map value", `{"reward_components":{"a":null}}`, false},
+		{"time with offset", `{"started_at":"2025-03-14T15:09:26.5+05:00"}`, true},
+		{"time not a string", `{"started_at":12}`, false},
+		{"bad time", `{"started_at":"yesterday"}`, false},
+		{"time with an escape", `{"started_at":"2025-03-14T15:09:26\u005a"}`, false},
+		{"torn line", base[:len(base)/2], false},
+		{"trailing garbage", base + `x`, false},
+		{"two objects", base + base, false},
+		{"not an object", `[1,2]`, false},
+		{"garbage", `garbage`, false},
+		{"empty", ``, false},
+		{"unterminated string", `{"arm":"abc}`, false},
+		{"control character in string", "{\"arm\":\"a\tb\"}", false},
+		{"bad escape", `{"arm":"a\qb"}`, false},
+		{"missing colon", `{"arm" "a"}`, false},
+		{"trailing comma", `{"arm":"a",}`, false},
+		{"deep nesting in a map value", `{"task_fields":{"a":[[[[[]]]]]}}`, false},
+		{"BOM", "\ufeff" + base, false},
+		{"CRLF", base + "\r\n", true},
+		{"replace reward", replace(`"reward":`, `"reward": 0.25, "x_reward":`), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want, wantErr, got, gotErr, fast := decodeBoth(tt.line)
+			if (wantErr == nil) != (gotErr == nil) {
+				t.Fatalf("encoding/json error %v, fast path error %v", wantErr, gotErr)
+			}
+			if wantErr == nil && !sameRecord(got, want) {
+				t.Errorf("records differ:\n got %+v\nwant %+v", got, want)
+			}
+			if tt.fast && !fast {
+				t.Errorf("the fast path refused the line")
+			}
+			if fast && wantErr != nil {
+				t.Errorf("the fast path took a line encoding/json refuses (%v)", wantErr)
+			}
+			// The key-only path agrees.
+			var d recordDecoder
+			if k, ok := d.decodeKey([]byte(tt.line)); ok {
+				if wantErr != nil {
+					t.Errorf("decodeKey took a line encoding/json refuses (%v)", wantErr)
+				} else if k != want.Key() {
+					t.Errorf("decodeKey %v, want %v", k, want.Key())
+				}
+			}
+		})
+	}
+}
+
+// Random records, written by the Sink's encoder, read back by the fast decoder as
+// encoding/json reads them; and the encoder writes encoding/json's bytes.
+func TestRecordJSONRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	str := func() string {
+		const alphabet = "ab \"\\/\n\t\x01\x7f<>&é€😀\u2028\xff"
+		var b strings.Builder
+		for range rng.IntN(6) {
+			runes := []rune(alphabet)
+			if rng.IntN(10) == 0 {
+				b.WriteByte(0xff) // invalid UTF-8
+				continue
+			}
+			b.WriteRune(runes[rng.IntN(len(runes))])
+		}
+		return b.String()
+	}
+	num := func() float64 {
+		switch rng.IntN(6) {
+		case 0:
+			return 0
+		case 1:
+			return float64(rng.IntN(1000))
+		case 2:
+			return rng.NormFloat64() * 1e-8
+		case 3:
+			return rng.NormFloat64() * 1e22
+		case 4:
+			return math.Copysign(0, -1)
+		}
+		return rng.Float64()
+	}
+	var enc bytes.Buffer
+	je := json.NewEncoder(&enc)
+	je.SetEscapeHTML(false)
+	var keys []string
+	for i := range 3000 {
+		r := benchRecord(rng.IntN(1 << 20))
+		if i%2 == 0 {
+			r.TaskID, r.Arm, r.Error, r.Termination = str(), str(), str(), str()
+			r.Reward, r.LatencyMs = num(), num()
+			r.TaskFields = map[string]string{str(): str(), str(): str()}
+			r.RewardComponents = map[string]float64{str(): num()}
+			r.ToolNames = []string{str(), str()}
+			r.StartedAt = time.Unix(rng.Int64N(1<<35), rng.Int64N(1e9)).In(time.FixedZone("", 60*(rng.IntN(1440)-720)))
+		}
+		switch i % 7 {
+		case 1:
+			r.ToolNames = nil
+		case 2:
+			r.ToolNames = []string{}
+		case 3:
+			r.RewardComponents, r.TaskFields = map[string]float64{}, nil
+		case 4:
+			r.StartedAt = time.Time{}
+		}
+		enc.Reset()
+		if err := je.Encode(&r); err != nil {
+			t.Fatal(err)
+		}
+		var line []byte
+		var ok bool
+		line, keys, ok = appendRecordJSON(nil, &r, keys)
+		if !ok || string(line) != enc.String() {
+			t.Fatalf("record %d: appendRecordJSON (ok %v):\n%s\nencoding/json:\n%s", i, ok, line, enc.Bytes())
+		}
+		want, wantErr, got, gotErr, _ := decodeBoth(string(line))
+		if wantErr != nil || gotErr != nil {
+			t.Fatalf("record %d: errors %v, %v", i, wantErr, gotErr)
+		}
+		if !sameRecord(got, want) {
+			t.Fatalf("record %d: decoded\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+}
+
+// A record encoding/json refuses is refused by the fast encoder too (the Sink then gives
+// encoding/json's error).
+func TestAppendRecordJSONRefuses(t *testing.T) {
+	for _, r := range []Record{
+		{Reward: math.NaN()},
+		{LatencyMs: math.Inf(1)},
+		{RewardComponents: map[string]float64{"a": math.Inf(-1)}},
+		{StartedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{StartedAt: time.Date(2020, 1, 1, 0, 0, 0, 0, time.FixedZone("", 24*3600))},
+	} {
+		if _, err := json.Marshal(&r); err == nil {
+			t.Fatalf("encoding/json takes %+v", r)
+		}
+		if out, _, ok := appendRecordJSON([]byte("x"), &r, nil); ok || string(out) != "x" {
+			t.Errorf("appendRecordJSON took %+v: %q", r, out)
+		}
+	}
+}
+
+// appendCompact is json.Compact on valid JSON, and refuses what json.Compact refuses.
+func TestAppendCompact(t *testing.T) {
+	for _, in := range []string{
+		`{}`, ` [ ] `, `{"a" : [1, 2.5e-3, -0, true, false, null, "x y\"\\\u00e9"], "b":{ "c" : {} } }`,
+		"\n{\"messages\": [\n  {\"role\": \"assistant\"}\n]}\n", `"string"`, `12`, `-`, `01`, `1.`, `.5`, `1e`,
+		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{1:2}`, `[1 2]`, `{"a":tru}`, `nul`, `"a` + "\x01" + `"`, `"\x"`, `"\u12"`,
+		`{"a":1}}`, `[[[`, ``, ` `, "\"\xff\xfe\"", `{"a":"<b> & c"}`, strings.Repeat("[", 2000) + strings.Repeat("]", 2000),
+		string(benchTrajectory(3, 1024)),
+	} {
+		var want bytes.Buffer
+		werr := json.Compact(&want, []byte(in))
+		got, ok := appendCompact([]byte("pre"), []byte(in))
+		switch {
+		case werr == nil && ok && string(got) != "pre"+want.String():
+			t.Errorf("%.40q: got %q, want %q", in, got, want.String())
+		case werr != nil && ok:
+			t.Errorf("%.40q: took what json.Compact refuses (%v)", in, werr)
+		case werr == nil && !ok && len(in) < 1000:
+			t.Errorf("%.40q: refused what json.Compact takes", in)
+		case !ok && string(got) != "pre":
+			t.Errorf("%.40q: refused, but changed dst: %q", in, got)
+		}
+	}
+}
+
+// lineKeys reads the keys of trajectory and NeMo Gym lines as encoding/json reads them into
+// the structs Compact used, or leaves the line to encoding/json.
+func TestLineKeys(t *testing.T) {
+	type keys struct {
+		Task    int64  `json:"task_index"`
+		Rollout int64  `json:"rollout_index"`
+		Arm     string `json:"arm"`
+	}
+	for _, tt := range []struct {
+		line string
+		fast bool
+	}{
+		{`{"task_index":4,"rollout_index":1,"arm":"multi","task_id":"t","trajectory":{"task_index":7,"arm":"x"}}`, true},
+		{`{"trajectory":"\"task_index\":7","arm":"single","rollout_index":0,"task_index":2}`, true},
+		{` { "task_index" : 4 , "arm" : "a" } `, true},
+		{`{"task_index":4,"rollout_index":1,"arm":"multi","trajectory":null}`, true},
+		{`{"task_index":null,"arm":null}`, true},
+		{`{}`, true},
+		{`{"task_index":4,"task_index":5}`, false},
+		{`{"TASK_INDEX":4}`, false},
+		{`{"arm":"a\"b"}`, false},
+		{`{"arm":"é"}`, false},
+		{`{"task_index":4.5}`, false},
+		{`{"task_index":"4"}`, false},
+		{`{"task_index":4,"trajectory":[1,2}`, false},
+		{`{"task_index":4,"rollout_index":1,"arm":"multi","trajectory":{"a":1}`, false},
+		{`{"task_index":4} x`, false},
+		{"{\"\xff\":1,\"task_index\":4}", false},
+		{`[1]`, false},
+	} {
+		var want keys
+		werr := json.Unmarshal([]byte(tt.line), &want)
+		task, rollout, arm, _, ok := lineKeys([]byte(tt.line), "task_index", "rollout_index", "arm")
+		if tt.fast && !ok {
+			t.Errorf("%s: refused", tt.line)
+		}
+		if ok && (werr != nil || task != want.Task || rollout != want.Rollout || string(arm) != want.Arm) {
+			t.Errorf("%s: got %d %d %q, want %+v (err %v)", tt.line, task, rollout, arm, want, werr)
+		}
+	}
+	// NeMo Gym: both keys at the end, after the verify answer; absent or null is no key.
+	for _, tt := range []struct {
+		line string
+		has  int
+	}{
+		{`{"reward":1,"response":{"_ng_task_index":9},"_ng_task_index":3,"_ng_rollout_index":0}`, 3},
+		{`{"reward":1,"_ng_task_index":3}`, 1},
+		{`{"reward":1,"_ng_task_index":3,"_ng_rollout_index":null}`, 1},
+	} {
+		task, rollout, _, has, ok := lineKeys([]byte(tt.line), ngTaskIndexKey, ngRolloutIndexKey, "")
+		if !ok || has != tt.has || task != 3 || (has == 3 && rollout != 0) {
+			t.Errorf("%s: %d %d has %d ok %v", tt.line, task, rollout, has, ok)
+		}
+	}
+}
+
+// scanLines gives the complete lines, in order, long ones too (longer than a block), each
+// with what parse made of it on a worker; a torn last line is left out.
+func TestScanLines(t *testing.T) {
+	long := strings.Repeat("x", lineBlockSize+100)
+	var in strings.Builder
+	var want []string
+	for i := range 50_000 {
+		line := strconv.Itoa(i)
+		switch i {
+		case 7:
+			line = ""
+		case 30_000:
+			line = long
+		}
+		want = append(want, line)
+		in.WriteString(line + "\n")
+	}
+	in.WriteString("torn")
+	for _, workers := range []int{1, 3} {
+		var got []string
+		complete, err := scanLines(strings.NewReader(in.String()), workers, func(_ int, line []byte, res *int) {
+			*res = len(line)
+		}, func(line []byte, n int, res *int) error {
+			if *res != len(line) || n != len(got)+1 {
+				return fmt.Errorf("line %d: parsed %d, %d bytes", n, *res, len(line))
+			}
+			got = append(got, string(line))
+			return nil
+		})
+		if err != nil || !slices.Equal(got, want) || complete != int64(in.Len()-len("torn")) {
+			t.Errorf("%d workers: %d lines (want %d), complete %d, %v", workers, len(got), len(want), complete, err)
+		}
+		// consume's error ends the scan.
+		stop := errors.New("stop")
+		_, err = scanLines(strings.NewReader(in.String()), workers, func(int, []byte, *int) {}, func(_ []byte, n int, _ *int) error {
+			if n == 1000 {
+				return stop
+			}
+			return nil
+		})
+		if err != stop {
+			t.Errorf("%d workers: err %v", workers, err)
+		}
+	}
+}
+
+func TestEvalRowSize(t *testing.T) {
+	if n := unsafe.Sizeof(evalRow{}); n > 48 {
+		t.Errorf("evalRow is %d bytes, want at most 48", n)
+	}
+}
+
+// The Evaluator gives the Evaluation it gave when it kept 88 bytes of each record (the old
+// one, in stats_old_test.go), to the bit, on random records in any order; with duplicate
+// keys (whose order the old one left to its input), the same Evaluation in any order.
+func TestEvaluatorMatchesOld(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 60 {
+		n := 1 + rng.IntN(400)
+		dups := trial%4 == 3
+		recs := make([]Record, 0, n)
+		seen := map[Key]bool{}
+		for len(recs) < n {
+			r := benchRecord(rng.IntN(200))
+			r.RolloutIndex = int64(rng.IntN(6))
+			r.Arm = []string{"single", "multi", "workflow"}[rng.IntN(3)]
+			r.Reward = []float64{0, 1, 0.5, 0.1, 1.0 / 3}[rng.IntN(5)]
+			r.LatencyMs = rng.Float64() * 1e4
+			if rng.IntN(8) == 0 {
+				r.TaskFields = nil
+			}
+			if rng.IntN(10) == 0 {
+				r.FailureClass, r.HasReward, r.Termination = []string{FailTimeout, FailBadTask}[rng.IntN(2)], false, ""
+			}
+			if rng.IntN(20) == 0 {
+				r.HasReward = false
+			}
+			if seen[r.Key()] && !dups {
+				continue
+			}
+			seen[r.Key()] = true
+			recs = append(recs, r)
+		}
+		o := StatsOptions{Bootstrap: 50, Seed: uint64(trial), ScoreFailuresAsZero: trial%3 == 0, Threshold: []float64{0, 0.5}[trial%2]}
+		if trial%2 == 0 {
+			o.GroupBy = "category"
+		}
+		evaluate := func(order []int) []byte {
+			ev := NewEvaluator(o)
+			for _, i := range order {
+				ev.Add(&recs[i])
+			}
+			a, _ := json.Marshal(ev.Evaluation())
+			// Evaluation sorts the rows in place: a second one is the same.
+			if b, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(a, b) {
+				t.Fatalf("trial %d: a second Evaluation differs", trial)
+			}
+			return a
+		}
+		got := evaluate(rng.Perm(n))
+		if again := evaluate(rng.Perm(n)); !bytes.Equal(got, again) {
+			t.Fatalf("trial %d (%d records): the order of the records matters", trial, n)
+		}
+		if dups {
+			continue
+		}
+		old := newOldEvaluator(o)
+		for i := range recs {
+			old.Add(&recs[i])
+		}
+		if want, _ := json.Marshal(old.Evaluation()); !bytes.Equal(got, want) {
+			t.Fatalf("trial %d (%d records, %+v):\nold %.2000s\nnew %.2000s", trial, len(recs), o, want, got)
+		}
+	}
+}
+
+// FinalizeWith feeds an Evaluator the journal's records in the pass that writes the Parquet
+// file: the same Evaluation as EvaluateJournal, and the Parquet file holds the records.
+func TestFinalizeWithEvaluator(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSink(dir, SinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	for i := range n {
+		r := benchRecord(i)
+		if err := s.Write(&Result{Record: r, Trajectory: benchTrajectory(i, 200)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := StatsOptions{GroupBy: "difficulty", Bootstrap: 100}
+	ev := NewEvaluator(o)
+	sum, err := FinalizeWith(dir, FinalizeOptions{Parquet: ParquetOptions{RowGroupSize: 1000}, Evaluator: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := EvaluateJournal(filepath.Join(dir, JournalFile), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(ev.Evaluation())
+	b, _ := json.Marshal(want)
+	if sum.Rollouts != n || !bytes.Equal(a, b) {
+		t.Errorf("%d rollouts; evaluations differ:\n%s\n%s", sum.Rollouts, a, b)
+	}
+	recs, err := ReadParquet(filepath.Join(dir, ParquetFile))
+	if err != nil || len(recs) != n {
+		t.Fatalf("parquet: %d records, %v", len(recs), err)
+	}
+	for i := range recs {
+		if d := diffRecord(recs[i], benchRecord(i)); d != "" {
+			t.Fatalf("record %d: %s", i, d)
+		}
+	}
+}
+
+// checkDecoder fails t if the fast paths read line otherwise than encoding/json does.
+func checkDecoder(t *testing.T, line string) {
+	t.Helper()
+	want, wantErr, got, gotErr, fast := decodeBoth(line)
+	if (wantErr == nil) != (gotErr == nil) || fast && wantErr != nil {
+		t.Fatalf("%q: encoding/json error %v, fast path (took it: %v) error %v", line, wantErr, fast, gotErr)
+	}
+	if wantErr == nil && !sameRecord(got, want) {
+		t.Fatalf("%q: records differ:\n got %+v\nwant %+v", line, got, want)
+	}
+	var d recordDecoder
+	if k, ok := d.decodeKey([]byte(line)); ok && (wantErr != nil || k != want.Key()) {
+		t.Fatalf("%q: decodeKey %v, want %v (err %v)", line, k, want.Key(), wantErr)
+	}
+	type keys struct {
+		Task    int64  `json:"task_index"`
+		Rollout int64  `json:"rollout_index"`
+		Arm     string `json:"arm"`
+	}
+	var wk keys
+	werr := json.Unmarshal([]byte(line), &wk)
+	if task, rollout, arm, _, ok := lineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
+		(werr != nil || task != wk.Task || rollout != wk.Rollout || string(arm) != wk.Arm) {
+		t.Fatalf("%q: lineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
+	}
+}
+
+// Lines a byte away from the Sink's, thousands of them: the fast paths read each as
+// encoding/json does (or leave it to encoding/json).
+func TestRecordDecoderMutations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const alphabet = "{}[]\":,\\ \t\n0123456789.eE+-ntfaulsr_xé\x00\xff"
+	for _, base := range []string{journalLine, failedLine, `{"task_index":1,"tool_names":[],"reward_components":{"a":-0.5e-3}}`} {
+		for range 4000 {
+			b := []byte(base)
+			for range 1 + rng.IntN(3) {
+				i := rng.IntN(len(b))
+				switch rng.IntN(3) {
+				case 0:
+					b[i] = alphabet[rng.IntN(len(alphabet))]
+				case 1:
+					b = append(b[:i], b[i+1:]...)
+				default:
+					b = append(b[:i], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[i:]...)...)
+				}
+				if len(b) == 0 {
+					break
+				}
+			}
+			checkDecoder(t, string(b))
+		}
+	}
+}
+
+// go test ./pkg/report -run '^$' -fuzz FuzzRecordDecoder
+func FuzzRecordDecoder(f *testing.F) {
+	f.Add(journalLine)
+	f.Add(failedLine)
+	f.Add(`{"task_index":1,"arm":"a\"b","tool_names":["x"],"task_fields":{"k":"v"}}`)
+	f.Fuzz(func(t *testing.T, line string) {
+		checkDecoder(t, line)
+		var want bytes.Buffer
+		werr := json.Compact(&want, []byte(line))
+		if got, ok := appendCompact(nil, []byte(line)); ok && (werr != nil || string(got) != want.String()) {
+			t.Fatalf("%q: appendCompact %q, json.Compact %q (%v)", line, got, want.String(), werr)
+		}
+	})
+}

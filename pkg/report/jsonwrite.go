@@ -1,0 +1,220 @@
+package report
+
+// Writing the journal's and the trajectories file's lines without encoding/json's reflection:
+// the same bytes as a json.Encoder with SetEscapeHTML(false) writes (a test checks), at a
+// fraction of the cost and without allocations. Values encoding/json refuses (a NaN reward, a
+// time out of its years) are left to encoding/json, for its error.
+
+import (
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// jsonSafe reports the ASCII bytes a JSON string holds as they are (encoding/json's safeSet:
+// with HTML escaping off, all printable ASCII but the quote and the backslash).
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string, as encoding/json does with HTML escaping off:
+// short escapes for \b \f \n \r \t, \u00XX for the other control characters, U+FFFD for each
+// byte of invalid UTF-8, and U+2028 and U+2029 escaped.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if jsonSafe[c] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendJSONFloat appends f as encoding/json writes a float64 (ok false for NaN and ±Inf,
+// which it refuses).
+func appendJSONFloat(dst []byte, f float64) ([]byte, bool) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return dst, false
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst, true
+}
+
+// appendRecordJSON appends r as one JSON line (with its newline), the bytes json.Encoder
+// (HTML escaping off) writes for it; ok is false, and dst unchanged, for a record it
+// cannot write (a NaN or infinite number, a time outside the years 0 to 9999): encoding/json
+// then gives its error.
+func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, ok bool) {
+	n := len(dst)
+	dst = append(dst, `{"task_index":`...)
+	dst = strconv.AppendInt(dst, r.TaskIndex, 10)
+	dst = append(dst, `,"rollout_index":`...)
+	dst = strconv.AppendInt(dst, r.RolloutIndex, 10)
+	dst = append(dst, `,"task_id":`...)
+	dst = appendJSONString(dst, r.TaskID)
+	dst = append(dst, `,"arm":`...)
+	dst = appendJSONString(dst, r.Arm)
+	dst = append(dst, `,"agent":`...)
+	dst = appendJSONString(dst, r.Agent)
+	dst = append(dst, `,"model":`...)
+	dst = appendJSONString(dst, r.Model)
+	dst = append(dst, `,"reward":`...)
+	if dst, ok = appendJSONFloat(dst, r.Reward); !ok {
+		return dst[:n], keys, false
+	}
+	dst = append(dst, `,"has_reward":`...)
+	dst = strconv.AppendBool(dst, r.HasReward)
+	if len(r.RewardComponents) > 0 {
+		dst = append(dst, `,"reward_components":{`...)
+		keys = keys[:0]
+		for k := range r.RewardComponents {
+			keys = append(keys, k)
+		}
+		sortKeys(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, k)
+			dst = append(dst, ':')
+			if dst, ok = appendJSONFloat(dst, r.RewardComponents[k]); !ok {
+				return dst[:n], keys, false
+			}
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"rounds":`...)
+	dst = strconv.AppendInt(dst, int64(r.Rounds), 10)
+	dst = append(dst, `,"tool_calls":`...)
+	dst = strconv.AppendInt(dst, int64(r.ToolCalls), 10)
+	dst = append(dst, `,"tool_names":`...)
+	if r.ToolNames == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, '[')
+		for i, name := range r.ToolNames {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, name)
+		}
+		dst = append(dst, ']')
+	}
+	dst = append(dst, `,"tool_errors":`...)
+	dst = strconv.AppendInt(dst, int64(r.ToolErrors), 10)
+	dst = append(dst, `,"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, r.PromptTokens, 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, r.CompletionTokens, 10)
+	dst = append(dst, `,"latency_ms":`...)
+	if dst, ok = appendJSONFloat(dst, r.LatencyMs); !ok {
+		return dst[:n], keys, false
+	}
+	dst = append(dst, `,"termination":`...)
+	dst = appendJSONString(dst, r.Termination)
+	dst = append(dst, `,"failure_class":`...)
+	dst = appendJSONString(dst, r.FailureClass)
+	dst = append(dst, `,"error":`...)
+	dst = appendJSONString(dst, r.Error)
+	dst = append(dst, `,"attempts":`...)
+	dst = strconv.AppendInt(dst, int64(r.Attempts), 10)
+	dst = append(dst, `,"started_at":"`...)
+	t, err := r.StartedAt.AppendText(dst)
+	if err != nil {
+		return dst[:n], keys, false
+	}
+	dst = t
+	dst = append(dst, `","seed":`...)
+	dst = strconv.AppendInt(dst, r.Seed, 10)
+	dst = append(dst, `,"source_file":`...)
+	dst = appendJSONString(dst, r.SourceFile)
+	dst = append(dst, `,"source_line":`...)
+	dst = strconv.AppendInt(dst, r.SourceLine, 10)
+	if len(r.TaskFields) > 0 {
+		dst = append(dst, `,"task_fields":{`...)
+		keys = keys[:0]
+		for k := range r.TaskFields {
+			keys = append(keys, k)
+		}
+		sortKeys(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, k)
+			dst = append(dst, ':')
+			dst = appendJSONString(dst, r.TaskFields[k])
+		}
+		dst = append(dst, '}')
+	}
+	clear(keys)
+	return append(dst, '}', '\n'), keys[:0], true
+}
+
+// sortKeys sorts the keys of a map, which has a few: an insertion sort.
+func sortKeys(ks []string) {
+	for i := 1; i < len(ks); i++ {
+		for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
+			ks[j], ks[j-1] = ks[j-1], ks[j]
+		}
+	}
+}
