@@ -64,7 +64,16 @@ func (o StatsOptions) normalized() StatsOptions {
 type Interval struct {
 	Low  float64 `json:"low"`
 	High float64 `json:"high"`
+	// Normal is set when the interval is the normal approximation (mean ± 1.96 task-clustered
+	// standard errors) instead of the bootstrap: for scopes of more than BootstrapMaxTasks tasks.
+	Normal bool `json:"normal,omitempty"`
 }
+
+// BootstrapMaxTasks is the most tasks a scope's interval is bootstrapped over. The bootstrap
+// costs resamples × tasks draws (2·10^9 for 10^6 tasks, about a minute here); past this many
+// tasks the mean's sampling distribution is normal to well within the bootstrap's own
+// resampling noise, so the interval is mean ± 1.96 task-clustered standard errors instead.
+const BootstrapMaxTasks = 20_000
 
 // PassAtK is pass@k and pass^k for one k, averaged over the Tasks (task and arm pairs) that
 // have at least k scored rollouts.
@@ -569,8 +578,13 @@ func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
 		s.StdErr = math.Sqrt(ss/(n-1)) / math.Sqrt(n)
 	}
 	if s.Scored > 0 && e.o.Bootstrap > 0 {
-		lo, hi := bootstrapCI(clusters, e.o.Bootstrap, e.o.Seed)
-		s.CI95 = &Interval{Low: lo, High: hi}
+		if len(clusters) > BootstrapMaxTasks {
+			lo, hi := clusteredNormalCI(clusters, s.MeanReward)
+			s.CI95 = &Interval{Low: lo, High: hi, Normal: true}
+		} else {
+			lo, hi := bootstrapCI(clusters, e.o.Bootstrap, e.o.Seed)
+			s.CI95 = &Interval{Low: lo, High: hi}
+		}
 	}
 
 	units := e.units(rows)
@@ -656,6 +670,25 @@ func bootstrapCI(clusters []cluster, b int, seed uint64) (lo, hi float64) {
 	return quantile(means, 0.025), quantile(means, 0.975)
 }
 
+// clusteredNormalCI is the 95% normal interval of the mean reward (a ratio: the rewards' sum
+// over their count) with the task-clustered (sandwich) standard error: sqrt(T/(T-1) ·
+// Σ_t (sum_t − mean·n_t)²) / N over T tasks and N rollouts.
+func clusteredNormalCI(clusters []cluster, mean float64) (lo, hi float64) {
+	t := len(clusters)
+	if t < 2 {
+		return mean, mean
+	}
+	var ss float64
+	var n int64
+	for _, c := range clusters {
+		d := c.sum - mean*float64(c.n)
+		ss += d * d
+		n += int64(c.n)
+	}
+	se := math.Sqrt(float64(t)/float64(t-1)*ss) / float64(n)
+	return mean - 1.959963984540054*se, mean + 1.959963984540054*se
+}
+
 // quantile is the p-quantile of sorted xs, interpolated linearly (Hyndman and Fan's type 7).
 func quantile(xs []float64, p float64) float64 {
 	h := p * float64(len(xs)-1)
@@ -735,6 +768,12 @@ func (e *Evaluation) method() string {
 	}
 	if o.Bootstrap > 0 {
 		fmt.Fprintf(&b, "95%% CI: bootstrap over tasks, %d resamples, seed %d", o.Bootstrap, o.Seed)
+		for _, sc := range e.scopes() {
+			if sc.CI95 != nil && sc.CI95.Normal {
+				fmt.Fprintf(&b, " (normal, task-clustered, in scopes of over %d tasks)", BootstrapMaxTasks)
+				break
+			}
+		}
 	} else {
 		b.WriteString("no bootstrap CI")
 	}

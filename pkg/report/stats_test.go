@@ -529,3 +529,52 @@ func TestEvaluationGolden(t *testing.T) {
 		}
 	}
 }
+
+// Past BootstrapMaxTasks the interval is the normal one with task-clustered standard errors;
+// it must agree with the bootstrap it replaces, and say so.
+func TestNormalIntervalForManyTasks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var clusters []cluster
+	var sum float64
+	var n int
+	for range BootstrapMaxTasks + 5000 {
+		p := rng.Float64() // each task its own success rate: clustering matters
+		c := cluster{n: 1 + rng.IntN(4)}
+		for range c.n {
+			if rng.Float64() < p {
+				c.sum++
+			}
+		}
+		clusters = append(clusters, c)
+		sum += c.sum
+		n += c.n
+	}
+	mean := sum / float64(n)
+	blo, bhi := bootstrapCI(clusters, 500, 7)
+	nlo, nhi := clusteredNormalCI(clusters, mean)
+	width := bhi - blo
+	if math.Abs(nlo-blo) > 0.1*width || math.Abs(nhi-bhi) > 0.1*width {
+		t.Errorf("normal CI [%g, %g], bootstrap [%g, %g]: more than a tenth of the width apart", nlo, nhi, blo, bhi)
+	}
+	if !(nlo < mean && mean < nhi) {
+		t.Errorf("normal CI [%g, %g] does not hold the mean %g", nlo, nhi, mean)
+	}
+
+	e := NewEvaluator(StatsOptions{})
+	for i, c := range clusters {
+		for k := range c.n {
+			reward := 0.0
+			if float64(k) < c.sum {
+				reward = 1
+			}
+			e.Add(&Record{TaskIndex: int64(i), RolloutIndex: int64(k), Arm: "multi", HasReward: true, Reward: reward})
+		}
+	}
+	ev := e.Evaluation()
+	if ci := ev.Overall.CI95; ci == nil || !ci.Normal || math.Abs(ci.Low-nlo) > 1e-12 || math.Abs(ci.High-nhi) > 1e-12 {
+		t.Errorf("overall CI %+v, want the normal one [%g, %g]", ci, nlo, nhi)
+	}
+	if m := ev.method(); !strings.Contains(m, "normal, task-clustered") {
+		t.Errorf("method %q does not say the interval is normal", m)
+	}
+}
