@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -309,6 +310,11 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if closeErr != nil {
 		return fmt.Errorf("writing results: %w", closeErr)
 	}
+	// The rollouts are over: their idle connections (two per rollout in flight, with their
+	// goroutines and buffers) and the garbage go back to the system before the journal is read
+	// again, so that the end of a big run does not stack on the memory of its middle.
+	transport.CloseIdleConnections()
+	debug.FreeOSMemory()
 	// The journal is the truth; the Parquet file and the summary are derived from it, over
 	// every record of the run, resumed ones included.
 	sum, err := report.Finalize(f.out, report.ParquetOptions{})
@@ -318,6 +324,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := report.PrintSummary(e.stdout, sum); err != nil {
 		return err
 	}
+	debug.FreeOSMemory() // the Parquet writer's buffers, before the evaluation's rows
 	// The statistics of the evaluation (DESIGN §7), kept beside the summary; printed when
 	// there is more than one arm or repeat to tell apart.
 	ev, err := report.EvaluateJournal(filepath.Join(f.out, report.JournalFile), report.StatsOptions{})
