@@ -73,7 +73,7 @@ fmt:
 # The benchmark suite (BENCHMARKS.md): Go benchmarks of the hot paths, the simulator's HTTP
 # ceiling (wrk, else hey), and load runs of bin/rollout against `rollout sim` and
 # `rollout serve counter` in their own processes, up to 10^6 tasks. It prints the figures and
-# rewrites the generated part of BENCHMARKS.md. About 30 minutes on 2 cores; BENCH_SCALE=0.01
+# rewrites the generated part of BENCHMARKS.md. About 15 minutes on 2 cores; BENCH_SCALE=0.01
 # (make bench-quick) is a look in a minute, without touching BENCHMARKS.md.
 BENCH_SCALE ?= 1
 bench: build bench-tools

@@ -24,20 +24,20 @@ type Target struct {
 func (s *Suite) Targets() []Target {
 	var ts []Target
 	atMost := func(name string, limit, v float64, unit string, ok bool, missing string) {
-		t := Target{Name: name, Limit: "≤ " + num(limit) + " " + unit}
+		t := Target{Name: name, Limit: strings.TrimSpace("≤ " + num(limit) + " " + unit)}
 		if !ok {
 			t.Missing = missing
 		} else {
-			t.Measured, t.Ratio, t.Met = num(v)+" "+unit, v/limit, v <= limit
+			t.Measured, t.Ratio, t.Met = strings.TrimSpace(num(v)+" "+unit), v/limit, v <= limit
 		}
 		ts = append(ts, t)
 	}
 	atLeast := func(name string, limit, v float64, unit string, ok bool, missing string) {
-		t := Target{Name: name, Limit: "≥ " + num(limit) + " " + unit}
+		t := Target{Name: name, Limit: strings.TrimSpace("≥ " + num(limit) + " " + unit)}
 		if !ok {
 			t.Missing = missing
 		} else {
-			t.Measured, t.Met = num(v)+" "+unit, v >= limit
+			t.Measured, t.Met = strings.TrimSpace(num(v)+" "+unit), v >= limit
 			if v > 0 {
 				t.Ratio = limit / v
 			}
