@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -131,5 +132,36 @@ func TestSteadyRate(t *testing.T) {
 	}
 	if r := steadyRate(s[:2], 100); r != 0 {
 		t.Errorf("steady rate of a run without a 90%% sample: %g", r)
+	}
+}
+
+// make bench rewrites only the generated part of BENCHMARKS.md: the findings written by hand
+// around it stay, a file without markers gets them appended, and a file with one marker is an
+// error rather than a lost document.
+func TestUpdateFileKeepsTheHandWrittenParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\nfindings\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateFile(path, []byte("first\n")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append(b, "after\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateFile(path, []byte("second\n")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	want := "# Benchmarks\n\nfindings\n\n" + BeginMarker + "\n\nsecond\n" + EndMarker + "\nafter\n"
+	if string(b) != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b, want)
+	}
+	if err := os.WriteFile(path, []byte("x\n"+EndMarker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateFile(path, []byte("third\n")); err == nil {
+		t.Error("a file with only the end marker was rewritten")
 	}
 }
