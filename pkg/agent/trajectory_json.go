@@ -3,11 +3,11 @@ package agent
 import (
 	"encoding/json"
 	"math"
-	"math/bits"
 	"strconv"
-	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/rollout-dev/rollout/internal/jsonw"
 )
 
 // plainTrajectory is Trajectory without its MarshalJSON method: encoding/json's encoding by
@@ -92,14 +92,14 @@ func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 	b = append(b, `,"usage":`...)
 	b = appendUsage(b, &t.Usage)
 	b = append(b, `,"termination":`...)
-	b = appendString(b, string(t.Termination))
+	b = jsonw.AppendStringHTML(b, string(t.Termination))
 	if t.FailureClass != "" {
 		b = append(b, `,"failure_class":`...)
-		b = appendString(b, t.FailureClass)
+		b = jsonw.AppendStringHTML(b, t.FailureClass)
 	}
 	if t.Error != "" {
 		b = append(b, `,"error":`...)
-		b = appendString(b, t.Error)
+		b = jsonw.AppendStringHTML(b, t.Error)
 	}
 	if len(t.Steps) > 0 {
 		return b, false // the workflow policy's record: encoding/json's
@@ -118,22 +118,22 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 		return b, false
 	}
 	b = append(b, `{"role":`...)
-	b = appendString(b, m.Role)
+	b = jsonw.AppendStringHTML(b, m.Role)
 	if m.Content != "" {
 		b = append(b, `,"content":`...)
-		b = appendString(b, m.Content)
+		b = jsonw.AppendStringHTML(b, m.Content)
 	}
 	if m.Refusal != "" {
 		b = append(b, `,"refusal":`...)
-		b = appendString(b, m.Refusal)
+		b = jsonw.AppendStringHTML(b, m.Refusal)
 	}
 	if m.Name != "" {
 		b = append(b, `,"name":`...)
-		b = appendString(b, m.Name)
+		b = jsonw.AppendStringHTML(b, m.Name)
 	}
 	if m.ReasoningContent != "" {
 		b = append(b, `,"reasoning_content":`...)
-		b = appendString(b, m.ReasoningContent)
+		b = jsonw.AppendStringHTML(b, m.ReasoningContent)
 	}
 	if len(m.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
@@ -150,22 +150,22 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 			}
 			if tc.ID != "" {
 				b = append(b, `"id":`...)
-				b = appendString(b, tc.ID)
+				b = jsonw.AppendStringHTML(b, tc.ID)
 				b = append(b, ',')
 			}
 			b = append(b, `"type":`...)
-			b = appendString(b, string(tc.Type))
+			b = jsonw.AppendStringHTML(b, string(tc.Type))
 			b = append(b, `,"function":{`...)
 			if tc.Function.Name != "" {
 				b = append(b, `"name":`...)
-				b = appendString(b, tc.Function.Name)
+				b = jsonw.AppendStringHTML(b, tc.Function.Name)
 			}
 			if tc.Function.Arguments != "" {
 				if tc.Function.Name != "" {
 					b = append(b, ',')
 				}
 				b = append(b, `"arguments":`...)
-				b = appendString(b, tc.Function.Arguments)
+				b = jsonw.AppendStringHTML(b, tc.Function.Arguments)
 			}
 			b = append(b, "}}"...)
 		}
@@ -173,7 +173,7 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 	}
 	if m.ToolCallID != "" {
 		b = append(b, `,"tool_call_id":`...)
-		b = appendString(b, m.ToolCallID)
+		b = jsonw.AppendStringHTML(b, m.ToolCallID)
 	}
 	return append(b, '}'), true
 }
@@ -189,7 +189,7 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 	b = append(b, `,"usage":`...)
 	b = appendUsage(b, &r.Usage)
 	b = append(b, `,"finish_reason":`...)
-	b = appendString(b, r.FinishReason)
+	b = jsonw.AppendStringHTML(b, r.FinishReason)
 	if len(r.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
 		for i := range r.ToolCalls {
@@ -198,9 +198,9 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"call_id":`...)
-			b = appendString(b, c.CallID)
+			b = jsonw.AppendStringHTML(b, c.CallID)
 			b = append(b, `,"name":`...)
-			b = appendString(b, c.Name)
+			b = jsonw.AppendStringHTML(b, c.Name)
 			if c.Status != 0 {
 				b = append(b, `,"status":`...)
 				b = strconv.AppendInt(b, int64(c.Status), 10)
@@ -260,99 +260,4 @@ func appendFloat(b []byte, f float64) ([]byte, bool) {
 		}
 	}
 	return b, true
-}
-
-const hexDigits = "0123456789abcdef"
-
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// needsEscape marks (in the high bit of its byte; the lowest mark exactly) the bytes of x
-// that encoding/json does not copy as they are: control characters, '"', '\\', the HTML
-// characters '<', '>' and '&', and non-ASCII bytes (checked one rune at a time).
-func needsEscape(x uint64) uint64 {
-	q := x ^ (ones * '"')
-	bs := x ^ (ones * '\\')
-	lt := x ^ (ones * '<')
-	gt := x ^ (ones * '>')
-	amp := x ^ (ones * '&')
-	return (((x - ones*0x20) &^ x) | x | ((q - ones) &^ q) | ((bs - ones) &^ bs) | ((lt - ones) &^ lt) |
-		((gt - ones) &^ gt) | ((amp - ones) &^ amp)) & highs
-}
-
-// load64 is s[i:i+8] as a little-endian number.
-func load64(s string, i int) uint64 {
-	s = s[i : i+8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-// appendString is encoding/json's encoding of a string (with its default HTML escaping):
-// the same bytes.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		for i+8 <= len(s) {
-			if m := needsEscape(load64(s, i)); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
-		}
-		if i >= len(s) {
-			break
-		}
-		if c := s[i]; c < utf8.RuneSelf {
-			if htmlSafe(c) {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// htmlSafe says whether encoding/json copies the ASCII byte c as it is.
-func htmlSafe(c byte) bool {
-	return c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
 }

@@ -1,14 +1,13 @@
 package dataset
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"strconv"
-	"unicode"
-	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/rollout-dev/rollout/internal/jsonw"
 )
 
 // The single-pass row parser.
@@ -56,19 +55,6 @@ func (s *scanner) peek() byte {
 	return 0
 }
 
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// special marks (in the high bit of its byte, the lowest mark exactly) the bytes of x that a
-// string scan must stop at: '"', '\\', control characters and non-ASCII bytes.
-func special(x uint64) uint64 {
-	q := x ^ (ones * '"')
-	bs := x ^ (ones * '\\')
-	return ((q - ones) &^ q) | ((bs - ones) &^ bs) | ((x - ones*0x20) &^ x) | x
-}
-
 // str validates the string at s.i (a quote) as encoding/json and utf8.Valid would, and moves
 // past it.
 func (s *scanner) str() (span, bool) {
@@ -77,7 +63,7 @@ func (s *scanner) str() (span, bool) {
 	sp := span{start: i, set: true}
 	for {
 		for i+8 <= len(b) {
-			if m := special(binary.LittleEndian.Uint64(b[i:])) & highs; m != 0 {
+			if m := jsonw.StringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
@@ -100,7 +86,7 @@ func (s *scanner) str() (span, bool) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if hex4(b[i+2:]) < 0 {
+				if jsonw.Hex4(b[i+2:]) < 0 {
 					return sp, false
 				}
 				i += 6
@@ -119,28 +105,6 @@ func (s *scanner) str() (span, bool) {
 			i += size
 		}
 	}
-}
-
-// hex4 is the value of the 4 hex digits that b starts with, or -1.
-func hex4(b []byte) rune {
-	if len(b) < 4 {
-		return -1
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return -1
-		}
-		r = r*16 + rune(c)
-	}
-	return r
 }
 
 func (s *scanner) literal(lit string) bool {
@@ -365,7 +329,7 @@ func (s *scanner) text(sp span) string {
 	if !sp.esc {
 		return string(raw)
 	}
-	return bytesString(appendText(make([]byte, 0, len(raw)), raw))
+	return bytesString(jsonw.AppendUnquoted(make([]byte, 0, len(raw)), raw))
 }
 
 // bytesString is b as a string, without a copy: b is not used after.
@@ -379,52 +343,6 @@ func (s *scanner) is(sp span, lit string) bool {
 		return string(s.b[sp.start:sp.end]) == lit
 	}
 	return s.text(sp) == lit
-}
-
-// appendText appends the unescaped text of a valid string's content (encoding/json's
-// unquote, for valid UTF-8).
-func appendText(b, raw []byte) []byte {
-	for len(raw) > 0 {
-		j := bytes.IndexByte(raw, '\\')
-		if j < 0 {
-			return append(b, raw...)
-		}
-		b = append(b, raw[:j]...)
-		raw = raw[j:]
-		switch c := raw[1]; c {
-		case 'b':
-			b = append(b, '\b')
-		case 'f':
-			b = append(b, '\f')
-		case 'n':
-			b = append(b, '\n')
-		case 'r':
-			b = append(b, '\r')
-		case 't':
-			b = append(b, '\t')
-		case 'u':
-			r := hex4(raw[2:])
-			raw = raw[6:]
-			if utf16.IsSurrogate(r) {
-				r1 := rune(-1)
-				if len(raw) >= 6 && raw[0] == '\\' && raw[1] == 'u' {
-					r1 = hex4(raw[2:])
-				}
-				if dec := utf16.DecodeRune(r, r1); dec != unicode.ReplacementChar {
-					raw = raw[6:]
-					b = utf8.AppendRune(b, dec)
-					continue
-				}
-				r = unicode.ReplacementChar
-			}
-			b = utf8.AppendRune(b, r)
-			continue
-		default: // '"', '\\', '/'
-			b = append(b, c)
-		}
-		raw = raw[2:]
-	}
-	return b
 }
 
 // foldsTo says whether key is not one of names but encoding/json would take it for one (it
@@ -955,7 +873,7 @@ func (s *scanner) joinText(parts []span) string {
 	}
 	b := make([]byte, 0, n)
 	for _, p := range parts {
-		b = appendText(b, s.b[p.start:p.end])
+		b = jsonw.AppendUnquoted(b, s.b[p.start:p.end])
 	}
 	return bytesString(b)
 }

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rollout-dev/rollout/internal/jsonw"
 )
 
 // maxJSONDepth bounds the nesting the fast paths follow (encoding/json's limit is 10000; a
@@ -83,13 +85,8 @@ func scanString(b []byte, i int) (end int, flags int) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(b) {
+				if jsonw.Hex4(b[i+2:]) < 0 {
 					return -1, 0
-				}
-				for _, h := range b[i+2 : i+6] {
-					if hexVal(h) < 0 {
-						return -1, 0
-					}
 				}
 				i += 6
 			default:
@@ -104,18 +101,6 @@ func scanString(b []byte, i int) (end int, flags int) {
 			i++
 		}
 	}
-}
-
-func hexVal(c byte) rune {
-	switch {
-	case '0' <= c && c <= '9':
-		return rune(c - '0')
-	case 'a' <= c && c <= 'f':
-		return rune(c - 'a' + 10)
-	case 'A' <= c && c <= 'F':
-		return rune(c - 'A' + 10)
-	}
-	return -1
 }
 
 // scanNumber checks the JSON number at b[i] and returns the index after it (-1 if there is
@@ -402,10 +387,9 @@ func hasExponent(num []byte) bool {
 }
 
 // unquoteFast returns the text of the JSON string b[i:end] (end and flags from
-// scanString), as encoding/json unquotes it; ok is false for what it leaves to encoding/json:
-// \u escapes of surrogates and invalid UTF-8, which encoding/json replaces.
-// For a string without escapes, raw is the bytes and s is empty: the caller makes the
-// string (interned, or copied).
+// scanString), as encoding/json unquotes it; ok is false for invalid UTF-8, which
+// encoding/json replaces: that is left to encoding/json. For a string without escapes, raw
+// is the bytes (not a copy); with escapes it is the text, unquoted into scratch.
 func unquoteFast(b []byte, i, end, flags int, scratch []byte) (raw []byte, ok bool) {
 	raw = b[i+1 : end-1]
 	if flags&strHigh != 0 && !utf8.Valid(raw) {
@@ -414,41 +398,7 @@ func unquoteFast(b []byte, i, end, flags int, scratch []byte) (raw []byte, ok bo
 	if flags&strEscaped == 0 {
 		return raw, true
 	}
-	out := scratch[:0]
-	for j := 0; j < len(raw); {
-		c := raw[j]
-		if c != '\\' {
-			out = append(out, c)
-			j++
-			continue
-		}
-		switch e := raw[j+1]; e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r := hexVal(raw[j+2])<<12 | hexVal(raw[j+3])<<8 | hexVal(raw[j+4])<<4 | hexVal(raw[j+5])
-			if 0xD800 <= r && r < 0xE000 {
-				return nil, false // surrogates: encoding/json pairs or replaces them
-			}
-			out = utf8.AppendRune(out, r)
-			j += 6
-			continue
-		default:
-			return nil, false // scanString lets no other escape through
-		}
-		j += 2
-	}
-	return out, true
+	return jsonw.AppendUnquoted(scratch[:0], raw), true
 }
 
 // Record's fields, in order (bits of a set, here; Parquet columns in parquet.go).

@@ -8,73 +8,9 @@ package report
 import (
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/rollout-dev/rollout/internal/jsonw"
 )
-
-// jsonSafe reports the ASCII bytes a JSON string holds as they are (encoding/json's safeSet:
-// with HTML escaping off, all printable ASCII but the quote and the backslash).
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string, as encoding/json does with HTML escaping off:
-// short escapes for \b \f \n \r \t, \u00XX for the other control characters, U+FFFD for each
-// byte of invalid UTF-8, and U+2028 and U+2029 escaped.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 // appendJSONFloat appends f as encoding/json writes a float64 (ok false for NaN and ±Inf,
 // which it refuses).
@@ -110,13 +46,13 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 	dst = append(dst, `,"rollout_index":`...)
 	dst = strconv.AppendInt(dst, r.RolloutIndex, 10)
 	dst = append(dst, `,"task_id":`...)
-	dst = appendJSONString(dst, r.TaskID)
+	dst = jsonw.AppendString(dst, r.TaskID)
 	dst = append(dst, `,"arm":`...)
-	dst = appendJSONString(dst, r.Arm)
+	dst = jsonw.AppendString(dst, r.Arm)
 	dst = append(dst, `,"agent":`...)
-	dst = appendJSONString(dst, r.Agent)
+	dst = jsonw.AppendString(dst, r.Agent)
 	dst = append(dst, `,"model":`...)
-	dst = appendJSONString(dst, r.Model)
+	dst = jsonw.AppendString(dst, r.Model)
 	dst = append(dst, `,"reward":`...)
 	if dst, ok = appendJSONFloat(dst, r.Reward); !ok {
 		return dst[:n], keys, false
@@ -134,7 +70,7 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, k)
+			dst = jsonw.AppendString(dst, k)
 			dst = append(dst, ':')
 			if dst, ok = appendJSONFloat(dst, r.RewardComponents[k]); !ok {
 				return dst[:n], keys, false
@@ -155,7 +91,7 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, name)
+			dst = jsonw.AppendString(dst, name)
 		}
 		dst = append(dst, ']')
 	}
@@ -170,11 +106,11 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 		return dst[:n], keys, false
 	}
 	dst = append(dst, `,"termination":`...)
-	dst = appendJSONString(dst, r.Termination)
+	dst = jsonw.AppendString(dst, r.Termination)
 	dst = append(dst, `,"failure_class":`...)
-	dst = appendJSONString(dst, r.FailureClass)
+	dst = jsonw.AppendString(dst, r.FailureClass)
 	dst = append(dst, `,"error":`...)
-	dst = appendJSONString(dst, r.Error)
+	dst = jsonw.AppendString(dst, r.Error)
 	dst = append(dst, `,"attempts":`...)
 	dst = strconv.AppendInt(dst, int64(r.Attempts), 10)
 	dst = append(dst, `,"started_at":"`...)
@@ -186,7 +122,7 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 	dst = append(dst, `","seed":`...)
 	dst = strconv.AppendInt(dst, r.Seed, 10)
 	dst = append(dst, `,"source_file":`...)
-	dst = appendJSONString(dst, r.SourceFile)
+	dst = jsonw.AppendString(dst, r.SourceFile)
 	dst = append(dst, `,"source_line":`...)
 	dst = strconv.AppendInt(dst, r.SourceLine, 10)
 	if len(r.TaskFields) > 0 {
@@ -200,9 +136,9 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, k)
+			dst = jsonw.AppendString(dst, k)
 			dst = append(dst, ':')
-			dst = appendJSONString(dst, r.TaskFields[k])
+			dst = jsonw.AppendString(dst, r.TaskFields[k])
 		}
 		dst = append(dst, '}')
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/rollout-dev/rollout/internal/jsonw"
 )
 
 // TrajectoryWriter writes one JSON line per result to the trajectories
@@ -92,9 +94,9 @@ func (t *TrajectoryWriter) appendLine(dst []byte, r *Result, traj json.RawMessag
 	dst = append(dst, `,"rollout_index":`...)
 	dst = strconv.AppendInt(dst, r.Record.RolloutIndex, 10)
 	dst = append(dst, `,"arm":`...)
-	dst = appendJSONString(dst, r.Record.Arm)
+	dst = jsonw.AppendString(dst, r.Record.Arm)
 	dst = append(dst, `,"task_id":`...)
-	dst = appendJSONString(dst, r.Record.TaskID)
+	dst = jsonw.AppendString(dst, r.Record.TaskID)
 	dst = append(dst, `,"trajectory":`...)
 	if traj == nil {
 		dst = append(dst, "null"...)
