@@ -3,281 +3,31 @@ package servers
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/rollout-dev/rollout/internal/jsonscan"
 )
 
-// A one-pass JSON reader for the request bodies: it checks the syntax and splits an object into
-// its members (or an array into its items) in the same pass, where encoding/json took three
-// (Valid, then a Decoder's Token and Decode, which scan each value twice more). It accepts
-// exactly what encoding/json accepts; anything it does not accept is handed to encoding/json,
-// which then decides (and words the error), so a mistake here could only cost speed, never
-// change an answer. FuzzScanObject holds it to that against encoding/json.
-
-// scanMaxDepth is encoding/json's nesting limit: a value nested deeper is invalid.
-const scanMaxDepth = 10000
-
-type jsonScanner struct {
-	data []byte
-	i    int
-	// spaces counts the white space runs skipped: a value scanned without one is compact.
-	spaces int
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func (s *jsonScanner) skipSpace() {
-	if s.i < len(s.data) && isSpace(s.data[s.i]) {
-		s.spaces++
-		for s.i++; s.i < len(s.data) && isSpace(s.data[s.i]); s.i++ {
-		}
-	}
-}
-
-// value scans one value at s.i (no white space before it), at nesting depth depth.
-func (s *jsonScanner) value(depth int) bool {
-	if s.i >= len(s.data) {
-		return false
-	}
-	switch c := s.data[s.i]; c {
-	case '{':
-		if depth+1 > scanMaxDepth {
-			return false
-		}
-		s.i++
-		s.skipSpace()
-		if s.i < len(s.data) && s.data[s.i] == '}' {
-			s.i++
-			return true
-		}
-		for {
-			if _, _, ok := s.str(); !ok {
-				return false
-			}
-			s.skipSpace()
-			if s.i >= len(s.data) || s.data[s.i] != ':' {
-				return false
-			}
-			s.i++
-			s.skipSpace()
-			if !s.value(depth + 1) {
-				return false
-			}
-			s.skipSpace()
-			if s.i >= len(s.data) {
-				return false
-			}
-			switch s.data[s.i] {
-			case ',':
-				s.i++
-				s.skipSpace()
-			case '}':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
-	case '[':
-		if depth+1 > scanMaxDepth {
-			return false
-		}
-		s.i++
-		s.skipSpace()
-		if s.i < len(s.data) && s.data[s.i] == ']' {
-			s.i++
-			return true
-		}
-		for {
-			if !s.value(depth + 1) {
-				return false
-			}
-			s.skipSpace()
-			if s.i >= len(s.data) {
-				return false
-			}
-			switch s.data[s.i] {
-			case ',':
-				s.i++
-				s.skipSpace()
-			case ']':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
-	case '"':
-		_, _, ok := s.str()
-		return ok
-	case 't':
-		return s.literal("true")
-	case 'f':
-		return s.literal("false")
-	case 'n':
-		return s.literal("null")
-	default:
-		return s.number()
-	}
-}
-
-func (s *jsonScanner) literal(lit string) bool {
-	if len(s.data)-s.i < len(lit) || string(s.data[s.i:s.i+len(lit)]) != lit {
-		return false
-	}
-	s.i += len(lit)
-	return true
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func (s *jsonScanner) number() bool {
-	d, i := s.data, s.i
-	if i < len(d) && d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && '1' <= d[i] && d[i] <= '9':
-		for i++; i < len(d) && isDigit(d[i]); i++ {
-		}
-	default:
-		return false
-	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		if i >= len(d) || !isDigit(d[i]) {
-			return false
-		}
-		for i++; i < len(d) && isDigit(d[i]); i++ {
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		if i >= len(d) || !isDigit(d[i]) {
-			return false
-		}
-		for i++; i < len(d) && isDigit(d[i]); i++ {
-		}
-	}
-	s.i = i
-	return true
-}
-
-// strPlain are the bytes that stand for themselves in a string: not ", \, a control character
-// or part of a multi-byte character.
-var strPlain = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// strKind says what a string holds besides plain ASCII: 0 (nothing: its bytes between the
-// quotes are its value) or these bits.
-type strKind uint8
-
-const (
-	strEscape  strKind = 1 << iota // a \ escape
-	strUEscape                     // a \u escape
-	strHigh                        // a byte >= 0x80
-)
-
-// str scans a string at s.i.
-func (s *jsonScanner) str() (start int, kind strKind, ok bool) {
-	d, i := s.data, s.i
-	if i >= len(d) || d[i] != '"' {
-		return 0, 0, false
-	}
-	start = i
-	for i++; i < len(d); i++ {
-		for i < len(d) && strPlain[d[i]] {
-			i++
-		}
-		if i >= len(d) {
-			break
-		}
-		switch c := d[i]; {
-		case c == '"':
-			s.i = i + 1
-			return start, kind, true
-		case c == '\\':
-			kind |= strEscape
-			i++
-			if i >= len(d) {
-				return 0, 0, false
-			}
-			switch d[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(d)-i <= 4 || !isHex(d[i+1]) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) {
-					return 0, 0, false
-				}
-				kind |= strUEscape
-				i += 4
-			default:
-				return 0, 0, false
-			}
-		case c < 0x20:
-			return 0, 0, false
-		default: // c >= utf8.RuneSelf
-			kind |= strHigh
-		}
-	}
-	return 0, 0, false
-}
-
-func isHex(c byte) bool {
-	return isDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
+// The request bodies are read with a one-pass JSON scanner (internal/jsonscan): it checks the
+// syntax and splits an object into its members (or an array into its items) in the same pass,
+// where encoding/json took three (Valid, then a Decoder's Token and Decode, which scan each
+// value twice more). It accepts exactly what encoding/json accepts; anything it does not accept
+// is handed to encoding/json, which then decides (and words the error), so a mistake here could
+// only cost speed, never change an answer. FuzzScanObject holds it to that against
+// encoding/json.
 
 // unquote is the value of the valid JSON string q (quotes included) of that kind, as
-// encoding/json reads it.
-func unquote(q []byte, kind strKind) string {
-	body := q[1 : len(q)-1]
-	switch {
-	case kind == 0:
+// encoding/json reads it; an interned string without a copy where it can.
+func unquote(q []byte, kind jsonscan.Kind) string {
+	if kind == 0 {
+		body := q[1 : len(q)-1]
 		if len(body) <= maxInterned {
 			if s, ok := interned[string(body)]; ok {
 				return s
 			}
 		}
 		return string(body)
-	case kind&strUEscape != 0 || kind&strHigh != 0 && !utf8.Valid(body):
-		// encoding/json decodes \u escapes and surrogate pairs and replaces invalid UTF-8
-	case kind&strEscape == 0:
-		return string(body)
-	default:
-		b := make([]byte, 0, len(body))
-		for i := 0; i < len(body); i++ {
-			c := body[i]
-			if c != '\\' {
-				b = append(b, c)
-				continue
-			}
-			i++
-			switch c = body[i]; c {
-			case 'b':
-				c = '\b'
-			case 'f':
-				c = '\f'
-			case 'n':
-				c = '\n'
-			case 'r':
-				c = '\r'
-			case 't':
-				c = '\t'
-			}
-			b = append(b, c) // ", \ and / stand for themselves
-		}
-		return string(b)
 	}
-	var s string
-	_ = json.Unmarshal(q, &s)
-	return s
+	return jsonscan.Unquote(q, kind)
 }
 
 // maxInterned is the length of the longest interned string.
@@ -321,52 +71,37 @@ var interned = func() map[string]string {
 // scanObject reads data, one JSON object with optional white space around it, into an object.
 // false: data is not that (not JSON, or another kind of value); encoding/json is to tell which.
 func scanObject(data []byte) (*object, bool) {
-	s := jsonScanner{data: data}
-	s.skipSpace()
-	if s.i >= len(data) || data[s.i] != '{' {
+	s := jsonscan.New(data)
+	s.SkipSpace()
+	empty, ok := s.Begin('{')
+	if !ok {
 		return nil, false
 	}
-	s.i++
-	s.skipSpace()
 	obj := &object{}
-	if s.i < len(data) && data[s.i] == '}' {
-		s.i++
-	} else {
+	if !empty {
 		obj.members = make([]member, 0, 8)
 		for {
-			start, kind, ok := s.str()
+			start, end, kind, ok := s.Key()
 			if !ok {
 				return nil, false
 			}
-			keyEnd := s.i
-			s.skipSpace()
-			if s.i >= len(data) || data[s.i] != ':' {
+			vstart, spaces := s.Pos(), s.Spaces()
+			if !s.Value(1) {
 				return nil, false
 			}
-			s.i++
-			s.skipSpace()
-			vstart, spaces := s.i, s.spaces
-			if !s.value(1) {
+			vend := s.Pos()
+			obj.add(unquote(data[start:end], kind), json.RawMessage(data[vstart:vend:vend]), s.Spaces() == spaces)
+			more, ok := s.More('}')
+			if !ok {
 				return nil, false
 			}
-			obj.add(unquote(data[start:keyEnd], kind), json.RawMessage(data[vstart:s.i:s.i]), s.spaces == spaces)
-			s.skipSpace()
-			if s.i >= len(data) {
-				return nil, false
-			}
-			if data[s.i] == '}' {
-				s.i++
+			if !more {
 				break
 			}
-			if data[s.i] != ',' {
-				return nil, false
-			}
-			s.i++
-			s.skipSpace()
 		}
 	}
-	s.skipSpace()
-	if s.i != len(data) {
+	s.SkipSpace()
+	if !s.Done() {
 		return nil, false
 	}
 	obj.buildIndex()
@@ -415,40 +150,32 @@ func (o *object) buildIndex() {
 // scanArray splits data, one JSON array with optional white space around it, into its items.
 // false: data is not that.
 func scanArray(data []byte) ([]json.RawMessage, bool) {
-	s := jsonScanner{data: data}
-	s.skipSpace()
-	if s.i >= len(data) || data[s.i] != '[' {
+	s := jsonscan.New(data)
+	s.SkipSpace()
+	empty, ok := s.Begin('[')
+	if !ok {
 		return nil, false
 	}
-	s.i++
-	s.skipSpace()
 	items := []json.RawMessage{}
-	if s.i < len(data) && data[s.i] == ']' {
-		s.i++
-	} else {
+	if !empty {
 		for {
-			start := s.i
-			if !s.value(1) {
+			start := s.Pos()
+			if !s.Value(1) {
 				return nil, false
 			}
-			items = append(items, json.RawMessage(data[start:s.i:s.i]))
-			s.skipSpace()
-			if s.i >= len(data) {
+			end := s.Pos()
+			items = append(items, json.RawMessage(data[start:end:end]))
+			more, ok := s.More(']')
+			if !ok {
 				return nil, false
 			}
-			if data[s.i] == ']' {
-				s.i++
+			if !more {
 				break
 			}
-			if data[s.i] != ',' {
-				return nil, false
-			}
-			s.i++
-			s.skipSpace()
 		}
 	}
-	s.skipSpace()
-	if s.i != len(data) {
+	s.SkipSpace()
+	if !s.Done() {
 		return nil, false
 	}
 	return items, true
@@ -457,15 +184,15 @@ func scanArray(data []byte) ([]json.RawMessage, bool) {
 // scanString reads data, one JSON string with optional white space around it, as encoding/json
 // reads it into a string. false: data is not that.
 func scanString(data []byte) (string, bool) {
-	s := jsonScanner{data: data}
-	s.skipSpace()
-	start, kind, ok := s.str()
+	s := jsonscan.New(data)
+	s.SkipSpace()
+	start, kind, ok := s.Str()
 	if !ok {
 		return "", false
 	}
-	end := s.i
-	s.skipSpace()
-	if s.i != len(data) {
+	end := s.Pos()
+	s.SkipSpace()
+	if !s.Done() {
 		return "", false
 	}
 	return unquote(data[start:end], kind), true
@@ -473,15 +200,7 @@ func scanString(data []byte) (string, bool) {
 
 // validJSON reports whether data is one JSON value with optional white space around it. false
 // may also mean a value it does not take; encoding/json is to tell.
-func validJSON(data []byte) bool {
-	s := jsonScanner{data: data}
-	s.skipSpace()
-	if !s.value(0) {
-		return false
-	}
-	s.skipSpace()
-	return s.i == len(data)
-}
+func validJSON(data []byte) bool { return jsonscan.Valid(data) }
 
 // appendCompact appends the valid JSON value raw without its insignificant white space, as
 // json.Compact writes it (without HTML escaping).
@@ -498,7 +217,7 @@ func appendCompact(dst, raw []byte) []byte {
 					break
 				}
 			}
-		case isSpace(c):
+		case jsonscan.IsSpace(c):
 			dst = append(dst, raw[start:i]...)
 			start = i + 1
 		}

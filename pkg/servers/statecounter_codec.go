@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math/big"
 	"strconv"
+
+	"github.com/rollout-dev/rollout/internal/jsonscan"
 )
 
 // The counter server's state in the session store is json.Marshal(counterState). A tool call
@@ -53,7 +55,7 @@ func (r *canonReader) int() ([]byte, bool) {
 		}
 		i++
 	case i < len(d) && '1' <= d[i] && d[i] <= '9':
-		for i++; i < len(d) && isDigit(d[i]); i++ {
+		for i++; i < len(d) && jsonscan.IsDigit(d[i]); i++ {
 		}
 	default:
 		return nil, false
