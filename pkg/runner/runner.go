@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -516,15 +515,4 @@ func Seed(base int64, task, k int) int64 {
 	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
 	x ^= x >> 31
 	return int64(x & 0x7fffffff)
-}
-
-// NewTransport is the HTTP transport shared by all rollouts of a run: its
-// idle pool is sized to the concurrency so that connections are reused.
-func NewTransport(concurrency int) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 0
-	t.MaxIdleConnsPerHost = concurrency + 16
-	t.IdleConnTimeout = 90 * time.Second
-	t.ResponseHeaderTimeout = 0 // deadlines come from contexts
-	return t
 }
