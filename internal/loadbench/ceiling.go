@@ -70,19 +70,7 @@ func MeasureCeiling(ctx context.Context, c Config, s TaskShape, conns int, d tim
 		res.Skipped = "neither wrk nor hey is installed (apt-get install wrk, or go install github.com/rakyll/hey@latest)"
 		return res, nil
 	}
-	dir := filepath.Join(c.Dir, "ceiling")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	planFile := filepath.Join(dir, "plan.jsonl")
-	if err := os.WriteFile(planFile, []byte(`{"id":0`+s.taskTail()), 0o644); err != nil {
-		return nil, err
-	}
-	body, err := FirstRequest(s)
-	if err != nil {
-		return nil, err
-	}
-	sim, err := startServer(ctx, "rollout sim", c.Bin, c.env(dir, "sim"), "sim", "--tasks", planFile)
+	sim, dir, body, err := startBareSim(ctx, c, "ceiling", s)
 	if err != nil {
 		return nil, err
 	}
@@ -174,4 +162,22 @@ func parseHey(out string, c *Ceiling) error {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// startBareSim starts the simulator at zero latency in c.Dir/name, knowing the plan of tasks
+// of the shape, and returns it with the first model request of such a task.
+func startBareSim(ctx context.Context, c Config, name string, s TaskShape) (sim *server, dir string, body []byte, err error) {
+	dir = filepath.Join(c.Dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", nil, err
+	}
+	planFile := filepath.Join(dir, "plan.jsonl")
+	if err := os.WriteFile(planFile, []byte(`{"id":0`+s.taskTail()), 0o644); err != nil {
+		return nil, "", nil, err
+	}
+	if body, err = FirstRequest(s); err != nil {
+		return nil, "", nil, err
+	}
+	sim, err = startServer(ctx, "rollout sim", c.Bin, c.env(dir, "sim"), "sim", "--tasks", planFile)
+	return sim, dir, body, err
 }

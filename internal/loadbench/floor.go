@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -31,19 +29,7 @@ func (f *Floor) PerRequest() time.Duration { return f.CPU.CPU() / time.Duration(
 
 // MeasureFloor measures Floor with n requests.
 func MeasureFloor(ctx context.Context, c Config, s TaskShape, n, conns int) (*Floor, error) {
-	dir := filepath.Join(c.Dir, "floor")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	planFile := filepath.Join(dir, "plan.jsonl")
-	if err := os.WriteFile(planFile, []byte(`{"id":0`+s.taskTail()), 0o644); err != nil {
-		return nil, err
-	}
-	body, err := FirstRequest(s)
-	if err != nil {
-		return nil, err
-	}
-	sim, err := startServer(ctx, "rollout sim", c.Bin, c.env(dir, "sim"), "sim", "--tasks", planFile)
+	sim, _, body, err := startBareSim(ctx, c, "floor", s)
 	if err != nil {
 		return nil, err
 	}
