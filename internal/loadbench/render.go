@@ -219,6 +219,10 @@ func (s *Suite) Markdown(w io.Writer) {
 		}
 		loadTable([]*Result{z}).write(w)
 	}
+	if f := s.Floor; f != nil && s.Zero == nil {
+		fmt.Fprintf(w, "### HTTP floor\n\nGo's HTTP client alone (the runner's transport, keep-alive, %d connections): **%s µs of CPU per request** (%s requests to the simulator in %s).\n\n",
+			f.Conns, num(micros(f.PerRequest())), thousands(int64(f.Requests)), secs(f.Took))
+	}
 	if c := s.Ceiling; c != nil {
 		fmt.Fprintf(w, "### Simulator HTTP ceiling\n\n")
 		if c.Skipped != "" {
