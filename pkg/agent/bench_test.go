@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rollout-dev/rollout/internal/benchutil"
 	"io"
 	"net"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -392,7 +392,7 @@ func benchRollouts(b *testing.B, modelURL, toolURL string, parallelism int) {
 	rollout() // connections up
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := benchutil.ProcessCPU()
 	if parallelism <= 1 {
 		for i := 0; i < b.N; i++ {
 			rollout()
@@ -405,19 +405,10 @@ func benchRollouts(b *testing.B, modelURL, toolURL string, parallelism int) {
 			}
 		})
 	}
-	cpu := cpuTime() - cpu0
+	cpu := benchutil.ProcessCPU() - cpu0
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*3), "cpu-µs/turn")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*3), "µs/turn")
-}
-
-// cpuTime is the CPU time (user and system) the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestBenchServers is BenchmarkRollout's child process: it serves the fake model and

@@ -11,6 +11,7 @@ package report
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rollout-dev/rollout/internal/benchutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -284,9 +284,9 @@ func BenchmarkResumeScan(b *testing.B) {
 					bc.prepare(b, dir)
 					b.StartTimer()
 				}
-				c := cpuTime()
+				c := benchutil.ProcessCPU()
 				done, err := Compact(dir, "", bc.keep)
-				cpu += cpuTime() - c
+				cpu += benchutil.ProcessCPU() - c
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -417,9 +417,9 @@ func benchFinalize(b *testing.B, run *benchRun, finalize func(dir string)) {
 		b.StopTimer()
 		debug.FreeOSMemory() // each time from what the process holds, not what it had
 		b.StartTimer()
-		stopHeap, readRSS, c := peakHeap(), peakRSS(), cpuTime()
+		stopHeap, readRSS, c := peakHeap(), peakRSS(), benchutil.ProcessCPU()
 		finalize(run.dir)
-		cpu += cpuTime() - c
+		cpu += benchutil.ProcessCPU() - c
 		heap, rss = max(heap, stopHeap()), max(rss, readRSS())
 	}
 	b.StopTimer()
@@ -468,14 +468,4 @@ func BenchmarkAppendRecord(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
-}
-
-// cpuTime is the CPU time (user and system) the process has used: on a shared, noisy machine
-// a steadier measure of work than the wall clock.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

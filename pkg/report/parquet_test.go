@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rollout-dev/rollout/internal/benchutil"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -539,7 +540,7 @@ func BenchmarkParquetWrite(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := cpuTime()
+	cpu := benchutil.ProcessCPU()
 	res := &Result{}
 	for i := 0; i < b.N; i++ {
 		// The pool again, with later tasks and start times.
@@ -556,7 +557,7 @@ func BenchmarkParquetWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
+	b.ReportMetric(float64((benchutil.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
 	if s := b.Elapsed().Seconds(); s > 0 {
 		b.ReportMetric(float64(b.N)/s, "records/s")
 	}

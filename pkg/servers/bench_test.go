@@ -2,36 +2,24 @@ package servers
 
 import (
 	"bytes"
+	"github.com/rollout-dev/rollout/internal/benchutil"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 )
 
+// The counter task of the load benchmark, its tools and the runner's response to it.
+const (
+	benchRow      = benchutil.CounterRow
+	benchTools    = benchutil.CounterTools
+	benchResponse = benchutil.CounterResponse
+)
+
 // Benchmarks of the "counter" server's handler, as the load benchmark drives it: a memory
 // session store, the handler called directly (no network), one session.
 //
 //	go test ./pkg/servers -run '^$' -bench Counter -benchmem
-
-// benchRow is a counter task row as the load benchmark writes it (3 rounds: 2 increment_counter
-// calls, then the answer), about 1 KB.
-const benchRow = `{"id":4711,"responses_create_params":{"input":[{"role":"user","content":"The counter starts at 0. Increment it by 1, one call per round, 2 times; then say its value."}],` +
-	`"tools":` + benchTools + `,"parallel_tool_calls":false},"agent_ref":{"type":"responses_api_agents","name":"counter"},"initial_count":0,"expected_count":2,` +
-	`"reference_plan":{"rounds":[[{"name":"increment_counter","arguments":{"count":1}}],[{"name":"increment_counter","arguments":{"count":1}}]],"final":"The counter is at 2."}}`
-
-const benchTools = `[{"type":"function","name":"increment_counter","description":"Add count to the session's counter; returns the new value.","parameters":{"type":"object","properties":{"count":{"type":"integer","description":"How much to add."}},"required":["count"],"additionalProperties":false},"strict":true},` +
-	`{"type":"function","name":"get_counter_value","description":"The counter's value.","parameters":{"type":"object","properties":{},"additionalProperties":false},"strict":true}]`
-
-// benchResponse is the Responses API object of that 3-round rollout, as agent.BuildResponse
-// writes it.
-const benchResponse = `{"id":"resp_4711_0_multi","created_at":1767225600,"model":"sim","object":"response","output":[` +
-	`{"type":"function_call","id":"fc_4711_0_multi_1","status":"completed","call_id":"call_0_0","name":"increment_counter","arguments":"{\"count\":1}"},` +
-	`{"type":"function_call_output","call_id":"call_0_0","output":"{\"success\": true, \"count\": 1}"},` +
-	`{"type":"function_call","id":"fc_4711_0_multi_2","status":"completed","call_id":"call_1_0","name":"increment_counter","arguments":"{\"count\":1}"},` +
-	`{"type":"function_call_output","call_id":"call_1_0","output":"{\"success\": true, \"count\": 2}"},` +
-	`{"type":"message","id":"msg_4711_0_multi_3","status":"completed","role":"assistant","content":[{"type":"output_text","text":"The counter is at 2.","annotations":[]}]}],` +
-	`"parallel_tool_calls":false,"tool_choice":"auto","tools":` + benchTools + `,"status":"completed","error":null,"incomplete_details":null,"instructions":null,` +
-	`"temperature":null,"top_p":null,"max_output_tokens":null,"usage":{"input_tokens":412,"input_tokens_details":{"cached_tokens":0},"output_tokens":57,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":469}}`
 
 var benchVerifyBody = []byte(strings.TrimSuffix(benchRow, "}") + `,"response":` + benchResponse + `}`)
 
@@ -105,7 +93,7 @@ func seeded(tb testing.TB) *benchClient {
 // reportCPU reports the process's CPU time per iteration since start, in µs, beside the wall
 // time.
 func reportCPU(b *testing.B, start time.Duration) {
-	if cpu := processCPU(); cpu > 0 {
+	if cpu := benchutil.ProcessCPU(); cpu > 0 {
 		b.ReportMetric(float64(cpu-start)/1e3/float64(b.N), "cpu-µs/op")
 	}
 }
@@ -114,7 +102,7 @@ func BenchmarkCounterVerify(b *testing.B) {
 	c := seeded(b)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(benchVerifyBody)))
-	start := processCPU()
+	start := benchutil.ProcessCPU()
 	for b.Loop() {
 		c.post("/verify", benchVerifyBody)
 	}
@@ -126,7 +114,7 @@ func BenchmarkCounterSeedSession(b *testing.B) {
 	row := []byte(benchRow)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(row)))
-	start := processCPU()
+	start := benchutil.ProcessCPU()
 	for b.Loop() {
 		c.post("/seed_session", row)
 	}
@@ -140,7 +128,7 @@ func BenchmarkCounterToolCall(b *testing.B) {
 		c.post("/increment_counter", benchIncrement)
 	}
 	b.ReportAllocs()
-	start := processCPU()
+	start := benchutil.ProcessCPU()
 	for b.Loop() {
 		c.post("/increment_counter", benchIncrement)
 	}
@@ -152,7 +140,7 @@ func BenchmarkCounterToolCall(b *testing.B) {
 func BenchmarkCounterRollout(b *testing.B) {
 	c := newBenchClient(b, "counter")
 	b.ReportAllocs()
-	start := processCPU()
+	start := benchutil.ProcessCPU()
 	for b.Loop() {
 		c.cookie = ""
 		c.post("/seed_session", []byte(benchRow))
