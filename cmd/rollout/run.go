@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -279,20 +280,25 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if simUsed != nil {
 		cfg.Sim = knobValues(*simUsed)
 	}
-	done, resumed, err := prepareOut(f, cfg)
+	out, err := prepareOut(f, cfg)
 	if err != nil {
 		return err
 	}
-	opts.Done = done
-	sink, err := report.OpenSink(f.out, report.SinkOptions{NemoGym: f.jsonlOut})
+	closers = append(closers, out.unlock)
+	opts.Done = out.done
+	sinkOpts := report.SinkOptions{}
+	if f.jsonlOut != "" {
+		sinkOpts.NemoGym = filepath.Join(f.out, report.NemoGymFile)
+	}
+	sink, err := report.OpenSink(f.out, sinkOpts)
 	if err != nil {
 		return badUsage("--out %s: %v", f.out, err)
 	}
 	if !f.quiet {
 		opts.Progress = progress.New(e.stderr, f.progressInterval)
 	}
-	if resumed {
-		fmt.Fprintf(e.stderr, "rollout: resuming %s: %d rollouts already have a record\n", f.out, len(done))
+	if out.resumed {
+		printResuming(e.stderr, f, out)
 	}
 	stopNotice := context.AfterFunc(ctx, func() {
 		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once (then rollout run --resume finishes the run).\n", f.drainTimeout)
@@ -345,13 +351,28 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
-	if n := sink.NemoGym(); n != nil && n.Skipped() > 0 {
-		fmt.Fprintf(e.stderr, "rollout: %s: %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, n.Skipped())
+	if f.jsonlOut != "" {
+		lines, err := report.WriteNemoGym(f.out, f.jsonlOut)
+		if err != nil {
+			return fmt.Errorf("writing results: %w", err)
+		}
+		if left := sum.Rollouts - lines; left > 0 {
+			fmt.Fprintf(e.stderr, "rollout: %s: %d lines; %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, lines, left)
+		}
 	}
 	if rep.Stop == runner.StopInterrupted {
 		return errInterrupted
 	}
 	return nil
+}
+
+// printResuming says what a resume keeps: the records, and on a plain --resume the cancelled
+// ones among them, which only --retry-failed runs again.
+func printResuming(w io.Writer, f runFlags, out preparedOut) {
+	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", f.out, len(out.done))
+	if out.cancelled > 0 {
+		fmt.Fprintf(w, "rollout: %d of them are cancelled records (rollouts cut short by an interrupt), kept as they are; rollout run --resume --retry-failed runs them again\n", out.cancelled)
+	}
 }
 
 // runConfig is what makes a run's results what they are; its hash is in the manifest, and a
@@ -390,25 +411,46 @@ func knobValues(o sim.Options) map[string]string {
 
 // runFiles are the files a run writes in --out.
 var runFiles = []string{report.ManifestFile, report.JournalFile, report.TrajectoriesFile, report.ParquetFile,
-	report.ParquetFile + ".tmp", report.SummaryFile, "evaluation.json"}
+	report.ParquetFile + ".tmp", report.SummaryFile, "evaluation.json", report.NemoGymFile}
 
-// prepareOut readies --out: for a new run it refuses an earlier run's files (unless
+// preparedOut is --out made ready for the run: locked, and with what a resume skips.
+type preparedOut struct {
+	done      report.Done // the rollouts that have a record
+	resumed   bool
+	cancelled int    // records kept (on a plain --resume) whose failure class is cancelled
+	unlock    func() // releases --out's lock; held until the run's last file is written
+}
+
+// prepareOut readies --out: it takes the directory's lock (a second process writing it is
+// refused, naming the first); for a new run it refuses an earlier run's files (unless
 // --overwrite removes them) and writes the manifest; with --resume it checks the manifest
-// against this invocation and compacts the journal. done lists the rollouts that have a record.
-func prepareOut(f runFlags, cfg runConfig) (done report.Done, resumed bool, err error) {
+// against this invocation and compacts the journal.
+func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
 	switch {
 	case f.force && !f.resume:
-		return nil, false, badUsage("--force goes with --resume")
+		return p, badUsage("--force goes with --resume")
 	case f.retryFailed && !f.resume:
-		return nil, false, badUsage("--retry-failed goes with --resume")
+		return p, badUsage("--retry-failed goes with --resume")
 	case f.resume && f.overwrite:
-		return nil, false, badUsage("--resume and --overwrite contradict each other")
+		return p, badUsage("--resume and --overwrite contradict each other")
 	case f.resume && f.input == "-":
-		return nil, false, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
+		return p, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
+	}
+	jsonlOut, err := checkOutPaths(f)
+	if err != nil {
+		return p, err
 	}
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return nil, false, badUsage("--out %s: %v", f.out, err)
+		return p, badUsage("--out %s: %v", f.out, err)
 	}
+	if p.unlock, err = report.LockDir(f.out); err != nil {
+		return p, badUsage("--out %v", err)
+	}
+	defer func() {
+		if err != nil {
+			p.unlock()
+		}
+	}()
 	var mf *report.Manifest
 	if f.input == "-" {
 		mf, err = report.NewManifest(os.DevNull, cfg)
@@ -419,32 +461,16 @@ func prepareOut(f runFlags, cfg runConfig) (done report.Done, resumed bool, err 
 		mf, err = report.NewManifest(f.input, cfg)
 	}
 	if err != nil {
-		return nil, false, badUsage("--input: %v", err)
+		return p, badUsage("--input: %v", err)
+	}
+	mf.JSONLOut = jsonlOut
+	// What a kill during the last writes leaves: never part of a run.
+	os.Remove(filepath.Join(f.out, report.ParquetFile+".tmp"))
+	if jsonlOut != "" {
+		os.Remove(jsonlOut + ".tmp")
 	}
 	if f.resume {
-		old, err := report.ReadManifest(f.out)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, false, badUsage("--resume: %s holds no run to resume (no %s)", f.out, report.ManifestFile)
-		}
-		if err != nil {
-			return nil, false, badUsage("--resume: %v", err)
-		}
-		if diffs := mf.Differences(old); len(diffs) > 0 && !f.force {
-			return nil, false, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
-		}
-		var keep func(*report.Record) bool
-		if f.retryFailed {
-			keep = func(r *report.Record) bool { return !report.InfraFailure(r.FailureClass) }
-		}
-		done, err := report.Compact(f.out, f.jsonlOut, keep)
-		if err != nil {
-			return nil, false, fmt.Errorf("--resume: %w", err)
-		}
-		old.Resumes = append(old.Resumes, report.Resume{At: time.Now().UTC(), Forced: len(mf.Differences(old)) > 0, RetryFailed: f.retryFailed})
-		if err := report.WriteManifest(f.out, old); err != nil {
-			return nil, false, err
-		}
-		return done, true, nil
+		return resumeOut(f, mf, p)
 	}
 	for _, name := range runFiles {
 		path := filepath.Join(f.out, name)
@@ -452,19 +478,144 @@ func prepareOut(f runFlags, cfg runConfig) (done report.Done, resumed bool, err 
 			continue
 		}
 		if !f.overwrite {
-			return nil, false, badUsage("--out %s already holds a run (%s); pass --resume to finish it, --overwrite to replace it, or choose another directory", f.out, name)
+			return p, badUsage("--out %s already holds a run (%s); pass --resume to finish it, --overwrite to replace it, or choose another directory", f.out, name)
 		}
 		if err := os.Remove(path); err != nil {
-			return nil, false, badUsage("--overwrite: %v", err)
+			return p, badUsage("--overwrite: %v", err)
 		}
 	}
-	if f.jsonlOut != "" && f.overwrite {
-		os.Remove(f.jsonlOut)
+	if jsonlOut != "" {
+		if _, err := os.Stat(jsonlOut); err == nil {
+			if !f.overwrite {
+				return p, badUsage("--jsonl-out %s already exists; pass --overwrite to replace it, or choose another file", f.jsonlOut)
+			}
+			if err := os.Remove(jsonlOut); err != nil {
+				return p, badUsage("--overwrite: %v", err)
+			}
+		}
 	}
 	if err := report.WriteManifest(f.out, mf); err != nil {
-		return nil, false, badUsage("--out %s: %v", f.out, err)
+		return p, badUsage("--out %s: %v", f.out, err)
 	}
-	return report.Done{}, false, nil
+	p.done = report.Done{}
+	return p, nil
+}
+
+// resumeOut checks the manifest of --out against this invocation's (mf) and compacts the run's
+// files for a resume.
+func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, error) {
+	old, err := report.ReadManifest(f.out)
+	if errors.Is(err, os.ErrNotExist) {
+		records := lineCount(filepath.Join(f.out, report.JournalFile))
+		if records == 0 {
+			return p, badUsage("--resume: %s holds no run to resume (no %s, no records)", f.out, report.ManifestFile)
+		}
+		if !f.force {
+			return p, badUsage("--resume: %s has %d records in %s but no %s, so they cannot be checked against this input and these settings; "+
+				"if they come from this same command, pass --resume --force to write a new %s and keep them (--overwrite would delete them)",
+				f.out, records, report.JournalFile, report.ManifestFile, report.ManifestFile)
+		}
+		old = mf // --force: this invocation's manifest stands for the lost one
+	} else if err != nil {
+		return p, badUsage("--resume: %v", err)
+	}
+	if diffs := mf.Differences(old); len(diffs) > 0 && !f.force {
+		return p, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
+	}
+	keep := func(r *report.Record) bool {
+		if r.FailureClass == report.FailCancelled {
+			p.cancelled++
+		}
+		return true
+	}
+	if f.retryFailed {
+		keep = func(r *report.Record) bool { return !report.InfraFailure(r.FailureClass) }
+	}
+	var nemoGym string
+	if f.jsonlOut != "" {
+		nemoGym = filepath.Join(f.out, report.NemoGymFile)
+	}
+	if p.done, err = report.Compact(f.out, nemoGym, keep); err != nil {
+		return p, fmt.Errorf("--resume: %w", err)
+	}
+	forced := len(mf.Differences(old)) > 0
+	old.JSONLOut = mf.JSONLOut
+	old.Resumes = append(old.Resumes, report.Resume{At: time.Now().UTC(), Forced: forced, RetryFailed: f.retryFailed})
+	if err := report.WriteManifest(f.out, old); err != nil {
+		return p, err
+	}
+	p.resumed = true
+	return p, nil
+}
+
+// lineCount is the number of lines of the file at path (0 if it cannot be read).
+func lineCount(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte{'\n'})
+}
+
+// checkOutPaths refuses outputs that would write over the input or over each other: --out may
+// not be or contain the input; --jsonl-out may not be the input, --out, or a file of --out's.
+// Paths are compared after resolving symbolic links (and existing files by identity, so a
+// hard link is caught too). It returns --jsonl-out's absolute path ("" without it).
+func checkOutPaths(f runFlags) (jsonlOut string, err error) {
+	out := resolvePath(f.out)
+	input := ""
+	if f.input != "-" {
+		input = resolvePath(f.input)
+		if input == out || within(out, input) {
+			return "", badUsage("--out %s contains the input %s: a run's output directory must not hold its tasks; choose another --out", f.out, f.input)
+		}
+	}
+	if f.jsonlOut == "" {
+		return "", nil
+	}
+	jsonlOut = resolvePath(f.jsonlOut)
+	switch {
+	case input != "" && (jsonlOut == input || within(jsonlOut, input) || sameFile(f.jsonlOut, f.input)):
+		return "", badUsage("--jsonl-out %s is the input %s: the results would be written into the task file; choose another file", f.jsonlOut, f.input)
+	case jsonlOut == out || within(jsonlOut, out):
+		return "", badUsage("--jsonl-out %s is --out %s (or contains it); give a file", f.jsonlOut, f.out)
+	case filepath.Dir(jsonlOut) == out && (slices.Contains(runFiles, filepath.Base(jsonlOut)) || filepath.Base(jsonlOut) == report.LockFile):
+		return "", badUsage("--jsonl-out %s is one of the files rollout writes in --out %s; choose another name", f.jsonlOut, f.out)
+	}
+	return jsonlOut, nil
+}
+
+// resolvePath is path made absolute with its symbolic links resolved, as far as it exists:
+// the part that does not exist yet is joined as it is.
+func resolvePath(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r
+	}
+	dir, base := filepath.Split(abs)
+	if dir == abs || base == "" {
+		return abs
+	}
+	return filepath.Join(resolvePath(filepath.Clean(dir)), base)
+}
+
+// within reports whether path is inside dir (both resolved).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// sameFile reports whether a and b both exist and are the same file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // serverSetup is how buildServers makes resource-server clients.

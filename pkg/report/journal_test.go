@@ -105,7 +105,7 @@ func TestCompactAfterCrash(t *testing.T) {
 		f.Close()
 	}
 	appendTo(filepath.Join(dir, TrajectoriesFile), `{"task_index":4,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n")
-	appendTo(ng, `{"reward":1,"_ng_task_index":4,"_ng_rollout_index":0}`+"\n")
+	appendTo(ng, `{"reward":1,"_ng_task_index":4,"_ng_rollout_index":0,"_ng_arm":"multi"}`+"\n")
 	j := lines(t, filepath.Join(dir, JournalFile))
 	appendTo(filepath.Join(dir, JournalFile), j[0]+"\n"+`{"task_index":4,"rollout_ind`)
 

@@ -174,7 +174,7 @@ func TestJSONLTornLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, _ := os.ReadFile(path)
-			want := tt.want + `{"reward":1,"_ng_task_index":0,"_ng_rollout_index":0}` + "\n"
+			want := tt.want + `{"reward":1,"_ng_task_index":0,"_ng_rollout_index":0,"_ng_arm":""}` + "\n"
 			if string(got) != want {
 				t.Errorf("got %q, want %q", trunc(string(got)), trunc(want))
 			}

@@ -6,24 +6,30 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+
+	"github.com/rollout-dev/rollout/internal/jsonw"
 )
 
-// NeMo Gym's keys for a rollout's position, added to each verify answer.
+// NeMo Gym's keys for a rollout's position, added to each verify answer, and ours for its arm
+// (NeMo Gym runs one policy at a time; a run of several arms has one line per arm).
 const (
 	ngTaskIndexKey    = "_ng_task_index"
 	ngRolloutIndexKey = "_ng_rollout_index"
+	ngArmKey          = "_ng_arm"
 )
 
 // NemoGymWriter writes NeMo Gym-style rollout records (--jsonl-out): for
 // each result that has a verify answer, the answer's JSON object on one
-// line with "_ng_task_index" and "_ng_rollout_index" added at the end.
-// Results without a verify answer (nil or empty: failed rollouts) are
-// skipped and counted. The file is opened for appending.
+// line with "_ng_task_index", "_ng_rollout_index" and "_ng_arm" added at
+// the end. Results without a verify answer (nil or empty: failed rollouts)
+// are skipped and counted. The file is opened for appending.
 type NemoGymWriter struct {
 	file    *jsonlFile
 	line    bytes.Buffer
 	compact bytes.Buffer
+	arm     []byte
 	skipped int
 }
 
@@ -51,7 +57,7 @@ func (n *NemoGymWriter) Write(r *Result) error {
 		return nil
 	}
 	n.line.Reset()
-	if err := n.spliceKeys(&n.line, r.Verify, r.Record.TaskIndex, r.Record.RolloutIndex); err != nil {
+	if err := n.spliceKeys(&n.line, r.Verify, r.Record.TaskIndex, r.Record.RolloutIndex, r.Record.Arm); err != nil {
 		return fmt.Errorf("nemo gym output: task %d rollout %d: %w", r.Record.TaskIndex, r.Record.RolloutIndex, err)
 	}
 	n.line.WriteByte('\n')
@@ -61,11 +67,11 @@ func (n *NemoGymWriter) Write(r *Result) error {
 	return nil
 }
 
-// spliceKeys writes obj to dst with the two index keys set at its end. The
-// object is compacted (so that it fits on one line) but its members are
-// otherwise kept byte for byte, in order; members with the index keys are
+// spliceKeys writes obj to dst with the index keys and the arm set at its
+// end. The object is compacted (so that it fits on one line) but its members
+// are otherwise kept byte for byte, in order; members with those keys are
 // dropped before the new ones are added.
-func (n *NemoGymWriter) spliceKeys(dst *bytes.Buffer, obj json.RawMessage, task, rollout int64) error {
+func (n *NemoGymWriter) spliceKeys(dst *bytes.Buffer, obj json.RawMessage, task, rollout int64, arm string) error {
 	n.compact.Reset()
 	if err := json.Compact(&n.compact, obj); err != nil {
 		return fmt.Errorf("verify answer is not valid JSON: %w", err)
@@ -92,7 +98,7 @@ func (n *NemoGymWriter) spliceKeys(dst *bytes.Buffer, obj json.RawMessage, task,
 		if err := dec.Decode(&skip); err != nil {
 			return err
 		}
-		if key == ngTaskIndexKey || key == ngRolloutIndexKey {
+		if key == ngTaskIndexKey || key == ngRolloutIndexKey || key == ngArmKey {
 			continue
 		}
 		member := src[start:dec.InputOffset()]
@@ -116,6 +122,9 @@ func (n *NemoGymWriter) spliceKeys(dst *bytes.Buffer, obj json.RawMessage, task,
 	dst.WriteString(strconv.FormatInt(task, 10))
 	dst.WriteString(`,"` + ngRolloutIndexKey + `":`)
 	dst.WriteString(strconv.FormatInt(rollout, 10))
+	dst.WriteString(`,"` + ngArmKey + `":`)
+	n.arm = jsonw.AppendString(n.arm[:0], arm)
+	dst.Write(n.arm)
 	dst.WriteByte('}')
 	return nil
 }
@@ -128,3 +137,71 @@ func (n *NemoGymWriter) Sync() error { return n.file.Sync() }
 
 // Close flushes and fsyncs the file.
 func (n *NemoGymWriter) Close() error { return n.file.Close() }
+
+// NemoGymFile is where a run with --jsonl-out keeps its NeMo Gym lines in its output
+// directory while it runs (appended, synced and compacted with the journal); WriteNemoGym makes
+// the --jsonl-out file from it at the end.
+const NemoGymFile = "nemo_gym.jsonl"
+
+// WriteNemoGym writes the run's NeMo Gym file at dest from dir's journal and NeMo Gym lines: the
+// first line of each rollout that has a record, in the order they were written. dest is written
+// as dest.tmp, synced and renamed over dest, so a crash leaves either the old file or the new
+// one. It returns the number of lines written.
+func WriteNemoGym(dir, dest string) (lines int, err error) {
+	done := Done{}
+	err = scanJournal(join(dir, JournalFile), func(rec *Record) error {
+		done[rec.Key()] = struct{}{}
+		return nil
+	})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	side := join(dir, NemoGymFile)
+	if err := keepNemoGymLines(side, scanWorkers(), done); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	in, err := os.Open(side)
+	if errors.Is(err, os.ErrNotExist) {
+		in, err = os.Open(os.DevNull) // no rollout had a verify answer: an empty file
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	tmp := dest + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("nemo gym output: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			out.Close()
+			os.Remove(tmp)
+		}
+	}()
+	cw := &lineCounter{w: out}
+	if _, err = io.Copy(cw, in); err != nil {
+		return 0, fmt.Errorf("nemo gym output %s: %w", tmp, err)
+	}
+	if err = out.Sync(); err != nil {
+		return 0, fmt.Errorf("nemo gym output %s: %w", tmp, err)
+	}
+	if err = out.Close(); err != nil {
+		return 0, fmt.Errorf("nemo gym output %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, dest); err != nil {
+		return 0, fmt.Errorf("nemo gym output: %w", err)
+	}
+	return cw.lines, syncDir(dest)
+}
+
+// lineCounter counts the newlines written through it.
+type lineCounter struct {
+	w     io.Writer
+	lines int
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.lines += bytes.Count(p, []byte{'\n'})
+	return c.w.Write(p)
+}

@@ -28,6 +28,9 @@ type Manifest struct {
 	Config       json.RawMessage `json:"config"`
 	ConfigSHA256 string          `json:"config_sha256"`
 	CreatedAt    time.Time       `json:"created_at"`
+	// JSONLOut is the run's --jsonl-out file (an absolute path), which belongs to the run like
+	// the files in its directory: made from the journal at the end, replaced by each resume.
+	JSONLOut string `json:"jsonl_out,omitempty"`
 	// Resumes lists when the run was resumed, and whether a changed input or config was
 	// forced.
 	Resumes []Resume `json:"resumes,omitempty"`
@@ -78,6 +81,9 @@ func (m *Manifest) Differences(recorded *Manifest) []string {
 	if m.ConfigSHA256 != recorded.ConfigSHA256 {
 		d = append(d, diffJSON("", recorded.Config, m.Config)...)
 	}
+	if m.JSONLOut != recorded.JSONLOut {
+		d = append(d, fmt.Sprintf("--jsonl-out was %s, now %s", orUnset(recorded.JSONLOut), orUnset(m.JSONLOut)))
+	}
 	return d
 }
 
@@ -111,6 +117,13 @@ func diffJSON(prefix string, was, now json.RawMessage) []string {
 		d = append(d, fmt.Sprintf("%s%s was %s, now %s", prefix, k, orNone(a[k]), orNone(b[k])))
 	}
 	return d
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return s
 }
 
 func orNone(v json.RawMessage) string {
@@ -289,42 +302,54 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 		return nil, err
 	}
 	if nemoGym != "" {
-		// NeMo Gym lines carry no arm: a line is kept when its (task, rollout) has a record.
-		type tr struct{ task, rollout int64 }
-		ok := make(map[tr]bool, len(done))
-		for k := range done {
-			ok[tr{k.Task, k.Rollout}] = true
-		}
-		type ngLine struct {
-			task, rollout int64
-			has           int
-			ok            bool
-		}
-		err = rewriteLines(nemoGym, workers, nil, func(_ int, line []byte, res *ngLine) {
-			res.task, res.rollout, _, res.has, res.ok = lineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, "")
-		}, func(line []byte, _ int, res *ngLine) (bool, error) {
-			if !res.ok {
-				var k struct {
-					Task    *int64 `json:"_ng_task_index"`
-					Rollout *int64 `json:"_ng_rollout_index"`
-				}
-				if json.Unmarshal(line, &k) != nil || k.Task == nil || k.Rollout == nil {
-					return false, nil
-				}
-				res.task, res.rollout, res.has = *k.Task, *k.Rollout, 3
-			}
-			key := tr{res.task, res.rollout}
-			if res.has != 3 || !ok[key] {
-				return false, nil
-			}
-			delete(ok, key)
-			return true, nil
-		})
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := keepNemoGymLines(nemoGym, workers, done); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 	}
 	return done, nil
+}
+
+// keepNemoGymLines rewrites the NeMo Gym lines file at path (written by a NemoGymWriter)
+// keeping the first line of each rollout in done, keyed by task, rollout and arm; lines without
+// the three keys are not the run's, and go.
+func keepNemoGymLines(path string, workers int, done Done) error {
+	var intern recordDecoder
+	seen := make(Done, len(done))
+	type ngLine struct {
+		task, rollout int64
+		arm           []byte
+		has           int
+		ok            bool
+	}
+	return rewriteLines(path, workers, nil, func(_ int, line []byte, res *ngLine) {
+		res.task, res.rollout, res.arm, res.has, res.ok = lineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+	}, func(line []byte, _ int, res *ngLine) (bool, error) {
+		var key Key
+		if res.ok {
+			if res.has != 7 {
+				return false, nil
+			}
+			key = Key{res.task, res.rollout, intern.intern(res.arm)}
+		} else {
+			var k struct {
+				Task    *int64  `json:"_ng_task_index"`
+				Rollout *int64  `json:"_ng_rollout_index"`
+				Arm     *string `json:"_ng_arm"`
+			}
+			if json.Unmarshal(line, &k) != nil || k.Task == nil || k.Rollout == nil || k.Arm == nil {
+				return false, nil
+			}
+			key = Key{*k.Task, *k.Rollout, *k.Arm}
+		}
+		if _, ok := done[key]; !ok {
+			return false, nil
+		}
+		if _, dup := seen[key]; dup {
+			return false, nil
+		}
+		seen[key] = struct{}{}
+		return true, nil
+	})
 }
 
 // rewriteLines makes the file at path hold its complete lines for which keep is true, in

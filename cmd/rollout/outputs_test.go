@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// Two processes writing one --out: while a run holds it, a --resume of the same run is refused
+// at once, naming the holder's pid, and the first run ends with exactly one record per rollout.
+// (The lock dies with its process: TestKill9Resume resumes after each kill -9.)
+func TestConcurrentWritersRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary twice")
+	}
+	bin := buildRollout(t)
+	input := headLines(t, extractionData, 30)
+	dir := t.TempDir()
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
+		"--quiet", "--concurrency", "4", "--sim-latency", "20ms"}
+	first, firstErr, waited := startRollout(t, bin, args...)
+	for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, extra := range [][]string{{"--resume"}, {"--overwrite"}} {
+		second, secondErr, secondDone := startRollout(t, bin, append(append([]string{}, args...), extra...)...)
+		<-secondDone
+		if code := second.ProcessState.ExitCode(); code != exitUsage {
+			t.Errorf("%v while another run writes --out: exit %d, want %d", extra, code, exitUsage)
+		}
+		if want := "in use by process " + strconv.Itoa(first.Process.Pid); !strings.Contains(secondErr.String(), want) {
+			t.Errorf("%v: the refusal does not name the holder (%q): %s", extra, want, secondErr.String())
+		}
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the first run: %v\n%s", err, firstErr.String())
+	}
+	checkExactlyOnce(t, dir, 30, 1)
+}
+
+// --jsonl-out with three arms, interrupted and resumed twice: the file ends with exactly one line
+// per scored (task, rollout, arm), every arm's lines kept.
+func TestJSONLOutThreeArmsResume(t *testing.T) {
+	input := headLines(t, "../../data/workflow.jsonl", 12)
+	dir := t.TempDir()
+	jsonl := filepath.Join(t.TempDir(), "rollouts.jsonl")
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:workflow",
+		"--arms", "single,multi,workflow", "--steps", "../../data/workflow.steps.json", "--jsonl-out", jsonl,
+		"--quiet", "--concurrency", "3", "--sim-latency", "2ms"}
+	for i := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 8*(i+1) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+		}()
+		a := args
+		if i > 0 {
+			a = append(append([]string{}, args...), "--resume")
+		}
+		if r := runCLI(t, ctx, nil, a...); r.code != exitInterrupted && r.code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, r.code, r.stderr)
+		}
+		cancel()
+	}
+	if r := runCLI(t, context.Background(), nil, append(args, "--resume")...); r.code != 0 {
+		t.Fatalf("final resume: exit %d: %s", r.code, r.stderr)
+	}
+	want := map[string]bool{}
+	for _, rec := range readRecords(t, dir) {
+		if rec.HasReward {
+			want[fmt.Sprintf("%d/%d/%s", rec.TaskIndex, rec.RolloutIndex, rec.Arm)] = true
+		}
+	}
+	got := map[string]int{}
+	arms := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, jsonl)), "\n") {
+		var l struct {
+			Task    int64  `json:"_ng_task_index"`
+			Rollout int64  `json:"_ng_rollout_index"`
+			Arm     string `json:"_ng_arm"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		got[fmt.Sprintf("%d/%d/%s", l.Task, l.Rollout, l.Arm)]++
+		arms[l.Arm]++
+	}
+	for k := range want {
+		if got[k] != 1 {
+			t.Errorf("%s: %d lines, want 1", k, got[k])
+		}
+	}
+	if len(got) != len(want) || len(want) < 30 || len(arms) != 3 {
+		t.Errorf("%d distinct lines for %d scored rollouts; lines by arm %v", len(got), len(want), arms)
+	}
+}
+
+// No output may write over the input or another output: each case is refused before anything
+// is written, and the input is left as it was.
+func TestOutputPathsRefused(t *testing.T) {
+	base := t.TempDir()
+	input := filepath.Join(base, "tasks.jsonl")
+	os.WriteFile(input, []byte(headLinesText(t, extractionData, 3)), 0o644)
+	os.Symlink(input, filepath.Join(base, "link.jsonl"))
+	os.Link(input, filepath.Join(base, "hard.jsonl"))
+	out := filepath.Join(base, "out")
+	before := readFile(t, input)
+	tests := []struct {
+		name      string
+		out, json string
+		want      string
+	}{
+		{"jsonl-out is the input", out, input, "is the input"},
+		{"jsonl-out is a symlink to the input", out, filepath.Join(base, "link.jsonl"), "is the input"},
+		{"jsonl-out is a hard link to the input", out, filepath.Join(base, "hard.jsonl"), "is the input"},
+		{"jsonl-out through a symlinked directory", out, filepath.Join(base, "dirlink", "tasks.jsonl"), "is the input"},
+		{"jsonl-out is the journal", out, filepath.Join(out, report.JournalFile), "one of the files rollout writes"},
+		{"jsonl-out is the Parquet file", out, filepath.Join(out, report.ParquetFile), "one of the files rollout writes"},
+		{"jsonl-out is --out", out, out, "is --out"},
+		{"--out contains the input", base, "", "contains the input"},
+		{"--out is a symlink to the input's directory", filepath.Join(base, "dirlink"), "", "contains the input"},
+	}
+	os.Symlink(base, filepath.Join(base, "dirlink"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"run", "--input", input, "--out", tt.out, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--overwrite"}
+			if tt.json != "" {
+				args = append(args, "--jsonl-out", tt.json)
+			}
+			r := runCLI(t, context.Background(), nil, args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("exit %d, want %d with %q: %s", r.code, exitUsage, tt.want, r.stderr)
+			}
+			if readFile(t, input) != before {
+				t.Fatal("the input changed")
+			}
+			if _, err := os.Stat(filepath.Join(tt.out, report.ManifestFile)); err == nil {
+				t.Error("a manifest was written")
+			}
+		})
+	}
+}
+
+func headLinesText(t *testing.T, src string, n int) string {
+	t.Helper()
+	return readFile(t, headLines(t, src, n))
+}
+
+// The --jsonl-out file belongs to the run: an existing one is refused (and left as it was)
+// unless --overwrite; it is recorded in the manifest; a resume with another one is refused;
+// and it is made from the journal at the end, replacing what was there.
+func TestJSONLOutBelongsToTheRun(t *testing.T) {
+	input := headLines(t, extractionData, 6)
+	dir := t.TempDir()
+	jsonl := filepath.Join(t.TempDir(), "ng.jsonl")
+	os.WriteFile(jsonl, []byte(`{"reward":1,"_ng_task_index":0,"_ng_rollout_index":0}`+"\n"), 0o644)
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--jsonl-out", jsonl}
+	r := runCLI(t, context.Background(), nil, args...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--jsonl-out "+jsonl+" already exists") {
+		t.Fatalf("an existing --jsonl-out: exit %d: %s", r.code, r.stderr)
+	}
+	if n := strings.Count(readFile(t, jsonl), "\n"); n != 1 {
+		t.Fatalf("the refused run touched the file: %d lines", n)
+	}
+	if r := runCLI(t, context.Background(), nil, append(args, "--overwrite")...); r.code != 0 {
+		t.Fatalf("--overwrite: exit %d: %s", r.code, r.stderr)
+	}
+	if n := strings.Count(readFile(t, jsonl), "\n"); n != 6 || strings.Contains(readFile(t, jsonl), `"_ng_rollout_index":0}`) {
+		t.Errorf("after --overwrite: %d lines (want 6, each with its arm):\n%s", n, readFile(t, jsonl))
+	}
+	mf, err := report.ReadManifest(dir)
+	if err != nil || mf.JSONLOut != resolvePath(jsonl) {
+		t.Errorf("manifest jsonl_out %q, want %q (%v)", mf.JSONLOut, jsonl, err)
+	}
+	other := filepath.Join(t.TempDir(), "other.jsonl")
+	r = runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--jsonl-out", other, "--resume")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--jsonl-out was "+resolvePath(jsonl)) {
+		t.Errorf("resume with another --jsonl-out: exit %d: %s", r.code, r.stderr)
+	}
+	// A resume of the finished run rebuilds the file: a line someone appended is gone.
+	f, _ := os.OpenFile(jsonl, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"reward":0,"_ng_task_index":0,"_ng_rollout_index":0,"_ng_arm":"multi"}` + "\n")
+	f.Close()
+	if r := runCLI(t, context.Background(), nil, append(args, "--resume")...); r.code != 0 {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	if n := strings.Count(readFile(t, jsonl), "\n"); n != 6 || strings.Contains(readFile(t, jsonl), `"reward":0`) {
+		t.Errorf("after resume: %d lines:\n%s", n, readFile(t, jsonl))
+	}
+}
+
+// What a resume says and repairs: a run without manifest.json is refused with how to recover
+// (and --force recovers it, keeping the records); a stale rollouts.parquet.tmp is removed; a
+// plain --resume says how many cancelled records it keeps.
+func TestResumeRecoveryMessages(t *testing.T) {
+	input := headLines(t, extractionData, 12)
+	dir := t.TempDir()
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
+		"--quiet", "--concurrency", "4", "--sim-latency", "300ms", "--drain-timeout", "1ms"}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 1 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+	}()
+	if r := runCLI(t, ctx, nil, args...); r.code != exitInterrupted {
+		t.Fatalf("interrupted run: exit %d: %s", r.code, r.stderr)
+	}
+	cancelled := 0
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, report.JournalFile))), "\n") {
+		if strings.Contains(line, `"failure_class":"cancelled"`) {
+			cancelled++
+		}
+	}
+	if cancelled == 0 {
+		t.Fatal("the interrupt left no cancelled record")
+	}
+	records := strings.Count(readFile(t, filepath.Join(dir, report.JournalFile)), "\n")
+	os.Remove(filepath.Join(dir, report.ManifestFile))
+	os.WriteFile(filepath.Join(dir, report.ParquetFile+".tmp"), []byte("half a parquet file"), 0o644)
+
+	r := runCLI(t, context.Background(), nil, append(args, "--resume")...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("%d records in journal.jsonl but no manifest.json", records)) || !strings.Contains(r.stderr, "--resume --force") {
+		t.Fatalf("resume without a manifest: exit %d: %s", r.code, r.stderr)
+	}
+	r = runCLI(t, context.Background(), nil, append(args, "--resume", "--force", "--sim-latency", "0")...)
+	if r.code != 0 {
+		t.Fatalf("resume --force: exit %d: %s", r.code, r.stderr)
+	}
+	if want := fmt.Sprintf("%d of them are cancelled records", cancelled); !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "--retry-failed runs them again") {
+		t.Errorf("the resume does not say %q: %s", want, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, report.ParquetFile+".tmp")); err == nil {
+		t.Error("the stale rollouts.parquet.tmp is still there")
+	}
+	if _, err := report.ReadManifest(dir); err != nil {
+		t.Errorf("no manifest after --force: %v", err)
+	}
+	checkExactlyOnce(t, dir, 12, 1)
+}
