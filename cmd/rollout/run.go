@@ -41,6 +41,7 @@ type runFlags struct {
 	servers                                    serverFlags
 	concurrency, repeats, limit                int
 	maxRounds, maxFailedRounds, maxTokens      int
+	maxToolCalls                               int
 	retries                                    int
 	rolloutTimeout, modelTimeout, toolTimeout  time.Duration
 	drainTimeout, progressInterval             time.Duration
@@ -84,6 +85,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
 	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls per rollout")
 	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end a rollout as tool_error after this many consecutive rounds where every tool call failed")
+	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls in one model answer; an answer with more ends the rollout as invalid_output, and none of its calls is made")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max tokens per model call, overriding the rows' max_output_tokens (0: the rows')")
 	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature, overriding the rows' (-1: the rows'; 0 is sent as 0)")
 	fs.Int64Var(&f.seed, "seed", 0, "base of the per-(task, repeat) seeds sent to the model")
@@ -222,7 +224,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
 		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
 		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
-			MaxTokens: f.maxTokens, ToolMode: f.toolMode},
+			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls},
 	}
 	if f.temperature >= 0 {
 		t := f.temperature
@@ -276,7 +278,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
 		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
-		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed}
+		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls)}
 	if simUsed != nil {
 		cfg.Sim = knobValues(*simUsed)
 	}
@@ -392,7 +394,17 @@ type runConfig struct {
 	MaxTokens       int               `json:"max_tokens"`
 	Temperature     *float64          `json:"temperature"`
 	Seed            int64             `json:"seed"`
-	Sim             map[string]string `json:"sim,omitempty"` // the simulator's knobs, with builtin:sim
+	MaxToolCalls    int               `json:"max_tool_calls,omitempty"` // when not the default
+	Sim             map[string]string `json:"sim,omitempty"`            // the simulator's knobs, with builtin:sim
+}
+
+// maxToolCallsConfig is --max-tool-calls in the run's identity: 0 (left out) at the default, so
+// that a run from before the flag resumes without --force.
+func maxToolCallsConfig(n int) int {
+	if n == agent.DefaultMaxToolCalls {
+		return 0
+	}
+	return n
 }
 
 // knobValues lists the simulator's knobs that are set, by name (its Options' fields; functions

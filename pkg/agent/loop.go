@@ -132,6 +132,9 @@ type Config struct {
 	Policy string
 	// MaxRounds bounds the rounds of a rollout (default 10, never unlimited).
 	MaxRounds int
+	// MaxToolCalls bounds the tool calls of one model answer (default 64): an answer with more
+	// ends the rollout as invalid_output, and none of its calls is made.
+	MaxToolCalls int
 	// MaxFailedRounds ends a rollout as tool_error after this many
 	// consecutive rounds in which every tool call failed (default 2).
 	MaxFailedRounds int
@@ -161,6 +164,7 @@ const (
 const (
 	DefaultMaxRounds       = 10
 	DefaultMaxFailedRounds = 2
+	DefaultMaxToolCalls    = 64
 )
 
 // Validate checks the settings and fills defaults.
@@ -186,6 +190,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxFailedRounds == 0 {
 		c.MaxFailedRounds = DefaultMaxFailedRounds
+	}
+	if c.MaxToolCalls == 0 {
+		c.MaxToolCalls = DefaultMaxToolCalls
+	}
+	if c.MaxToolCalls < 1 {
+		return fmt.Errorf("max tool calls must be at least 1, got %d", c.MaxToolCalls)
 	}
 	if c.MaxFailedRounds < 1 {
 		return fmt.Errorf("max failed rounds must be at least 1, got %d", c.MaxFailedRounds)
@@ -240,6 +250,16 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			tr.Rounds = append(tr.Rounds, rd)
 			tr.FinalText = msg.Content
 			tr.Termination = MaxRounds
+			return tr
+		}
+		if n := len(hist.ToolCalls); n > c.maxToolCalls() {
+			// None of the calls is made, nor kept (they would have no answers); the answer is
+			// the model's, scored as it is.
+			hist.ToolCalls = nil
+			tr.Messages = append(tr.Messages, hist)
+			tr.Rounds = append(tr.Rounds, rd)
+			tr.FinalText = msg.Content
+			tr.Termination, tr.Error = InvalidOutput, c.tooManyToolCalls(round, n)
 			return tr
 		}
 		tr.Messages = append(tr.Messages, hist)
@@ -319,6 +339,19 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			toolsRemoved = true
 		}
 	}
+}
+
+// maxToolCalls is MaxToolCalls, or its default when unset.
+func (c *Config) maxToolCalls() int {
+	if c.MaxToolCalls > 0 {
+		return c.MaxToolCalls
+	}
+	return DefaultMaxToolCalls
+}
+
+// tooManyToolCalls is the error of an answer with n tool calls, over the bound.
+func (c *Config) tooManyToolCalls(round, n int) string {
+	return fmt.Sprintf("model answer in round %d has %d tool calls, over --max-tool-calls %d: none was made", round, n, c.maxToolCalls())
 }
 
 // newRound is the record of round idx from its answer (which has choices): the first choice's

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -566,5 +567,61 @@ func TestConfigValidate(t *testing.T) {
 	c := agent.Config{Model: m, ModelName: "m"}
 	if err := c.Validate(); err != nil || c.MaxRounds != agent.DefaultMaxRounds || c.MaxFailedRounds != agent.DefaultMaxFailedRounds {
 		t.Fatalf("defaults: %+v %v", c, err)
+	}
+}
+
+// An answer with more tool calls than MaxToolCalls ends the rollout as invalid_output, and
+// none of its calls reaches the server; at the bound the calls are made. The error names the
+// count and the bound; the history keeps no unanswered call.
+func TestRunMaxToolCalls(t *testing.T) {
+	many := func(n int) []call {
+		cs := make([]call, n)
+		for i := range cs {
+			cs[i] = call{fmt.Sprintf("c%d", i), "increment", `{"by":1}`}
+		}
+		return cs
+	}
+	tests := []struct {
+		name      string
+		bound     int // 0: the default
+		calls     int
+		wantTerm  agent.Termination
+		wantSent  int
+		wantError string
+	}{
+		{"at the bound", 3, 3, agent.Completed, 3, ""},
+		{"one over", 3, 4, agent.InvalidOutput, 0, "has 4 tool calls, over --max-tool-calls 3"},
+		{"ten thousand, default bound", 0, 10_000, agent.InvalidOutput, 0, fmt.Sprintf("has 10000 tool calls, over --max-tool-calls %d", agent.DefaultMaxToolCalls)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := newFakeResource(t, nil)
+			m := newFakeModel(t, nil, toolCalls(many(tt.calls)...), final("done"))
+			task := parseTask(t, counterRow(""))
+			sess := res.session(t, task)
+			c := m.config(nil)
+			c.MaxToolCalls = tt.bound
+			tr := c.Run(context.Background(), task, sess, 1)
+			if tr.Termination != tt.wantTerm || tr.FailureClass != "" || !strings.Contains(tr.Error, tt.wantError) {
+				t.Fatalf("termination %q class %q error %q", tr.Termination, tr.FailureClass, tr.Error)
+			}
+			if got := len(res.toolPaths()); got != tt.wantSent {
+				t.Errorf("%d tool calls reached the server, want %d", got, tt.wantSent)
+			}
+			if tt.wantTerm == agent.InvalidOutput {
+				if calls, _, _ := tr.ToolCalls(); calls != 0 {
+					t.Errorf("the trajectory records %d calls", calls)
+				}
+				for _, msg := range tr.Messages {
+					if len(msg.ToolCalls) > 0 {
+						t.Errorf("the history keeps %d unanswered calls", len(msg.ToolCalls))
+					}
+				}
+			}
+		})
+	}
+	c := &agent.Config{Model: agent.NewOpenAIModel("http://127.0.0.1:1/v1", "", http.DefaultClient), ModelName: "m", MaxToolCalls: -1}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "max tool calls") {
+		t.Errorf("MaxToolCalls -1: %v", err)
 	}
 }

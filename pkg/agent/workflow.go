@@ -568,6 +568,16 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 			tr.Messages = append(tr.Messages, hist)
 			calls = hist.ToolCalls
 		}
+		if n := len(calls); n > r.c.maxToolCalls() {
+			// None of the calls is made (nor kept in the history, where they would have no
+			// answers): the rollout ends with the answer it has.
+			if last := &tr.Messages[len(tr.Messages)-1]; len(last.ToolCalls) > 0 {
+				last.ToolCalls = nil
+			}
+			tr.Rounds = append(tr.Rounds, rd)
+			tr.Termination, tr.Error = InvalidOutput, r.c.tooManyToolCalls(idx, n)
+			return rolloutEnded, "", ""
+		}
 
 		if len(calls) == 0 {
 			tr.Rounds = append(tr.Rounds, rd)
