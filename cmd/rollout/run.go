@@ -203,12 +203,17 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return badUsage("run: --model NAME is required (or set ROLLOUT_MODEL)")
 	}
 	apiKey := e.getenv("OPENAI_API_KEY")
+	endpoint, err := agent.ParseEndpoint(modelURL)
+	if err != nil {
+		return badUsage("--model-url: %v", err)
+	}
+	secrets := append([]string{apiKey}, endpoint.Secrets...)
 	// --model-timeout bounds each attempt; retries come on top, within
-	// the rollout's deadline.
-	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: policy, AttemptTimeout: f.modelTimeout}
+	// the rollout's deadline. The base URL's query goes with every request.
+	doer := &retry.Doer{Client: &http.Client{Transport: agent.QueryTransport(transport, endpoint.Query), CheckRedirect: retry.NoRedirect}, Policy: policy, AttemptTimeout: f.modelTimeout}
 	// An endpoint that echoes the key back (in an error or an answer) cannot make it reach a
-	// record, a trajectory or a verify request.
-	model := agent.RedactModel(agent.NewOpenAIModel(modelURL, apiKey, doer, agent.WithMaxAnswerBytes(f.maxModelAnswer)), apiKey)
+	// verify request; the sink redacts whatever reaches a file.
+	model := agent.RedactModel(agent.NewOpenAIModel(endpoint.Base, apiKey, doer, agent.WithMaxAnswerBytes(f.maxModelAnswer)), secrets...)
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -276,8 +281,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 		armNames = append(armNames, name)
 	}
-	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, ModelURL: f.modelURL, Model: modelName,
-		Servers: f.servers, MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
+	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, ModelURL: agent.RedactURL(f.modelURL), Model: modelName,
+		Servers: redactServers(f.servers), MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
 		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls)}
 	if simUsed != nil {
 		cfg.Sim = knobValues(*simUsed)
@@ -288,7 +293,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	closers = append(closers, out.unlock)
 	opts.Done = out.done
-	sinkOpts := report.SinkOptions{}
+	sinkOpts := report.SinkOptions{Secrets: secrets}
 	if f.jsonlOut != "" {
 		sinkOpts.NemoGym = filepath.Join(f.out, report.NemoGymFile)
 	}
@@ -396,6 +401,20 @@ type runConfig struct {
 	Seed            int64             `json:"seed"`
 	MaxToolCalls    int               `json:"max_tool_calls,omitempty"` // when not the default
 	Sim             map[string]string `json:"sim,omitempty"`            // the simulator's knobs, with builtin:sim
+}
+
+// redactServers is --server's values with the credentials of their URLs redacted, for the
+// manifest.
+func redactServers(specs []string) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
+			out[i] = n + "=" + agent.RedactURL(u)
+		} else {
+			out[i] = agent.RedactURL(s)
+		}
+	}
+	return out
 }
 
 // maxToolCallsConfig is --max-tool-calls in the run's identity: 0 (left out) at the default, so

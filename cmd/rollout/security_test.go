@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,6 +182,21 @@ func TestSecurityAPIKeyNeverWritten(t *testing.T) {
 		{"hostile 200 echoing the key in its answer", func(t *testing.T) (string, func() []string) {
 			m := newKeyModel(t, func(w http.ResponseWriter, r *http.Request, auth string) {
 				writeChat(w, "Here is what you sent me: "+auth)
+			})
+			return m.URL + "/v1", m.authsSeen
+		}, "", true},
+		{"hostile 200 echoing the key in every field of its answer", func(t *testing.T) (string, func() []string) {
+			m := newKeyModel(t, func(w http.ResponseWriter, r *http.Request, auth string) {
+				key := strings.TrimPrefix(auth, "Bearer ")
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Echo", key)
+				b, _ := json.Marshal(map[string]any{"id": key, "object": key, "created": 1, "model": key, "system_fingerprint": key,
+					"service_tier": key, "unknown_field": map[string]any{key: key},
+					"choices": []any{map[string]any{"index": 0, "finish_reason": key,
+						"message": map[string]any{"role": "assistant", "content": key, "reasoning_content": key, "refusal": key, "name": key,
+							"tool_calls": []any{map[string]any{"id": key, "type": "function", "function": map[string]any{"name": key, "arguments": `{"k":"` + key + `"}`}}}}}},
+					"usage": map[string]any{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2, key: key}})
+				w.Write(b)
 			})
 			return m.URL + "/v1", m.authsSeen
 		}, "", true},
@@ -438,5 +454,64 @@ func TestSimChaosFlags(t *testing.T) {
 		if r := runCLI(t, context.Background(), nil, args...); r.code != exitUsage {
 			t.Errorf("%v: exit %d, want %d; stderr %s", args, r.code, exitUsage, r.stderr)
 		}
+	}
+}
+
+// A --model-url with credentials: its query (Azure's ?api-version=, a key) goes with every
+// request, after the path (not inside it); the password and the query key reach no file, no
+// output, even from an endpoint that echoes its URL; the manifest keeps the URL with them
+// redacted.
+func TestSecurityModelURLCredentials(t *testing.T) {
+	const password = "pw-secret-4242424242"
+	const qkey = "qk-secret-1717171717"
+	var bad atomic.Int64
+	m := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/openai/v1/chat/completions" || r.URL.Query().Get("api-version") != "2024-10-21" || r.URL.Query().Get("api-key") != qkey {
+			bad.Add(1)
+			http.Error(w, "no such route: "+r.URL.String(), http.StatusNotFound)
+			return
+		}
+		var req map[string]any
+		json.NewDecoder(r.Body).Decode(&req)
+		msgs := req["messages"].([]any)
+		if msgs[len(msgs)-1].(map[string]any)["role"] == "tool" {
+			user, pass, _ := r.BasicAuth()
+			writeChat(w, "sunny; you called "+r.URL.String()+" as "+user+":"+pass)
+			return
+		}
+		writeChat(w, "", map[string]any{"id": "c1", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": `{"city":"SF"}`}})
+	}))
+	t.Cleanup(m.Close)
+	host := strings.TrimPrefix(m.URL, "http://")
+	modelURL := "http://user:" + password + "@" + host + "/openai/v1?api-version=2024-10-21&api-key=" + qkey
+	out := t.TempDir()
+	jsonl := filepath.Join(t.TempDir(), "ng.jsonl")
+	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, ""), "--out", out, "--jsonl-out", jsonl,
+		"--model-url", modelURL, "--model", "m", "--server", "builtin:example_single_tool_call", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if n := bad.Load(); n != 0 {
+		t.Fatalf("%d requests reached a wrong URL (the query was not sent apart from the path)", n)
+	}
+	for _, rec := range readRecords(t, out) {
+		if !rec.HasReward {
+			t.Errorf("record %d: %s %s", rec.TaskIndex, rec.FailureClass, rec.Error)
+		}
+	}
+	for _, secret := range []string{password, qkey} {
+		for _, w := range leaks(t, secret, []string{out}, []string{jsonl}, map[string]string{"stdout": r.stdout, "stderr": r.stderr}) {
+			t.Errorf("a credential of --model-url leaked: %s", w)
+		}
+	}
+	mf, err := report.ReadManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"model_url": "http://REDACTED@` + host + `/openai/v1?api-key=REDACTED\u0026api-version=REDACTED"`; !strings.Contains(string(mf.Config), want) {
+		t.Errorf("manifest config %s, want %s", mf.Config, want)
+	}
+	if traj := readFile(t, filepath.Join(out, report.TrajectoriesFile)); !strings.Contains(traj, "api-key=[REDACTED]") || !strings.Contains(traj, "user:[REDACTED]") {
+		t.Errorf("the echoed URL is not in the trajectories, redacted:\n%s", traj)
 	}
 }

@@ -5,14 +5,16 @@ import (
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 // Redacted is the placeholder of a secret.
-const Redacted = "[REDACTED]"
+const Redacted = report.Redacted
 
 // MinSecretLength: shorter "keys" (EMPTY, x, none: what local servers are given) are not
 // redacted, since replacing them would mangle ordinary text.
-const MinSecretLength = 8
+const MinSecretLength = report.MinSecretLength
 
 // RedactModel wraps m so that none of secrets ever comes out of it: an endpoint that echoes the
 // Authorization header, in an error message or in its answer, cannot make rollout write the key
@@ -51,7 +53,10 @@ func (m redactingModel) CreateChatCompletion(ctx context.Context, req openai.Cha
 			err = redactedError{msg: m.r.Replace(msg), err: err}
 		}
 	}
+	resp.ID, resp.Model, resp.Object = m.r.Replace(resp.ID), m.r.Replace(resp.Model), m.r.Replace(resp.Object)
+	resp.SystemFingerprint = m.r.Replace(resp.SystemFingerprint)
 	for i := range resp.Choices {
+		resp.Choices[i].FinishReason = openai.FinishReason(m.r.Replace(string(resp.Choices[i].FinishReason)))
 		msg := &resp.Choices[i].Message
 		msg.Content = m.r.Replace(msg.Content)
 		msg.ReasoningContent = m.r.Replace(msg.ReasoningContent)

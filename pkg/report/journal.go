@@ -58,6 +58,7 @@ type Sink struct {
 	interval time.Duration
 	lastSync time.Time
 	err      error
+	redact   *redactor
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -77,6 +78,10 @@ type SinkOptions struct {
 	SyncInterval time.Duration
 	// NemoGym, when set, also writes NeMo Gym-style records to that path.
 	NemoGym string
+	// Secrets are replaced by Redacted in every result before any of it is written (the
+	// record's strings, the trajectory, the verify answer): whatever an endpoint echoed, in
+	// any field, reaches no file. Secrets shorter than MinSecretLength are left alone.
+	Secrets []string
 }
 
 // OpenSink opens (for appending) the journal and the trajectories file in dir.
@@ -90,6 +95,7 @@ func OpenSink(dir string, opt SinkOptions) (*Sink, error) {
 	s := &Sink{every: opt.SyncEvery, interval: opt.SyncInterval, lastSync: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	s.enc = json.NewEncoder(&s.buf)
 	s.enc.SetEscapeHTML(false)
+	s.redact = newRedactor(opt.Secrets)
 	tw, err := NewTrajectoryWriter(join(dir, TrajectoriesFile))
 	if err != nil {
 		return nil, err
@@ -147,6 +153,9 @@ func (s *Sink) Write(r *Result) error {
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
+	}
+	if s.redact != nil {
+		s.redact.result(r)
 	}
 	for _, f := range s.sides {
 		if err := f.Write(r); err != nil {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -313,5 +314,69 @@ func TestCompactTrajectoryOrder(t *testing.T) {
 	want := []string{traj(0, "a"), traj(2, "b"), traj(1, "c"), traj(3, "d")}
 	if got := lines(t, filepath.Join(dir, TrajectoriesFile)); !slices.Equal(got, want) {
 		t.Errorf("trajectories:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// Secrets given to the sink reach no file, whatever field of a result they are in: the
+// record's strings, the trajectory (in a string, JSON-escaped, or outside any string), the
+// verify answer. Every line stays valid JSON, and the Parquet file made from the journal is
+// clean too.
+func TestSinkRedactsSecrets(t *testing.T) {
+	const key = "sk-secret-0123456789"
+	const num = "98765432109876"
+	dir := t.TempDir()
+	ng := filepath.Join(dir, NemoGymFile)
+	s, err := OpenSink(dir, SinkOptions{NemoGym: ng, Secrets: []string{key, num, "short"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := result(0, 0, "", 1)
+	r.Record.Model, r.Record.Error, r.Record.Agent = "m-"+key, "echo: "+key, key
+	r.Record.ToolNames = []string{key}
+	r.Record.TaskFields = map[string]string{"note": key}
+	r.Trajectory = json.RawMessage(`{"rounds":[{"finish_reason":"` + key + `","content":"a \"q\" ` + key + `"}],"short":"short"}`)
+	r.Verify = json.RawMessage(`{"reward":1,"echo":"` + key + `"}`)
+	r2 := result(1, 0, FailModelError, 0)
+	r2.Trajectory = json.RawMessage(`{"n":` + num + `}`) // outside a string
+	for _, res := range []*Result{r, r2} {
+		if err := s.Write(res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Finalize(dir, ParquetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ReadParquet(filepath.Join(dir, ParquetFile))
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("parquet: %d records, %v", len(recs), err)
+	}
+	decoded, _ := json.Marshal(recs)
+	for _, name := range []string{JournalFile, TrajectoriesFile, NemoGymFile, SummaryFile} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{key, num} {
+			if bytes.Contains(b, []byte(secret)) || bytes.Contains(decoded, []byte(secret)) {
+				t.Errorf("%s holds the secret %s:\n%s", name, secret, b)
+			}
+		}
+		for i, l := range lines(t, filepath.Join(dir, name)) {
+			if name != SummaryFile && !json.Valid([]byte(l)) {
+				t.Errorf("%s line %d is not JSON: %s", name, i+1, l)
+			}
+		}
+	}
+	traj := strings.Join(lines(t, filepath.Join(dir, TrajectoriesFile)), "\n")
+	for _, want := range []string{`"finish_reason":"[REDACTED]"`, `"short":"short"`, `a \"q\" [REDACTED]`, `outside a string`} {
+		if !strings.Contains(traj, want) {
+			t.Errorf("trajectories lack %s:\n%s", want, traj)
+		}
+	}
+	if recs[0].Error != "echo: [REDACTED]" || recs[0].TaskFields["note"] != Redacted {
+		t.Errorf("record: error %q, task fields %v", recs[0].Error, recs[0].TaskFields)
 	}
 }

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Endpoint is a model base URL taken apart: Base (without its query) is what the client joins
+// /chat/completions to, and Query is sent with every request (QueryTransport), so that a base
+// URL such as https://host/openai/deployments/d?api-version=2024-10-21 works.
+type Endpoint struct {
+	Base  string
+	Query url.Values
+	// Secrets are the URL's password and query values: an endpoint or an error may echo them.
+	Secrets []string
+}
+
+// ParseEndpoint splits a model base URL into its base and its query.
+func ParseEndpoint(raw string) (Endpoint, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return Endpoint{}, fmt.Errorf("%s: not an http(s) URL", RedactURL(raw))
+	}
+	e := Endpoint{Query: u.Query()}
+	if p, ok := u.User.Password(); ok {
+		e.Secrets = append(e.Secrets, p)
+	}
+	for _, vs := range e.Query {
+		e.Secrets = append(e.Secrets, vs...)
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment = "", false, ""
+	e.Base = strings.TrimRight(u.String(), "/")
+	return e, nil
+}
+
+// redactedPart stands for a secret in a URL (no characters a URL escapes).
+const redactedPart = "REDACTED"
+
+// RedactURL is raw with its userinfo and every query value replaced by REDACTED, for storing
+// (the manifest) and printing; a URL without either is returned as it is, and text that is not
+// a URL too.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil && u.RawQuery == "" {
+		return raw
+	}
+	if u.User != nil {
+		u.User = url.User(redactedPart)
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k, vs := range q {
+			for i := range vs {
+				vs[i] = redactedPart
+			}
+			q[k] = vs
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// QueryTransport sends every request through next with query's parameters added to its URL
+// (those the request already has are kept).
+func QueryTransport(next http.RoundTripper, query url.Values) http.RoundTripper {
+	if len(query) == 0 {
+		return next
+	}
+	return queryTransport{next: next, query: query}
+}
+
+type queryTransport struct {
+	next  http.RoundTripper
+	query url.Values
+}
+
+func (t queryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	q := req.URL.Query()
+	for k, vs := range t.query {
+		if _, ok := q[k]; !ok {
+			q[k] = vs
+		}
+	}
+	r := req.Clone(req.Context()) // a RoundTripper must not change the request it is given
+	r.URL.RawQuery = q.Encode()
+	return t.next.RoundTrip(r)
+}
