@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -249,4 +252,42 @@ func TestResumeRecoveryMessages(t *testing.T) {
 		t.Errorf("no manifest after --force: %v", err)
 	}
 	checkExactlyOnce(t, dir, 12, 1)
+}
+
+// A resource server that answers reward 1e200: each record is a verify failure naming the
+// value, the run exits 0, and summary.json and evaluation.json are written (before, the summary
+// was +Inf and every run and resume exited 1 without them).
+func TestHugeRewardIsAVerifyFailure(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/verify" {
+			io.WriteString(w, `{"reward":1e200}`)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	m := newFakeModel(t, weatherModel)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, ""), "--out", dir,
+		"--model-url", m.URL+"/v1", "--model", "m", "--server", srv.URL, "--quiet", "--retries", "0")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	recs := readRecords(t, dir)
+	for _, rec := range recs {
+		if rec.FailureClass != report.FailVerify || rec.HasReward || !strings.Contains(rec.Error, "reward 1e+200 is outside the sane range") {
+			t.Errorf("record %d: class %q reward %v error %q", rec.TaskIndex, rec.FailureClass, rec.HasReward, rec.Error)
+		}
+	}
+	for _, name := range []string{report.SummaryFile, "evaluation.json"} {
+		b := readFile(t, filepath.Join(dir, name))
+		if strings.Contains(b, "Inf") || strings.Contains(b, "NaN") || !json.Valid([]byte(b)) {
+			t.Errorf("%s: %s", name, b)
+		}
+	}
+	if len(recs) != 3 {
+		t.Errorf("%d records", len(recs))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,21 +21,27 @@ import (
 // Hostile verify answers are verify failures with a specific message, never a reward.
 func TestParseHostileAnswers(t *testing.T) {
 	cases := map[string]struct{ answer, want string }{
-		"trailing junk":        {`{"reward":1} garbage`, "verify: the answer is not valid JSON (trailing data after the JSON value at byte 13)"},
-		"two objects":          {`{"reward":1}{"reward":0}`, "verify: the answer is not valid JSON (trailing data after the JSON value at byte 12)"},
-		"trailing NUL":         {"{\"reward\":1}\x00", "verify: the answer is not valid JSON (trailing data after the JSON value at byte 12)"},
-		"truncated":            {`{"reward":1,"accuracy":tr`, "verify: the answer is not valid JSON (truncated: unexpected end of JSON input)"},
-		"truncated string":     {`{"reward":1,"reason":"miss`, "verify: the answer is not valid JSON (truncated: unexpected end of JSON input)"},
-		"html":                 {"<!DOCTYPE html><html><body><h1>500 Internal Server Error</h1></body></html>", "verify: the answer is not valid JSON (invalid character '<' looking for beginning of value at byte 0): <!DOCTYPE html>"},
-		"empty":                {"", "verify: the answer is not valid JSON (empty): "},
-		"whitespace":           {" \n", "verify: the answer is not valid JSON (empty)"},
-		"array":                {`[{"reward":1}]`, "verify: the answer is an array, not a JSON object"},
-		"string":               {`"{\"reward\":1}"`, "verify: the answer is a string, not a JSON object"},
-		"duplicate reward":     {`{"reward":0,"reward":1}`, "verify: the answer has more than one reward"},
-		"reward NaN":           {`{"reward":NaN}`, "verify: the answer is not valid JSON (invalid character 'N' looking for beginning of value at byte 10)"},
-		"reward overflow":      {`{"reward":1e400}`, "verify: reward is 1e400, want a number"},
-		"deep nesting":         {`{"reward":1,"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "verify: the answer is not valid JSON (invalid character '[' exceeded max depth at byte"},
-		"invalid UTF-8 string": {"{\"reward\":1,\"r\":\"\xff\"}", ""}, // encoding/json takes it: a reward
+		"trailing junk":         {`{"reward":1} garbage`, "verify: the answer is not valid JSON (trailing data after the JSON value at byte 13)"},
+		"two objects":           {`{"reward":1}{"reward":0}`, "verify: the answer is not valid JSON (trailing data after the JSON value at byte 12)"},
+		"trailing NUL":          {"{\"reward\":1}\x00", "verify: the answer is not valid JSON (trailing data after the JSON value at byte 12)"},
+		"truncated":             {`{"reward":1,"accuracy":tr`, "verify: the answer is not valid JSON (truncated: unexpected end of JSON input)"},
+		"truncated string":      {`{"reward":1,"reason":"miss`, "verify: the answer is not valid JSON (truncated: unexpected end of JSON input)"},
+		"html":                  {"<!DOCTYPE html><html><body><h1>500 Internal Server Error</h1></body></html>", "verify: the answer is not valid JSON (invalid character '<' looking for beginning of value at byte 0): <!DOCTYPE html>"},
+		"empty":                 {"", "verify: the answer is not valid JSON (empty): "},
+		"whitespace":            {" \n", "verify: the answer is not valid JSON (empty)"},
+		"array":                 {`[{"reward":1}]`, "verify: the answer is an array, not a JSON object"},
+		"string":                {`"{\"reward\":1}"`, "verify: the answer is a string, not a JSON object"},
+		"duplicate reward":      {`{"reward":0,"reward":1}`, "verify: the answer has more than one reward"},
+		"reward NaN":            {`{"reward":NaN}`, "verify: the answer is not valid JSON (invalid character 'N' looking for beginning of value at byte 10)"},
+		"reward overflow":       {`{"reward":1e400}`, "verify: reward is 1e400, want a number"},
+		"deep nesting":          {`{"reward":1,"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "verify: the answer is not valid JSON (invalid character '[' exceeded max depth at byte"},
+		"invalid UTF-8 string":  {"{\"reward\":1,\"r\":\"\xff\"}", ""}, // encoding/json takes it: a reward
+		"reward 1e200":          {`{"reward":1e200}`, "verify: reward 1e+200 is outside the sane range [-1e+06, 1e+06]"},
+		"reward -1e200":         {`{"reward":-1e200}`, "verify: reward -1e+200 is outside the sane range"},
+		"reward just over":      {`{"reward":1000000.5}`, "verify: reward 1.0000005e+06 is outside the sane range"},
+		"component 1e300":       {`{"reward":1,"accuracy":1e300}`, "verify: reward component accuracy is 1e+300, outside the sane range"},
+		"reward_components big": {`{"reward":1,"reward_components":{"a":-1e7}}`, "verify: reward component a is -1e+07, outside the sane range"},
+		"slow path big reward":  {"{\"reward\":1e200,\"r\":\"\xff\"}", "verify: reward 1e+200 is outside the sane range"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -184,5 +191,14 @@ func TestRemoteSilentServerTimesOut(t *testing.T) {
 	}
 	if el := time.Since(start); el > 5*time.Second || c.Attempts() != 3 {
 		t.Fatalf("took %v, %d attempts", el, c.Attempts())
+	}
+}
+
+// Rewards at the bound are rewards.
+func TestParseRewardAtTheBound(t *testing.T) {
+	for _, answer := range []string{`{"reward":1000000}`, `{"reward":-1e6,"accuracy":1e6}`} {
+		if r, err := verify.Parse([]byte(answer), nil); err != nil || math.Abs(r.Reward) != verify.MaxAbsReward {
+			t.Errorf("%s: %v, %v", answer, r, err)
+		}
 	}
 }

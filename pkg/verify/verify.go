@@ -67,13 +67,31 @@ func Remote(ctx context.Context, p Poster, body []byte, rowKeys []string) (*Resu
 // "reward", and nothing after it (`{"reward":1} garbage` is a failure, not
 // reward 1: the answer was not what the server meant to send). A duplicate
 // "reward" key is refused too: JSON readers disagree on which one counts.
+//
+// A reward (or a component) outside [-MaxAbsReward, MaxAbsReward] is refused too, naming the
+// value: no reward function means 1e200, and one such value would make a run's means and
+// variances meaningless.
 func Parse(answer []byte, rowKeys []string) (*Result, error) {
 	r, err := parseFast(answer, rowKeys)
 	if err == errNotRead {
-		return parseSlow(answer, rowKeys)
+		r, err = parseSlow(answer, rowKeys)
 	}
-	return r, err
+	if err != nil {
+		return r, err
+	}
+	if math.Abs(r.Reward) > MaxAbsReward {
+		return nil, &Error{Msg: fmt.Sprintf("reward %g is outside the sane range [-%g, %g]", r.Reward, MaxAbsReward, MaxAbsReward)}
+	}
+	for k, v := range r.Components {
+		if math.Abs(v) > MaxAbsReward {
+			return nil, &Error{Msg: fmt.Sprintf("reward component %s is %g, outside the sane range [-%g, %g]", k, v, MaxAbsReward, MaxAbsReward)}
+		}
+	}
+	return r, nil
 }
+
+// MaxAbsReward bounds the rewards (and reward components) a verify answer may give.
+const MaxAbsReward = 1e6
 
 // parseSlow is Parse by encoding/json alone, several passes over the answer: for answers that
 // are not one valid JSON object, whose errors it words, parseFast hands them here.
