@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -289,5 +290,53 @@ func TestHugeRewardIsAVerifyFailure(t *testing.T) {
 	}
 	if len(recs) != 3 {
 		t.Errorf("%d records", len(recs))
+	}
+}
+
+// A real redis-server behind the built-in server is killed and started again, empty, in the
+// middle of a run: the rollouts whose sessions it lost are resource_server failures (the server
+// answers their verify 409 session_not_found), never a reward; every reward is 1, as without
+// the restart; and --resume --retry-failed runs the lost ones again to a reward each.
+func TestRedisRestartLosesNoRollout(t *testing.T) {
+	redis := redistest.StartServer(t)
+	input := headLines(t, extractionData, 40)
+	dir := t.TempDir()
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
+		"--session-store", redis.URL, "--quiet", "--concurrency", "8", "--sim-latency", "20ms"}
+	go func() {
+		for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 8 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		redis.Restart()
+	}()
+	if r := runCLI(t, context.Background(), nil, args...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	lost := 0
+	for _, rec := range readRecords(t, dir) {
+		switch {
+		case rec.HasReward && rec.Reward != 1:
+			t.Errorf("task %d: reward %v after the restart (%s; tool errors %d)", rec.TaskIndex, rec.Reward, rec.Termination, rec.ToolErrors)
+		case rec.FailureClass == report.FailResourceServer:
+			lost++
+			if !strings.Contains(rec.Error, "session_not_found") {
+				t.Errorf("task %d: %s", rec.TaskIndex, rec.Error)
+			}
+		case !rec.HasReward && !report.InfraFailure(rec.FailureClass):
+			t.Errorf("task %d: %s %s", rec.TaskIndex, rec.FailureClass, rec.Error)
+		}
+	}
+	if lost == 0 {
+		t.Error("the restart lost no session: nothing was in flight?")
+	}
+	t.Logf("%d rollouts lost their session", lost)
+	r := runCLI(t, context.Background(), nil, append(args, "--resume", "--retry-failed")...)
+	if r.code != 0 {
+		t.Fatalf("resume --retry-failed: exit %d: %s", r.code, r.stderr)
+	}
+	for _, rec := range checkExactlyOnce(t, dir, 40, 1) {
+		if rec.Reward != 1 {
+			t.Errorf("after --retry-failed, task %d: reward %v %s %s", rec.TaskIndex, rec.Reward, rec.FailureClass, rec.Error)
+		}
 	}
 }

@@ -34,49 +34,89 @@ const startTimeout = 10 * time.Second
 // server's command line, e.g. "--requirepass", "secret".
 func Start(t testing.TB, args ...string) string {
 	t.Helper()
+	s := StartServer(t, args...)
+	if s == nil {
+		return ""
+	}
+	return s.URL
+}
+
+// Server is a redis-server started by StartServer, which a test can kill and start again,
+// empty, on the same port: a Redis restart that lost every key.
+type Server struct {
+	URL  string
+	t    testing.TB
+	bin  string
+	dir  string
+	args []string
+	port int
+	stop func() // kills the process and waits for it
+}
+
+// StartServer is Start, returning the server (nil when the test is skipped).
+func StartServer(t testing.TB, args ...string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv(SkipEnv) == "1" {
 			t.Skipf("redis-server not found on PATH and %s=1: skipping", SkipEnv)
-			return ""
+			return nil
 		}
 		t.Fatalf("redis-server not found on PATH: these tests need a real Redis; install it (apt-get install -y redis-server), or set %s=1 to skip them", SkipEnv)
-		return ""
+		return nil
 	}
-	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	var lastErr error
 	// The free port is found by listening and closing, so another process may take it before
 	// redis-server binds it: try a few ports.
 	for range 5 {
-		url, err := start(t, bin, dir, args)
-		if err == nil {
-			return url
+		if s.port, lastErr = freePort(); lastErr != nil {
+			continue
 		}
-		lastErr = err
+		if lastErr = s.start(); lastErr == nil {
+			t.Cleanup(func() { s.stop() })
+			return s
+		}
 	}
 	t.Fatalf("redistest: %v", lastErr)
-	return ""
+	return nil
 }
 
-func start(t testing.TB, bin, dir string, args []string) (string, error) {
-	port, err := freePort()
-	if err != nil {
-		return "", err
+// Restart kills the server (SIGKILL: nothing is saved) and starts a new one on the same port,
+// with no keys. Clients see their connections drop, then an empty Redis at the same URL.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.stop()
+	var err error
+	for range 50 { // the port may take a moment to be free again
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	s.t.Fatalf("redistest: restart: %v", err)
+}
+
+// Kill kills the server (SIGKILL) without starting another: clients see connection errors.
+func (s *Server) Kill() { s.stop() }
+
+// start starts redis-server on s.port and waits until it answers PING.
+func (s *Server) start() error {
+	port := s.port
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(bin, append([]string{
+	cmd := exec.Command(s.bin, append([]string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
-		"--dir", dir,
+		"--dir", s.dir,
 		"--daemonize", "no",
-	}, args...)...)
-	cmd.Dir = dir
+	}, s.args...)...)
+	cmd.Dir = s.dir
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("start %s: %v", bin, err)
+		return fmt.Errorf("start %s: %v", s.bin, err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -90,18 +130,19 @@ func start(t testing.TB, bin, dir string, args []string) (string, error) {
 
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if ping(addr, password(args), cmd.Process.Pid) == nil {
-			t.Cleanup(stop)
-			return "redis://" + addr + "/0", nil
+		if ping(addr, password(s.args), cmd.Process.Pid) == nil {
+			s.stop = stop
+			s.URL = "redis://" + addr + "/0"
+			return nil
 		}
 		select {
 		case <-exited:
-			return "", fmt.Errorf("redis-server on port %d exited: %s", port, out.String())
+			return fmt.Errorf("redis-server on port %d exited: %s", port, out.String())
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return "", fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", port, startTimeout, out.String())
+			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", port, startTimeout, out.String())
 		}
 	}
 }

@@ -421,7 +421,11 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	}
 	v, err := verify.Remote(ctx, sess, body, keys)
 	if err != nil {
-		rec.FailureClass, rec.Error = callFailure(ctx, err, report.FailVerify), err.Error()
+		fallback := report.FailVerify
+		if verify.SessionLost(err) {
+			fallback = report.FailResourceServer // the server lost the session: run it again
+		}
+		rec.FailureClass, rec.Error = callFailure(ctx, err, fallback), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.VerifyError))
 		return res
 	}

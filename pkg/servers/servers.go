@@ -173,8 +173,20 @@ func cookieSuffix(name string) string {
 	return strings.TrimPrefix(s, name+"="+v)
 }
 
+// statefulServer is a resourceServer that keeps a session's state in the store from
+// seed_session on; its verify needs that state.
+type statefulServer interface {
+	keepsState()
+}
+
+// seededPrefix starts the id of a session that a stateful server seeded. The id is in the
+// signed cookie, so the mark cannot be forged: a seeded session whose state is missing was lost
+// (its TTL ran out, or the store restarted empty), not never seen.
+const seededPrefix = "s-"
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sid := h.session(w, r)
+	_, stateful := h.impl.(statefulServer)
+	sid := h.session(w, r, stateful && r.URL.Path == "/seed_session")
 
 	switch r.URL.Path {
 	case "/":
@@ -204,6 +216,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
+		if stateful && strings.HasPrefix(sid, seededPrefix) {
+			if _, found, err := h.store.Get(r.Context(), sid); err != nil {
+				writeError(w, err)
+				return
+			} else if !found {
+				writeJSON(w, http.StatusConflict, sessionLost)
+				return
+			}
+		}
 		h.serveVerify(w, r.Context(), sid, body)
 		return
 	case "/end_session":
@@ -216,6 +237,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err := h.store.Delete(r.Context(), sid); err != nil {
 			writeError(w, err)
 			return
+		}
+		if unmarked, ok := strings.CutPrefix(sid, seededPrefix); ok {
+			// Ended, not lost: the session goes on as one never seeded.
+			w.Header().Set("Set-Cookie", h.cookieName+"="+unmarked+"."+h.sign(unmarked)+h.cookieSuffix)
 		}
 		writeJSON(w, http.StatusOK, []byte(`{}`))
 		return
@@ -295,9 +320,13 @@ outer:
 	return append(b, '}')
 }
 
+// sessionLost is the answer to a verify of a session that was seeded and whose state is gone.
+var sessionLost = []byte(`{"error":"session_not_found","detail":"this session was seeded, but the session store no longer has its state (its TTL ran out, or the store restarted empty); run the rollout again"}`)
+
 // session returns the request's session id, starting a new session when the request carries no
 // validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).
-func (h *handler) session(w http.ResponseWriter, r *http.Request) string {
+// seeding marks the id as seeded (seededPrefix), keeping the rest of it.
+func (h *handler) session(w http.ResponseWriter, r *http.Request, seeding bool) string {
 	sid, value := "", ""
 	if c, err := r.Cookie(h.cookieName); err == nil {
 		if sid, _ = h.checkCookie(c.Value); sid != "" {
@@ -310,6 +339,10 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) string {
 			panic(fmt.Sprintf("servers: session id: %v", err)) // crypto/rand never fails on supported platforms
 		}
 		sid = hex.EncodeToString(b)
+		value = sid + "." + h.sign(sid)
+	}
+	if seeding && !strings.HasPrefix(sid, seededPrefix) {
+		sid = seededPrefix + sid
 		value = sid + "." + h.sign(sid)
 	}
 	// http.SetCookie(w, &http.Cookie{Name: h.cookieName, Value: value, Path: "/", MaxAge:
@@ -461,3 +494,9 @@ func pyRepr(s string) string {
 	b.WriteString(quote)
 	return b.String()
 }
+
+// The servers that keep a session's state from seed_session on.
+func (*counter) keepsState()      {}
+func (*extraction) keepsState()   {}
+func (*stateCounter) keepsState() {}
+func (*workflow) keepsState()     {}

@@ -454,27 +454,31 @@ func TestStateCounterTTL(t *testing.T) {
 	if time.Since(start) < ttl/2 {
 		wantVerify(t, c, counterRow(5, 8), map[string]any{"reward": 1.0})
 	}
-	waitForVerify(t, c, counterRow(5, 8), 5*time.Second, "session_not_found")
+	waitForSessionLost(t, c, counterRow(5, 8), 5*time.Second)
 	if since := time.Since(start); since < ttl {
 		t.Errorf("state gone after %v, before its TTL %v", since, ttl)
 	}
 	wantNotFound(t, c, "/increment_counter", `{"count":1}`)
 }
 
-// waitForVerify polls verify until it reports reason, for at most limit.
-func waitForVerify(t *testing.T, c *counterClient, row string, limit time.Duration, reason string) {
+// waitForSessionLost polls verify until the session's state is gone: a seeded session whose
+// state the store lost is answered 409 session_not_found (never a reward), for at most limit.
+func waitForSessionLost(t *testing.T, c *counterClient, row string, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		m := c.mustWant(t, http.StatusOK, "/verify", counterVerify(row))
-		if m["reason"] == reason {
-			if m["reward"] != 0.0 {
-				t.Errorf("verify = %v: reason %s with a reward", m, reason)
+		code, out, err := c.post("/verify", counterVerify(row))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == http.StatusConflict {
+			if !strings.Contains(string(out), `"error":"session_not_found"`) {
+				t.Errorf("verify = 409 %s, want session_not_found", out)
 			}
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("verify still %v after %v, want reason %s", m, limit, reason)
+		if code != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("verify = %d %s after %v, want 409 session_not_found", code, out, limit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -171,7 +171,7 @@ func TestSharedStoreTTL(t *testing.T) {
 	if _, err := c.seedAndCount(5, []int{3}); err != nil {
 		t.Fatal(err)
 	}
-	waitForVerify(t, c, counterRow(5, 8), 5*time.Second, "session_not_found")
+	waitForSessionLost(t, c, counterRow(5, 8), 5*time.Second)
 	if since := time.Since(start); since < ttl {
 		t.Errorf("state gone after %v, before its TTL %v", since, ttl)
 	}
@@ -309,4 +309,36 @@ func runSession(t *testing.T, base string, transport http.RoundTripper, i int) (
 		r.err = fmt.Errorf("no session cookie")
 	}
 	return r
+}
+
+// A server knows a session it seeded from one it never saw: after its Redis restarts empty, the
+// verify of a seeded session is answered 409 session_not_found (the session was lost, not
+// scored 0), while a session never seeded, or ended with /end_session, still scores 0 with
+// reason session_not_found, as NeMo Gym's server does.
+func TestSharedStoreRestartLosesSeededSessions(t *testing.T) {
+	redis := redistest.StartServer(t)
+	_, srv := redisPair(t, redis.URL, "counter", 0)
+	seeded, never, ended := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
+	if _, err := seeded.seedAndCount(5, []int{3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ended.seedAndCount(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ended.mustWant(t, http.StatusOK, "/end_session", ``)
+	wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
+
+	redis.Restart()
+	code, out, err := seeded.post("/verify", counterVerify(counterRow(5, 8)))
+	if err != nil || code != http.StatusConflict || !strings.Contains(string(out), `"error":"session_not_found"`) {
+		t.Errorf("verify of a seeded session after the restart: %d %s %v, want 409 session_not_found", code, out, err)
+	}
+	wantNotFound(t, seeded, "/get_counter_value", `{}`)
+	wantVerify(t, never, counterRow(5, 8), map[string]any{"reward": 0.0, "reason": "session_not_found"})
+	wantVerify(t, ended, counterRow(1, 1), map[string]any{"reward": 0.0, "reason": "session_not_found"})
+	// Seeding again makes it a session like any other.
+	if _, err := seeded.seedAndCount(5, []int{3}); err != nil {
+		t.Fatal(err)
+	}
+	wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -48,6 +49,14 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// SessionLost reports whether err is a resource server's 409 session_not_found: the server
+// seeded the session and no longer has its state (its session store restarted empty, or the
+// session's TTL ran out). The rollout did not fail; the infrastructure lost it.
+func SessionLost(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusConflict && strings.Contains(e.Msg, "session_not_found")
+}
 
 // Remote posts body (the task row plus "response") to /verify and reads
 // the reward. rowKeys are the task row's top-level keys, which the server
