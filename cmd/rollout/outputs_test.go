@@ -340,3 +340,29 @@ func TestRedisRestartLosesNoRollout(t *testing.T) {
 		}
 	}
 }
+
+// An agent_ref.name that matches no named server, while a default one takes its rows, is
+// warned about once per name (naming the file and line of a row with it); a name that matches
+// is not.
+func TestAgentRefWithoutServerWarnsOnce(t *testing.T) {
+	var b strings.Builder
+	for i, name := range []string{"weather", "wether", "wether", "other", "wether", "other", "weather"} {
+		fmt.Fprintf(&b, `{"id": "w%d", "agent_ref": {"type": "responses_api_agents", "name": %q}, "responses_create_params": {"input": [{"role": "user", "content": "weather?"}], "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]}}`+"\n", i, name)
+	}
+	input := filepath.Join(t.TempDir(), "rows.jsonl")
+	os.WriteFile(input, []byte(b.String()), 0o644)
+	m := newFakeModel(t, weatherModel)
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", t.TempDir(), "--model-url", m.URL+"/v1", "--model", "m",
+		"--server", "weather=builtin:example_single_tool_call", "--server", "builtin:example_single_tool_call", "--quiet", "--concurrency", "3")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for name, want := range map[string]int{`"wether"`: 1, `"other"`: 1, `"weather"`: 0} {
+		if got := strings.Count(r.stderr, "warning: agent_ref.name "+name); got != want {
+			t.Errorf("%d warnings for %s, want %d:\n%s", got, name, want, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stderr, `agent_ref.name "wether" (`+input+`:`) || !strings.Contains(r.stderr, `matches no named --server (weather): its rows go to the default server example_single_tool_call`) {
+		t.Errorf("the warning does not name the row and the servers:\n%s", r.stderr)
+	}
+}

@@ -224,6 +224,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	routes.Warn = func(msg string) { fmt.Fprintln(e.stderr, "rollout: warning: "+msg) }
 
 	opts := runner.Options{
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,

@@ -343,7 +343,7 @@ func TestSecurityLoopbackByDefault(t *testing.T) {
 // legitimate tool and verify. (The unit tests are pkg/agent's TestCallToolRefusesNames and
 // TestRunRefusesPathAndURLToolNames; this is the whole CLI over HTTP.)
 func TestSecurityToolNamesNeverReachTheServer(t *testing.T) {
-	hostile := []string{"../verify", "..", "a/b", "a?b=1", "http://evil.example/x", "//evil.example/x", "verify", "seed_session", "%2e%2e", `a\b`, "x#y"}
+	hostile := []string{"../verify", "..", "a/b", "a?b=1", "http://evil.example/x", "//evil.example/x", "verify", "seed_session", "end_session", "%2e%2e", `a\b`, "x#y"}
 	var tools []string
 	for _, n := range append([]string{"get_weather"}, hostile...) {
 		b, _ := json.Marshal(n)

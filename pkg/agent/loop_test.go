@@ -247,7 +247,7 @@ func TestRunUnknownTool(t *testing.T) {
 // offers them, and nothing is sent.
 func TestRunRefusesPathAndURLToolNames(t *testing.T) {
 	res := newFakeResource(t, nil)
-	names := []string{"../verify", "http://evil", "verify", "seed_session", "a/b", "a?b=1", "%2e%2e"}
+	names := []string{"../verify", "http://evil", "verify", "seed_session", "end_session", "a/b", "a?b=1", "%2e%2e"}
 	var tools, calls []string
 	var script []call
 	for i, n := range names {

@@ -293,7 +293,7 @@ func checkToolName(name string) error {
 		return fmt.Errorf("tool name %q refused: it must be a plain name, without control characters or invalid UTF-8", report.Clip(name, 100))
 	}
 	switch name {
-	case "seed_session", "verify":
+	case "seed_session", "verify", "end_session":
 		return fmt.Errorf("tool name %q refused: it is a protocol endpoint", name)
 	}
 	return nil

@@ -266,7 +266,7 @@ func TestCallToolRefusesNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	sess := ts.NewSession()
-	for _, name := range []string{"", "../verify", "..", "http://evil", "//evil.example/x", "a/b", `a\b`, "a?b", "a#b", "a%2Fb", "a b", "verify", "seed_session", "x:y"} {
+	for _, name := range []string{"", "../verify", "..", "http://evil", "//evil.example/x", "a/b", `a\b`, "a?b", "a#b", "a%2Fb", "a b", "verify", "seed_session", "end_session", "x:y"} {
 		r := sess.CallTool(context.Background(), name, `{}`)
 		if !r.Failed || !strings.HasPrefix(r.Output, "Error:") || r.Unreachable {
 			t.Errorf("%q: %+v", name, r)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -154,6 +155,9 @@ func (o *Options) Validate() error {
 	if o.Servers.Default == nil && len(o.Servers.ByName) == 0 {
 		return errors.New("no resource server: --server URL or --server NAME=URL")
 	}
+	if o.Servers.warned == nil {
+		o.Servers.warned = &sync.Map{}
+	}
 	if o.Progress == nil {
 		o.Progress = progress.New(nil, 0)
 	}
@@ -165,6 +169,11 @@ func (o *Options) Validate() error {
 type Servers struct {
 	Default *agent.ToolServer
 	ByName  map[string]*agent.ToolServer
+	// Warn, when set, is told once per agent_ref.name that matches none of the named servers
+	// while a default one takes its rows (a typo in NAME=URL would send them to the wrong
+	// server without a word).
+	Warn   func(msg string)
+	warned *sync.Map // the names warned about; set by Options.Validate
 }
 
 // For returns the server of a task and the agent name for its record.
@@ -172,6 +181,12 @@ func (s Servers) For(t *dataset.Task) (*agent.ToolServer, string, error) {
 	if t.AgentRef != nil {
 		if srv, ok := s.ByName[t.AgentRef.Name]; ok {
 			return srv, t.AgentRef.Name, nil
+		}
+		if s.Default != nil && len(s.ByName) > 0 && s.Warn != nil && s.warned != nil {
+			if _, done := s.warned.LoadOrStore(t.AgentRef.Name, true); !done {
+				s.Warn(fmt.Sprintf("agent_ref.name %q (%s:%d) matches no named --server (%s): its rows go to the default server %s",
+					t.AgentRef.Name, t.File, t.Line, s.names(), s.Default.Name))
+			}
 		}
 	}
 	if s.Default != nil {
