@@ -366,3 +366,24 @@ func TestAgentRefWithoutServerWarnsOnce(t *testing.T) {
 		t.Errorf("the warning does not name the row and the servers:\n%s", r.stderr)
 	}
 }
+
+// A 403 whose body is plain text keeps the text in the record's error.
+func TestModel403TextBodyKept(t *testing.T) {
+	const text = "Forbidden: this key may not use model m (organization policy)"
+	m := newFakeModel(t, func(w http.ResponseWriter, _ map[string]any, _ int64) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, text)
+	})
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 2, ""), "--out", dir, "--model-url", m.URL+"/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, rec := range readRecords(t, dir) {
+		if rec.FailureClass != report.FailModelError || !strings.Contains(rec.Error, "403") || !strings.Contains(rec.Error, text) {
+			t.Errorf("record %d: %s %q", rec.TaskIndex, rec.FailureClass, rec.Error)
+		}
+	}
+}
