@@ -100,7 +100,9 @@ fuzz:
 
 # 10,000 rollouts through the simulator (10% 429, 5% 500, 2% resets, 1% hangs) and a resource
 # server failing 5% of calls, each its own process: every rollout must end in exactly one record
-# (a reward or a typed failure). A 300-rollout version runs in `make test`. See RELIABILITY.md.
+# (a reward or a typed failure). Then the mixed case (TestSoakMixed): two writers of one --out
+# (the second refused), a Redis restart mid-run, a model echoing the API key into every field:
+# 0 lost, 0 duplicated, 0 leaked. 300-rollout versions of both run in `make test`. See RELIABILITY.md.
 soak:
 	ROLLOUT_SOAK_ROLLOUTS=10000 $(GO) test -run TestSoak -v -count=1 -timeout 30m ./internal/soak
 

@@ -100,7 +100,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&f.sessionStore, "session-store", "memory", "session store of the builtin: servers: memory, or redis://HOST:PORT/DB")
 	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session this long after its last write")
 	fs.BoolVar(&f.endSessions, "end-sessions", false, "after verify, POST /end_session to every server so it drops the session at once (rollout serve's servers take it; NeMo Gym's do not). Always on for builtin: servers")
-	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index) to `FILE`")
+	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index, _ng_arm) to `FILE`, made from the run's records when it ends; it belongs to the run like --out (refused if it exists, unless --overwrite)")
 	fs.StringVar(&f.arms, "arms", "", "policy arms to run on every task and repeat, with the same seeds: single, multi, or both as single,multi (default multi)")
 	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (JSON: name, prompt, tools, validation_tools, max_iterations, max_retries; e.g. data/workflow.steps.json)")
 	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "native: the endpoint's tool calling; json: the model answers one JSON object ({\"tool_calls\": [...]} or {\"success\", \"result\", \"reasoning\"}), validated against a schema, for endpoints without tool calling")
