@@ -37,11 +37,7 @@ func TestSoakMixed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak: runs the binary and redis-server")
 	}
-	n := envInt(t, "ROLLOUT_SOAK_ROLLOUTS", shortRollouts)
-	seed := strconv.Itoa(envInt(t, "ROLLOUT_SOAK_SEED", 1))
-	reps := max(repeats, (n+maxTasks-1)/maxTasks)
-	tasks := max(n/reps, 1)
-	n = tasks * reps
+	n, tasks, reps, seed := soakSize(t)
 	dir := t.TempDir()
 	if d := os.Getenv("ROLLOUT_SOAK_OUT"); d != "" {
 		dir = filepath.Join(d, "mixed")

@@ -79,13 +79,7 @@ func TestSoak(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("soak: stops its servers with SIGINT")
 	}
-	n := envInt(t, "ROLLOUT_SOAK_ROLLOUTS", shortRollouts)
-	seed := strconv.Itoa(envInt(t, "ROLLOUT_SOAK_SEED", 1))
-	// The extraction generator makes a few hundred distinct tasks per seed; beyond maxTasks the
-	// tasks are repeated more. The count is rounded down to tasks x repeats.
-	reps := max(repeats, (n+maxTasks-1)/maxTasks)
-	tasks := max(n/reps, 1)
-	n = tasks * reps
+	n, tasks, reps, seed := soakSize(t)
 	dir := os.Getenv("ROLLOUT_SOAK_OUT")
 	if dir == "" {
 		dir = t.TempDir()
@@ -174,6 +168,17 @@ func TestSoak(t *testing.T) {
 	if a.failed*10 > len(recs) {
 		t.Errorf("%d of %d rollouts failed: the retries do not get through the faults", a.failed, len(recs))
 	}
+}
+
+// soakSize is the soak's size from the environment: n rollouts of tasks tasks x reps repeats,
+// and the seed. The extraction generator makes a few hundred distinct tasks per seed; beyond
+// maxTasks the tasks are repeated more. The count is rounded down to tasks x repeats.
+func soakSize(t *testing.T) (n, tasks, reps int, seed string) {
+	n = envInt(t, "ROLLOUT_SOAK_ROLLOUTS", shortRollouts)
+	seed = strconv.Itoa(envInt(t, "ROLLOUT_SOAK_SEED", 1))
+	reps = max(repeats, (n+maxTasks-1)/maxTasks)
+	tasks = max(n/reps, 1)
+	return tasks * reps, tasks, reps, seed
 }
 
 // accounting is what the records say.
