@@ -554,12 +554,7 @@ func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, err
 	if diffs := mf.Differences(old); len(diffs) > 0 && !f.force {
 		return p, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
 	}
-	keep := func(r *report.Record) bool {
-		if r.FailureClass == report.FailCancelled {
-			p.cancelled++
-		}
-		return true
-	}
+	var keep func(*report.Record) bool // nil: every record stays, read for its key only
 	if f.retryFailed {
 		keep = func(r *report.Record) bool { return !report.InfraFailure(r.FailureClass) }
 	}
@@ -569,6 +564,11 @@ func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, err
 	}
 	if p.done, err = report.Compact(f.out, nemoGym, keep); err != nil {
 		return p, fmt.Errorf("--resume: %w", err)
+	}
+	if !f.retryFailed {
+		if p.cancelled, err = report.CountClass(f.out, report.FailCancelled); err != nil {
+			return p, fmt.Errorf("--resume: %w", err)
+		}
 	}
 	forced := len(mf.Differences(old)) > 0
 	old.JSONLOut = mf.JSONLOut

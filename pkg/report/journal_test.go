@@ -380,3 +380,48 @@ func TestSinkRedactsSecrets(t *testing.T) {
 		t.Errorf("record: error %q, task fields %v", recs[0].Error, recs[0].TaskFields)
 	}
 }
+
+// CountClass counts the records of a class from the journal's bytes: across block boundaries,
+// and not when the text is inside a string (an error that quotes it).
+func TestCountClass(t *testing.T) {
+	dir := t.TempDir()
+	if n, err := CountClass(dir, FailCancelled); n != 0 || err != nil {
+		t.Fatalf("no journal: %d, %v", n, err)
+	}
+	s, err := OpenSink(dir, SinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for i := range int64(30000) { // ~10 MB: many blocks
+		class := ""
+		switch i % 7 {
+		case 3:
+			class = FailCancelled
+			want++
+		case 5:
+			class = FailTimeout
+		}
+		r := result(i, 0, class, 1)
+		r.Record.Error = `quoted: "failure_class":"cancelled"` + strings.Repeat("x", int(i%300))
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := CountClass(dir, FailCancelled); n != want || err != nil {
+		t.Errorf("CountClass: %d, %v; want %d", n, err, want)
+	}
+	n := 0
+	ScanJournal(filepath.Join(dir, JournalFile), func(r *Record) error {
+		if r.FailureClass == FailCancelled {
+			n++
+		}
+		return nil
+	})
+	if n != want {
+		t.Errorf("the journal has %d cancelled records, want %d", n, want)
+	}
+}

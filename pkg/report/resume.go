@@ -529,3 +529,36 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, error) {
 	}
 	return sum, nil
 }
+
+// CountClass counts the records of dir's journal whose failure class is class, by the bytes
+// the journal's writer gives that member ("failure_class":"CLASS"): inside a JSON string its
+// quotes would be escaped, so only the member itself matches. It reads the journal a block at a
+// time, without decoding it. Run it after Compact, which leaves one record per rollout.
+func CountClass(dir, class string) (int, error) {
+	f, err := os.Open(join(dir, JournalFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	pat := []byte(`"failure_class":"` + class + `"`)
+	buf := make([]byte, lineBlockSize+len(pat))
+	n, keep := 0, 0
+	for {
+		m, err := f.Read(buf[keep:])
+		end := keep + m
+		n += bytes.Count(buf[:end], pat)
+		// The last len(pat)-1 bytes may start a match that the next block ends; they cannot
+		// hold a whole one, so none is counted twice.
+		keep = min(end, len(pat)-1)
+		copy(buf, buf[end-keep:end])
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", join(dir, JournalFile), err)
+		}
+	}
+}
