@@ -41,10 +41,15 @@ func (c *counter) tool(name string) (toolFunc, bool) {
 }
 
 // update applies fn to the session's counter, starting from def when the session has none
-// (Python's dict.setdefault), stores the result and returns it.
-func (c *counter) update(ctx context.Context, sid string, def *big.Int, fn func(n *big.Int)) (*big.Int, error) {
+// (Python's dict.setdefault), stores the result and returns it. A tool call (seeding false) of
+// a seeded session whose counter is gone is a 409 session_not_found: starting it again at def
+// would score a lost session as if the model had miscounted.
+func (c *counter) update(ctx context.Context, sid string, seeding bool, def *big.Int, fn func(n *big.Int)) (*big.Int, error) {
 	var out *big.Int
 	err := c.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
+		if !seeding && lostSession(sid, ok) {
+			return nil, errSessionLost
+		}
 		n := new(big.Int).Set(def)
 		if ok {
 			if _, parsed := n.SetString(string(old), 10); !parsed {
@@ -70,7 +75,7 @@ func (c *counter) seedSession(ctx context.Context, sid string, row *object) erro
 		}
 		initial = n
 	}
-	_, err := c.update(ctx, sid, initial, nil)
+	_, err := c.update(ctx, sid, true, initial, nil)
 	return err
 }
 
@@ -87,7 +92,7 @@ func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]fie
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	if _, err := c.update(ctx, sid, new(big.Int), func(n *big.Int) { n.Add(n, count) }); err != nil {
+	if _, err := c.update(ctx, sid, false, new(big.Int), func(n *big.Int) { n.Add(n, count) }); err != nil {
 		return nil, err
 	}
 	return []field{{"success", true}}, nil
@@ -95,7 +100,7 @@ func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]fie
 
 // get takes no arguments; like the FastAPI route without a body model, it ignores the body.
 func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]field, error) {
-	n, err := c.update(ctx, sid, new(big.Int), nil)
+	n, err := c.update(ctx, sid, false, new(big.Int), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -220,8 +220,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if _, found, err := h.store.Get(r.Context(), sid); err != nil {
 				writeError(w, err)
 				return
-			} else if !found {
-				writeJSON(w, http.StatusConflict, sessionLost)
+			} else if lostSession(sid, found) {
+				writeError(w, errSessionLost)
 				return
 			}
 		}
@@ -320,8 +320,23 @@ outer:
 	return append(b, '}')
 }
 
-// sessionLost is the answer to a verify of a session that was seeded and whose state is gone.
-var sessionLost = []byte(`{"error":"session_not_found","detail":"this session was seeded, but the session store no longer has its state (its TTL ran out, or the store restarted empty); run the rollout again"}`)
+// errSessionLost answers a request of a session that was seeded and whose state is gone: 409
+// session_not_found.
+var errSessionLost = sessionLostError{}
+
+type sessionLostError struct{}
+
+func (sessionLostError) Error() string {
+	return "session_not_found: this session was seeded, but the session store no longer has its state"
+}
+
+func (sessionLostError) statusBody() (int, []byte) {
+	return http.StatusConflict, []byte(`{"error":"session_not_found","detail":"this session was seeded, but the session store no longer has its state (its TTL ran out, or the store restarted empty); run the rollout again"}`)
+}
+
+// lostSession reports whether a session without state (ok false) was seeded: its id has the
+// seeded mark.
+func lostSession(sid string, ok bool) bool { return !ok && strings.HasPrefix(sid, seededPrefix) }
 
 // session returns the request's session id, starting a new session when the request carries no
 // validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).

@@ -311,34 +311,45 @@ func runSession(t *testing.T, base string, transport http.RoundTripper, i int) (
 	return r
 }
 
-// A server knows a session it seeded from one it never saw: after its Redis restarts empty, the
-// verify of a seeded session is answered 409 session_not_found (the session was lost, not
-// scored 0), while a session never seeded, or ended with /end_session, still scores 0 with
-// reason session_not_found, as NeMo Gym's server does.
+// A server knows a session it seeded from one it never saw: after its Redis restarts empty, a
+// tool call and the verify of a seeded session are answered 409 session_not_found (the session
+// was lost, not scored 0, and not started again from 0), while a session never seeded, or ended
+// with /end_session, still scores 0, as NeMo Gym's server does. Both counters: rollout's
+// (counter) and NeMo Gym's example (example_session_state_mgmt, whose tool calls start a
+// missing counter at 0).
 func TestSharedStoreRestartLosesSeededSessions(t *testing.T) {
-	redis := redistest.StartServer(t)
-	_, srv := redisPair(t, redis.URL, "counter", 0)
-	seeded, never, ended := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
-	if _, err := seeded.seedAndCount(5, []int{3}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ended.seedAndCount(1, nil); err != nil {
-		t.Fatal(err)
-	}
-	ended.mustWant(t, http.StatusOK, "/end_session", ``)
-	wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
+	for _, name := range []string{"counter", "example_session_state_mgmt"} {
+		t.Run(name, func(t *testing.T) {
+			redis := redistest.StartServer(t)
+			_, srv := redisPair(t, redis.URL, name, 0)
+			seeded, never, ended := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
+			seeded.mustWant(t, http.StatusOK, "/seed_session", counterRow(5, 0))
+			seeded.mustWant(t, http.StatusOK, "/increment_counter", `{"count":3}`)
+			ended.mustWant(t, http.StatusOK, "/seed_session", counterRow(1, 0))
+			ended.mustWant(t, http.StatusOK, "/end_session", ``)
+			wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
 
-	redis.Restart()
-	code, out, err := seeded.post("/verify", counterVerify(counterRow(5, 8)))
-	if err != nil || code != http.StatusConflict || !strings.Contains(string(out), `"error":"session_not_found"`) {
-		t.Errorf("verify of a seeded session after the restart: %d %s %v, want 409 session_not_found", code, out, err)
+			redis.Restart()
+			for _, call := range [][2]string{{"/increment_counter", `{"count":3}`}, {"/get_counter_value", `{}`}, {"/verify", counterVerify(counterRow(5, 8))}} {
+				code, out, err := seeded.post(call[0], call[1])
+				if err != nil || code != http.StatusConflict || !strings.Contains(string(out), `"error":"session_not_found"`) {
+					t.Errorf("%s of a seeded session after the restart: %d %s %v, want 409 session_not_found", call[0], code, out, err)
+				}
+			}
+			wantReward(t, never, counterRow(5, 8), 0)
+			wantReward(t, ended, counterRow(1, 1), 0)
+			// Seeding again makes it a session like any other.
+			seeded.mustWant(t, http.StatusOK, "/seed_session", counterRow(5, 0))
+			seeded.mustWant(t, http.StatusOK, "/increment_counter", `{"count":3}`)
+			wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
+		})
 	}
-	wantNotFound(t, seeded, "/get_counter_value", `{}`)
-	wantVerify(t, never, counterRow(5, 8), map[string]any{"reward": 0.0, "reason": "session_not_found"})
-	wantVerify(t, ended, counterRow(1, 1), map[string]any{"reward": 0.0, "reason": "session_not_found"})
-	// Seeding again makes it a session like any other.
-	if _, err := seeded.seedAndCount(5, []int{3}); err != nil {
-		t.Fatal(err)
+}
+
+// wantReward verifies row and wants the reward (200).
+func wantReward(t *testing.T, c *counterClient, row string, reward float64) {
+	t.Helper()
+	if m := c.mustWant(t, http.StatusOK, "/verify", counterVerify(row)); m["reward"] != reward {
+		t.Errorf("verify = %v, want reward %v", m, reward)
 	}
-	wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
 }
