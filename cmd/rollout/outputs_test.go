@@ -387,3 +387,15 @@ func TestModel403TextBodyKept(t *testing.T) {
 		}
 	}
 }
+
+// --server values are stored with the credentials of their URLs redacted, names and builtin:
+// servers as they are.
+func TestRedactServers(t *testing.T) {
+	got := redactServers([]string{"builtin:extraction", "a=builtin:counter", "http://u:pw-1234567@h:1/x?key=k-12345678", "b=http://h:2/?token=t-12345678&v=1", "http://h:3/"})
+	want := []string{"builtin:extraction", "a=builtin:counter", "http://REDACTED@h:1/x?key=REDACTED", "b=http://h:2/?token=REDACTED&v=REDACTED", "http://h:3/"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("%d: %q, want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -208,6 +208,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return badUsage("--model-url: %v", err)
 	}
 	secrets := append([]string{apiKey}, endpoint.Secrets...)
+	for _, spec := range f.servers {
+		secrets = append(secrets, agent.URLSecrets(serverURL(spec))...)
+	}
 	// --model-timeout bounds each attempt; retries come on top, within
 	// the rollout's deadline. The base URL's query goes with every request.
 	doer := &retry.Doer{Client: &http.Client{Transport: agent.QueryTransport(transport, endpoint.Query), CheckRedirect: retry.NoRedirect}, Policy: policy, AttemptTimeout: f.modelTimeout}
@@ -409,13 +412,17 @@ type runConfig struct {
 func redactServers(specs []string) []string {
 	out := make([]string, len(specs))
 	for i, s := range specs {
-		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
-			out[i] = n + "=" + agent.RedactURL(u)
-		} else {
-			out[i] = agent.RedactURL(s)
-		}
+		out[i] = strings.TrimSuffix(s, serverURL(s)) + agent.RedactURL(serverURL(s))
 	}
 	return out
+}
+
+// serverURL is the URL of a --server value: URL, or NAME=URL.
+func serverURL(spec string) string {
+	if n, u, ok := strings.Cut(spec, "="); ok && !strings.Contains(n, ":") {
+		return u
+	}
+	return spec
 }
 
 // maxToolCallsConfig is --max-tool-calls in the run's identity: 0 (left out) at the default, so
@@ -666,9 +673,9 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 	for _, s := range specs {
 		// name routes rows by agent_ref.name; label names the server in
 		// the records' agent column.
-		name, url := "", s
-		if n, u, ok := strings.Cut(s, "="); ok && !strings.Contains(n, ":") {
-			name, url = n, u
+		name, url := "", serverURL(s)
+		if url != s {
+			name = strings.TrimSuffix(s, "="+url)
 		}
 		builtin := strings.HasPrefix(url, "builtin:")
 		label := name
@@ -684,7 +691,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 			}
 		}
 		if label == "" {
-			label = url
+			label = agent.RedactURL(url) // the records' agent column: no credentials
 		}
 		srv, err := agent.NewToolServer(label, url, c.transport)
 		if err != nil {

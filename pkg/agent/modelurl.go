@@ -26,16 +26,27 @@ func ParseEndpoint(raw string) (Endpoint, error) {
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return Endpoint{}, fmt.Errorf("%s: not an http(s) URL", RedactURL(raw))
 	}
-	e := Endpoint{Query: u.Query()}
-	if p, ok := u.User.Password(); ok {
-		e.Secrets = append(e.Secrets, p)
-	}
-	for _, vs := range e.Query {
-		e.Secrets = append(e.Secrets, vs...)
-	}
+	e := Endpoint{Query: u.Query(), Secrets: URLSecrets(raw)}
 	u.RawQuery, u.ForceQuery, u.Fragment = "", false, ""
 	e.Base = strings.TrimRight(u.String(), "/")
 	return e, nil
+}
+
+// URLSecrets are the credentials a URL carries: its password and its query values (none when
+// raw is not a URL).
+func URLSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var s []string
+	if p, ok := u.User.Password(); ok {
+		s = append(s, p)
+	}
+	for _, vs := range u.Query() {
+		s = append(s, vs...)
+	}
+	return s
 }
 
 // redactedPart stands for a secret in a URL (no characters a URL escapes).
