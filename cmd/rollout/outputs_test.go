@@ -26,10 +26,11 @@ func TestConcurrentWritersRefused(t *testing.T) {
 		t.Skip("runs the binary twice")
 	}
 	bin := buildRollout(t)
-	input := headLines(t, extractionData, 30)
+	input := headLines(t, extractionData, 60)
 	dir := t.TempDir()
+	// About 4 s of work: the second processes start and end well within it.
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
-		"--quiet", "--concurrency", "4", "--sim-latency", "20ms"}
+		"--quiet", "--concurrency", "4", "--sim-latency", "50ms"}
 	first, firstErr, waited := startRollout(t, bin, args...)
 	for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 1 {
 		time.Sleep(10 * time.Millisecond)
@@ -47,7 +48,7 @@ func TestConcurrentWritersRefused(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatalf("the first run: %v\n%s", err, firstErr.String())
 	}
-	checkExactlyOnce(t, dir, 30, 1)
+	checkExactlyOnce(t, dir, 60, 1)
 }
 
 // --jsonl-out with three arms, interrupted and resumed twice: the file ends with exactly one line
@@ -303,13 +304,17 @@ func TestRedisRestartLosesNoRollout(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 		"--session-store", redis.URL, "--quiet", "--concurrency", "8", "--sim-latency", "20ms"}
+	restarted := make(chan struct{})
 	go func() {
+		defer close(restarted)
 		for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 8 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		redis.Restart()
 	}()
-	if r := runCLI(t, context.Background(), nil, args...); r.code != 0 {
+	r := runCLI(t, context.Background(), nil, args...)
+	<-restarted
+	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	lost := 0
@@ -330,7 +335,7 @@ func TestRedisRestartLosesNoRollout(t *testing.T) {
 		t.Error("the restart lost no session: nothing was in flight?")
 	}
 	t.Logf("%d rollouts lost their session", lost)
-	r := runCLI(t, context.Background(), nil, append(args, "--resume", "--retry-failed")...)
+	r = runCLI(t, context.Background(), nil, append(args, "--resume", "--retry-failed")...)
 	if r.code != 0 {
 		t.Fatalf("resume --retry-failed: exit %d: %s", r.code, r.stderr)
 	}
