@@ -304,16 +304,17 @@ func TestRedisRestartLosesNoRollout(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 		"--session-store", redis.URL, "--quiet", "--concurrency", "8", "--sim-latency", "20ms"}
-	restarted := make(chan struct{})
+	restarted := make(chan error, 1)
 	go func() {
-		defer close(restarted)
 		for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 8 {
 			time.Sleep(5 * time.Millisecond)
 		}
-		redis.Restart()
+		restarted <- redis.Restart()
 	}()
 	r := runCLI(t, context.Background(), nil, args...)
-	<-restarted
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

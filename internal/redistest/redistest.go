@@ -45,7 +45,6 @@ func Start(t testing.TB, args ...string) string {
 // empty, on the same port: a Redis restart that lost every key.
 type Server struct {
 	URL  string
-	t    testing.TB
 	bin  string
 	dir  string
 	args []string
@@ -65,7 +64,7 @@ func StartServer(t testing.TB, args ...string) *Server {
 		t.Fatalf("redis-server not found on PATH: these tests need a real Redis; install it (apt-get install -y redis-server), or set %s=1 to skip them", SkipEnv)
 		return nil
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
+	s := &Server{bin: bin, dir: t.TempDir(), args: args}
 	var lastErr error
 	// The free port is found by listening and closing, so another process may take it before
 	// redis-server binds it: try a few ports.
@@ -83,18 +82,18 @@ func StartServer(t testing.TB, args ...string) *Server {
 }
 
 // Restart kills the server (SIGKILL: nothing is saved) and starts a new one on the same port,
-// with no keys. Clients see their connections drop, then an empty Redis at the same URL.
-func (s *Server) Restart() {
-	s.t.Helper()
+// with no keys. Clients see their connections drop, then an empty Redis at the same URL. It may
+// be called from any goroutine; the error says why the new server did not start.
+func (s *Server) Restart() error {
 	s.stop()
 	var err error
 	for range 50 { // the port may take a moment to be free again
 		if err = s.start(); err == nil {
-			return
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.t.Fatalf("redistest: restart: %v", err)
+	return fmt.Errorf("redistest: restart on port %d: %w", s.port, err)
 }
 
 // Kill kills the server (SIGKILL) without starting another: clients see connection errors.

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"net/url"
@@ -68,5 +69,47 @@ func TestStartWithoutRedisFails(t *testing.T) {
 	f = &fakeTB{TB: t}
 	if u := Start(f); u != "" || f.fatal != "" || f.skip == "" {
 		t.Errorf("with %s=1: url %q, fatal %q, skip %q; want a skip", SkipEnv, u, f.fatal, f.skip)
+	}
+}
+
+// Restart gives an empty Redis at the same URL: a key set before is gone after.
+func TestRestart(t *testing.T) {
+	s := StartServer(t)
+	addr := strings.TrimSuffix(strings.TrimPrefix(s.URL, "redis://"), "/0")
+	do := func(args ...string) string {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write(command(args...))
+		r := bufio.NewReader(c)
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, "$") && line != "$-1\r\n" {
+			v, _ := r.ReadString('\n')
+			line += v
+		}
+		return line
+	}
+	url := s.URL
+	if got := do("SET", "k", "v"); got != "+OK\r\n" {
+		t.Fatalf("SET: %q", got)
+	}
+	if got := do("GET", "k"); got != "$1\r\nv\r\n" {
+		t.Fatalf("GET before the restart: %q", got)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if s.URL != url {
+		t.Errorf("the URL changed: %s, was %s", s.URL, url)
+	}
+	if got := do("GET", "k"); got != "$-1\r\n" {
+		t.Errorf("GET after the restart: %q, want nil", got)
 	}
 }

@@ -149,7 +149,9 @@ func attackWhileRunning(t *testing.T, bin string, args, env []string, out string
 		t.Errorf("a second writer of --out: exit %d, want 2 naming pid %d: %s", code, pid, msg)
 	}
 	waitRecords(n / 3)
-	redis.Restart()
+	if err := redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // countLinesOr is the number of lines of the file at path, 0 when it cannot be read.

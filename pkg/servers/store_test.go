@@ -329,7 +329,9 @@ func TestSharedStoreRestartLosesSeededSessions(t *testing.T) {
 			ended.mustWant(t, http.StatusOK, "/end_session", ``)
 			wantVerify(t, seeded, counterRow(5, 8), map[string]any{"reward": 1.0})
 
-			redis.Restart()
+			if err := redis.Restart(); err != nil {
+				t.Fatal(err)
+			}
 			for _, call := range [][2]string{{"/increment_counter", `{"count":3}`}, {"/get_counter_value", `{}`}, {"/verify", counterVerify(counterRow(5, 8))}} {
 				code, out, err := seeded.post(call[0], call[1])
 				if err != nil || code != http.StatusConflict || !strings.Contains(string(out), `"error":"session_not_found"`) {
