@@ -45,6 +45,10 @@ type StatsOptions struct {
 	Bootstrap int `json:"bootstrap"`
 	// Seed seeds the bootstrap: the same records and seed give the same interval.
 	Seed uint64 `json:"seed"`
+	// PassKCommonTasks averages pass@k and pass^k of every k over the same tasks: those with
+	// at least the largest k scored rollouts. By default each k is over the tasks with at
+	// least k scored rollouts, so different k may rest on different tasks.
+	PassKCommonTasks bool `json:"pass_k_common_tasks,omitempty"`
 }
 
 func (o StatsOptions) normalized() StatsOptions {
@@ -67,6 +71,16 @@ type Interval struct {
 	// Normal is set when the interval is the normal approximation (mean ± 1.96 task-clustered
 	// standard errors) instead of the bootstrap: for scopes of more than BootstrapMaxTasks tasks.
 	Normal bool `json:"normal,omitempty"`
+	// Point is set when the interval is a single point: every resample has the same mean,
+	// because every task's mean reward is the same (all rewards equal, say) or there is one
+	// task. It then says nothing about the uncertainty.
+	Point bool `json:"point,omitempty"`
+}
+
+// TaskRef names a task: its task file and its index (0-based row) in it.
+type TaskRef struct {
+	SourceFile string `json:"source_file"`
+	TaskIndex  int64  `json:"task_index"`
 }
 
 // BootstrapMaxTasks is the most tasks a scope's interval is bootstrapped over. The bootstrap
@@ -76,7 +90,8 @@ type Interval struct {
 const BootstrapMaxTasks = 20_000
 
 // PassAtK is pass@k and pass^k for one k, averaged over the Tasks (task and arm pairs) that
-// have at least k scored rollouts.
+// have at least k scored rollouts (at least the largest k with
+// StatsOptions.PassKCommonTasks).
 type PassAtK struct {
 	K     int `json:"k"`
 	Tasks int `json:"tasks"`
@@ -106,18 +121,28 @@ type Scores struct {
 	// rollouts whose reward is at least the threshold.
 	Tasks     int `json:"tasks"`
 	Successes int `json:"successes"`
+	// TasksAllFailed counts the tasks every rollout of which has a failure class, and
+	// AllFailedTasks lists them. Unless failures are scored as zero they have no scored
+	// rollout, and are in no mean, pass@k or comparison.
+	TasksAllFailed int       `json:"tasks_all_failed"`
+	AllFailedTasks []TaskRef `json:"all_failed_tasks,omitempty"`
 
-	// MeanReward is the mean of the scored rollouts' rewards; StdErr their sample standard
-	// deviation over sqrt(Scored) (0 below 2 rollouts). CI95 is the 95% percentile bootstrap
-	// interval of MeanReward with tasks resampled as clusters; nil when not computed or
-	// nothing is scored.
+	// MeanReward is the mean of the scored rollouts' rewards. StdErr is its task-clustered
+	// standard error: with G tasks, N scored rollouts and S_g the sum of task g's rewards
+	// over its n_g scored rollouts, sqrt(G/(G−1) · Σ_g (S_g − MeanReward·n_g)²) / N (0 below
+	// 2 tasks). CI95 is the 95% percentile bootstrap interval of MeanReward with tasks
+	// resampled as clusters (the normal one past BootstrapMaxTasks tasks); nil when not
+	// computed or nothing is scored.
 	MeanReward float64   `json:"mean_reward"`
 	StdErr     float64   `json:"std_err"`
 	CI95       *Interval `json:"ci95,omitempty"`
 
 	// PassAtK lists pass@k and pass^k for k = 1, 2, 4, 8, …; a k that no task of the scope
-	// has enough scored rollouts for is left out.
-	PassAtK []PassAtK `json:"pass_at_k"`
+	// has enough scored rollouts for is left out. Each entry says how many tasks it is over:
+	// fewer than TaskArms, the (task, arm) pairs of the scope, when some have fewer scored
+	// rollouts than k needs.
+	PassAtK  []PassAtK `json:"pass_at_k"`
+	TaskArms int       `json:"task_arms"`
 
 	// Behaviour: means over the rollouts with a reward and no failure class (whether or
 	// not failures are scored as zero); totals and terminations over every record.
@@ -371,7 +396,8 @@ func (e *Evaluator) Evaluation() *Evaluation {
 
 	// k: powers of two up to the most scored rollouts of one task in one arm.
 	maxN := 0
-	for _, u := range e.units(all) {
+	units, _ := e.units(all)
+	for _, u := range units {
 		maxN = max(maxN, u.n)
 	}
 	var ks []int
@@ -482,8 +508,9 @@ func (e *Evaluator) scored(r *evalRow) (reward float64, ok bool) {
 // unit is one task in one arm: n scored rollouts, c successes.
 type unit struct{ n, c int }
 
-// units counts the scored rollouts and successes of each (source, task, arm) of sorted rows.
-func (e *Evaluator) units(rows rowSet) []unit {
+// units counts the scored rollouts and successes of each (source, task, arm) of sorted rows
+// that has a scored rollout; pairs counts every (source, task, arm) of the rows.
+func (e *Evaluator) units(rows rowSet) (_ []unit, pairs int) {
 	var out []unit
 	var prev *evalRow
 	for i := range rows.len() {
@@ -502,7 +529,7 @@ func (e *Evaluator) units(rows rowSet) []unit {
 			u.c++
 		}
 	}
-	return slices.DeleteFunc(out, func(u unit) bool { return u.n == 0 })
+	return slices.DeleteFunc(out, func(u unit) bool { return u.n == 0 }), len(out)
 }
 
 // scores computes the Scores of sorted rows, whose cells are cells.
@@ -529,12 +556,28 @@ func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
 		prompt += c.behavedPrompt
 		completion += c.behavedCompletion
 	}
-	// Clusters for the bootstrap: the rewards of each (source, task), summed.
+	// The rewards are divided by scale, a power of two (exact), so that sums and squares of
+	// huge finite rewards do not overflow; the results are multiplied back.
+	scale := e.rewardScale(rows)
+	// Clusters: the scored rewards of each (source, task), summed; tasks whose every
+	// rollout failed are listed apart.
 	var clusters []cluster
 	var sum, latency float64
-	var prev *evalRow
+	var taskStart int // the first row of the current task
+	allFailed := true
 	for i := range rows.len() {
 		r := rows.at(i)
+		if i > 0 {
+			if p := rows.at(i - 1); r.src != p.src || r.task != p.task {
+				if allFailed {
+					e.allFailed(&s, rows.at(taskStart))
+				}
+				taskStart, allFailed = i, true
+			}
+		}
+		if r.flags&rowFailed == 0 {
+			allFailed = false
+		}
 		if r.flags&(rowFailed|rowHasReward) == rowHasReward {
 			latency += r.latencyMs
 		}
@@ -546,14 +589,17 @@ func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
 		if reward >= e.o.Threshold {
 			s.Successes++
 		}
+		reward /= scale
 		sum += reward
-		if prev == nil || r.src != prev.src || r.task != prev.task {
-			clusters = append(clusters, cluster{})
+		if len(clusters) == 0 || taskStart != clusters[len(clusters)-1].first {
+			clusters = append(clusters, cluster{first: taskStart})
 		}
-		prev = r
 		c := &clusters[len(clusters)-1]
 		c.sum += reward
 		c.n++
+	}
+	if rows.len() > 0 && allFailed {
+		e.allFailed(&s, rows.at(taskStart))
 	}
 	if behaved > 0 {
 		n := float64(behaved)
@@ -562,36 +608,33 @@ func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
 		s.MeanLatencyMs = latency / n
 	}
 	s.Tasks = len(clusters)
+	var mean float64 // in units of scale
 	if s.Scored > 0 {
-		s.MeanReward = sum / float64(s.Scored)
-	}
-	if s.Scored >= 2 {
-		// Two passes: the squared deviations from the mean.
-		var ss float64
-		for i := range rows.len() {
-			if reward, ok := e.scored(rows.at(i)); ok {
-				d := reward - s.MeanReward
-				ss += d * d
-			}
-		}
-		n := float64(s.Scored)
-		s.StdErr = math.Sqrt(ss/(n-1)) / math.Sqrt(n)
+		mean = sum / float64(s.Scored)
+		s.MeanReward = mean * scale
+		s.StdErr = clusteredStdErr(clusters, mean) * scale
 	}
 	if s.Scored > 0 && e.o.Bootstrap > 0 {
-		if len(clusters) > BootstrapMaxTasks {
-			lo, hi := clusteredNormalCI(clusters, s.MeanReward)
-			s.CI95 = &Interval{Low: lo, High: hi, Normal: true}
+		var lo, hi float64
+		normal := len(clusters) > BootstrapMaxTasks
+		if normal {
+			lo, hi = normalCI(mean, clusteredStdErr(clusters, mean))
 		} else {
-			lo, hi := bootstrapCI(clusters, e.o.Bootstrap, e.o.Seed)
-			s.CI95 = &Interval{Low: lo, High: hi}
+			lo, hi = bootstrapCI(clusters, e.o.Bootstrap, e.o.Seed)
 		}
+		s.CI95 = &Interval{Low: lo * scale, High: hi * scale, Normal: normal, Point: lo == hi}
 	}
 
-	units := e.units(rows)
+	units, pairs := e.units(rows)
+	s.TaskArms = pairs
 	for _, k := range ks {
 		p := PassAtK{K: k}
+		least := k // the scored rollouts a task needs to count
+		if e.o.PassKCommonTasks {
+			least = ks[len(ks)-1]
+		}
 		for _, u := range units {
-			if u.n < k {
+			if u.n < least {
 				continue
 			}
 			p.Tasks++
@@ -608,10 +651,64 @@ func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
 	return s
 }
 
+// allFailed counts in s the task of row r, whose rollouts all failed.
+func (e *Evaluator) allFailed(s *Scores, r *evalRow) {
+	s.TasksAllFailed++
+	s.AllFailedTasks = append(s.AllFailedTasks, TaskRef{SourceFile: e.names[r.src], TaskIndex: r.task})
+}
+
+// rewardScale is a power of two at least the largest magnitude of the scored rewards of rows,
+// 1 when they are all within [−1, 1]: dividing by it is exact and bounds every reward by 1.
+func (e *Evaluator) rewardScale(rows rowSet) float64 {
+	var most float64
+	for i := range rows.len() {
+		if reward, ok := e.scored(rows.at(i)); ok {
+			most = max(most, math.Abs(reward))
+		}
+	}
+	return scaleFor(most)
+}
+
+// scaleFor is the power of two of rewardScale for a largest magnitude most.
+func scaleFor(most float64) float64 {
+	if most <= 1 || math.IsInf(most, 0) || math.IsNaN(most) {
+		return 1
+	}
+	_, exp := math.Frexp(most) // most < 2^exp
+	return math.Ldexp(1, exp)
+}
+
+// clusteredStdErr is the task-clustered (cluster-robust) standard error of a mean of
+// rewards, a ratio of their sum to their count: with G clusters, N rewards and S_g the sum of
+// cluster g's n_g rewards, sqrt(G/(G−1) · Σ_g (S_g − mean·n_g)²) / N; 0 below 2 clusters.
+func clusteredStdErr(clusters []cluster, mean float64) float64 {
+	g := len(clusters)
+	if g < 2 {
+		return 0
+	}
+	var ss float64
+	var n int64
+	for _, c := range clusters {
+		d := c.sum - mean*float64(c.n)
+		ss += d * d
+		n += int64(c.n)
+	}
+	return math.Sqrt(float64(g)/float64(g-1)*ss) / float64(n)
+}
+
+// z975 is the 97.5% quantile of the standard normal distribution.
+const z975 = 1.959963984540054
+
+// normalCI is the 95% normal interval mean ± z975·se.
+func normalCI(mean, se float64) (lo, hi float64) { return mean - z975*se, mean + z975*se }
+
 // cluster is one task's scored rollouts: their count and the sum of their rewards.
 type cluster struct {
 	n   int
 	sum float64
+	// first is the number of the task's first row in its scope, while the clusters are
+	// gathered.
+	first int
 }
 
 // bootstrapSeq is the base of the PCG streams of the bootstrap (any constant: the seed is
@@ -668,25 +765,6 @@ func bootstrapCI(clusters []cluster, b int, seed uint64) (lo, hi float64) {
 	wg.Wait()
 	slices.Sort(means)
 	return quantile(means, 0.025), quantile(means, 0.975)
-}
-
-// clusteredNormalCI is the 95% normal interval of the mean reward (a ratio: the rewards' sum
-// over their count) with the task-clustered (sandwich) standard error: sqrt(T/(T-1) ·
-// Σ_t (sum_t − mean·n_t)²) / N over T tasks and N rollouts.
-func clusteredNormalCI(clusters []cluster, mean float64) (lo, hi float64) {
-	t := len(clusters)
-	if t < 2 {
-		return mean, mean
-	}
-	var ss float64
-	var n int64
-	for _, c := range clusters {
-		d := c.sum - mean*float64(c.n)
-		ss += d * d
-		n += int64(c.n)
-	}
-	se := math.Sqrt(float64(t)/float64(t-1)*ss) / float64(n)
-	return mean - 1.959963984540054*se, mean + 1.959963984540054*se
 }
 
 // quantile is the p-quantile of sorted xs, interpolated linearly (Hyndman and Fan's type 7).
@@ -766,6 +844,7 @@ func (e *Evaluation) method() string {
 	} else {
 		b.WriteString("failed rollouts left out of the scores; ")
 	}
+	b.WriteString("std err: clustered by task; ")
 	if o.Bootstrap > 0 {
 		fmt.Fprintf(&b, "95%% CI: bootstrap over tasks, %d resamples, seed %d", o.Bootstrap, o.Seed)
 		for _, sc := range e.scopes() {
@@ -775,9 +854,52 @@ func (e *Evaluation) method() string {
 			}
 		}
 	} else {
-		b.WriteString("no bootstrap CI")
+		b.WriteString("no CI")
+	}
+	if len(e.K) > 1 {
+		if o.PassKCommonTasks {
+			fmt.Fprintf(&b, "; pass@k: every k over the tasks with at least %d scored rollouts", e.K[len(e.K)-1])
+		} else {
+			b.WriteString("; pass@k: each k over the tasks with at least k scored rollouts")
+		}
 	}
 	return b.String()
+}
+
+// maxListed is how many tasks a note lists by name.
+const maxListed = 10
+
+// notes are the warnings under the tables: pass@k over fewer tasks than the scope has, tasks
+// whose rollouts all failed, intervals that are a point.
+func (e *Evaluation) notes() []string {
+	var out []string
+	point := false
+	for _, s := range e.scopes() {
+		if s.TasksAllFailed > 0 {
+			var names []string
+			for _, t := range s.AllFailedTasks[:min(len(s.AllFailedTasks), maxListed)] {
+				names = append(names, fmt.Sprintf("%s task %d", t.SourceFile, t.TaskIndex))
+			}
+			if len(s.AllFailedTasks) > maxListed {
+				names = append(names, fmt.Sprintf("and %d more (see the JSON output)", len(s.AllFailedTasks)-maxListed))
+			}
+			what := "are in no score"
+			if e.Options.ScoreFailuresAsZero {
+				what = "are scored as 0"
+			}
+			out = append(out, fmt.Sprintf("%s: %d tasks had every rollout fail and %s: %s", s.Scope, s.TasksAllFailed, what, strings.Join(names, ", ")))
+		}
+		for _, p := range s.PassAtK {
+			if p.Tasks < s.TaskArms {
+				out = append(out, fmt.Sprintf("%s: pass@%d and pass^%d are over %d of %d tasks (the others have fewer scored rollouts): --score-failures-as-zero or --pass-k-common-tasks make them comparable", s.Scope, p.K, p.K, p.Tasks, s.TaskArms))
+			}
+		}
+		point = point || s.CI95 != nil && s.CI95.Point
+	}
+	if point {
+		out = append(out, "a 95% CI marked (point) is a single point: every task of its scope has the same mean reward (or there is one task), so it says nothing of the uncertainty")
+	}
+	return out
 }
 
 func fmtNum(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
@@ -799,18 +921,31 @@ func (e *Evaluation) table() (scores, behaviour [][]string) {
 	f4 := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
 	for _, s := range e.scopes() {
 		row := []string{s.Scope, strconv.Itoa(s.Rollouts), strconv.Itoa(s.Failed), strconv.Itoa(s.Scored), strconv.Itoa(s.Tasks), "", "", ""}
+		if s.TasksAllFailed > 0 {
+			row[4] += fmt.Sprintf(" (+%d all failed)", s.TasksAllFailed)
+		}
 		if s.Scored > 0 {
 			row[5] = f4(s.MeanReward)
-			if s.Scored > 1 {
+			if s.Tasks > 1 {
 				row[6] = f4(s.StdErr)
 			}
 			if s.CI95 != nil {
 				row[7] = f4(s.CI95.Low) + " to " + f4(s.CI95.High)
+				if s.CI95.Point {
+					row[7] += " (point)"
+				}
 			}
+		}
+		// A pass@k over fewer tasks than the scope's says how many.
+		pass := func(p PassAtK, x float64) string {
+			if p.Tasks < s.TaskArms {
+				return fmt.Sprintf("%s (%d/%d)", f4(x), p.Tasks, s.TaskArms)
+			}
+			return f4(x)
 		}
 		for _, k := range e.K {
 			if p, ok := s.Pass(k); ok {
-				row = append(row, f4(p.PassAt))
+				row = append(row, pass(p, p.PassAt))
 			} else {
 				row = append(row, "")
 			}
@@ -820,7 +955,7 @@ func (e *Evaluation) table() (scores, behaviour [][]string) {
 				continue
 			}
 			if p, ok := s.Pass(k); ok {
-				row = append(row, f4(p.PassHat))
+				row = append(row, pass(p, p.PassHat))
 			} else {
 				row = append(row, "")
 			}
@@ -859,7 +994,18 @@ func (e *Evaluation) WriteText(w io.Writer) error {
 			tw.Write([]byte{'\n'})
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if notes := e.notes(); len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			if _, err := fmt.Fprintf(w, "note: %s\n", n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // WriteMarkdown writes e as Markdown tables.
@@ -889,6 +1035,12 @@ func (e *Evaluation) WriteMarkdown(w io.Writer) error {
 				}
 				b.WriteByte('\n')
 			}
+		}
+	}
+	if notes := e.notes(); len(notes) > 0 {
+		b.WriteByte('\n')
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- note: %s\n", n)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

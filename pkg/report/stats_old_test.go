@@ -6,7 +6,6 @@ package report
 import (
 	"cmp"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 )
@@ -174,6 +173,17 @@ func (e *oldEvaluator) units(rows []oldEvalRow) []oldUnit {
 	return slices.DeleteFunc(out, func(u oldUnit) bool { return u.n == 0 })
 }
 
+// taskArms counts the (source, task, arm) of sorted rows.
+func taskArms(rows []oldEvalRow) int {
+	n := 0
+	for i := range rows {
+		if i == 0 || rows[i].src != rows[i-1].src || rows[i].task != rows[i-1].task || rows[i].arm != rows[i-1].arm {
+			n++
+		}
+	}
+	return n
+}
+
 // scores computes the Scores of sorted rows.
 func (e *oldEvaluator) scores(rows []oldEvalRow, ks []int) Scores {
 	s := Scores{FailuresByClass: map[string]int{}, Terminations: map[string]int{}, PassAtK: []PassAtK{}}
@@ -231,21 +241,23 @@ func (e *oldEvaluator) scores(rows []oldEvalRow, ks []int) Scores {
 	if s.Scored > 0 {
 		s.MeanReward = sum / float64(s.Scored)
 	}
-	if s.Scored >= 2 {
-		// Two passes: the squared deviations from the mean.
-		var ss float64
-		for i := range rows {
-			if reward, ok := e.scored(&rows[i]); ok {
-				d := reward - s.MeanReward
-				ss += d * d
-			}
+	s.StdErr = clusteredStdErr(toClusters(clusters), s.MeanReward)
+	// Tasks whose every rollout failed.
+	for i := 0; i < len(rows); {
+		j, failed := i, true
+		for ; j < len(rows) && rows[j].src == rows[i].src && rows[j].task == rows[i].task; j++ {
+			failed = failed && rows[j].failure >= 0
 		}
-		n := float64(s.Scored)
-		s.StdErr = math.Sqrt(ss/(n-1)) / math.Sqrt(n)
+		if failed {
+			s.TasksAllFailed++
+			s.AllFailedTasks = append(s.AllFailedTasks, TaskRef{SourceFile: e.names[rows[i].src], TaskIndex: rows[i].task})
+		}
+		i = j
 	}
+	s.TaskArms = taskArms(rows)
 	if s.Scored > 0 && e.o.Bootstrap > 0 {
 		lo, hi := bootstrapCI(toClusters(clusters), e.o.Bootstrap, e.o.Seed)
-		s.CI95 = &Interval{Low: lo, High: hi}
+		s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi}
 	}
 
 	units := e.units(rows)

@@ -113,9 +113,10 @@ func TestEvaluate(t *testing.T) {
 	//   pass@4: C(0,4) = C(2,4) = C(3,4) = 0, so 1 for every task: 1
 	//   pass^2: task 0: C(4,2)/6 = 1; task 1: C(2,2)/6 = 1/6; task 2: C(1,2) = 0: (7/6)/3 = 7/18
 	//   pass^4: task 0: 1; tasks 1 and 2: 0: 1/3
-	//   mean reward: 7 ones in 12 = 7/12. Sum of squared deviations n·p(1−p) = 12·(7/12)(5/12)
-	//   = 35/12; sample variance (35/12)/11 = 35/132; std err sqrt(35/132/12) = sqrt(35/1584).
-	wantA := want{rollouts: 12, scored: 12, tasks: 3, successes: 7, mean: 7.0 / 12, stdErr: math.Sqrt(35.0 / 1584),
+	//   mean reward: 7 ones in 12 = 7/12. Task-clustered std err: task sums 4, 2, 1 of 4
+	//   rollouts each; residuals S_g − mean·n_g = 4 − 7/3 = 5/3, −1/3, −4/3; squares 42/9 =
+	//   14/3; times G/(G−1) = 3/2: 7; std err sqrt(7)/12.
+	wantA := want{rollouts: 12, scored: 12, tasks: 3, successes: 7, mean: 7.0 / 12, stdErr: math.Sqrt(7) / 12,
 		pass: map[int][2]float64{1: {7.0 / 12, 7.0 / 12}, 2: {7.0 / 9, 7.0 / 18}, 4: {1, 1.0 / 3}}}
 
 	// fixtureB with failures scored as 0: task 1 has n=6, c=2; C(6,2) = 15, C(6,4) = 15.
@@ -125,51 +126,49 @@ func TestEvaluate(t *testing.T) {
 	//   pass^2: task 1: C(2,2)/15 = 1/15: (1 + 1/15 + 0)/3 = 16/45
 	//   pass^4: task 1: C(2,4) = 0: (1 + 0 + 0)/3 = 1/3
 	//   k goes up to 4 (the most scored rollouts of a task is 6: 8 is too many).
-	//   mean reward: 7 ones in 14 = 1/2. Sum of squared deviations 14/4 = 7/2; sample variance
-	//   (7/2)/13 = 7/26; std err sqrt(7/26/14) = sqrt(1/52).
-	wantBZero := want{rollouts: 14, failed: 2, scored: 14, tasks: 3, successes: 7, mean: 0.5, stdErr: math.Sqrt(1.0 / 52),
+	//   mean reward: 7 ones in 14 = 1/2. Task sums 4 (n 4), 2 (n 6), 1 (n 4): residuals 2, −1,
+	//   −1; squares 6; times 3/2: 9; std err 3/14.
+	wantBZero := want{rollouts: 14, failed: 2, scored: 14, tasks: 3, successes: 7, mean: 0.5, stdErr: 3.0 / 14,
 		pass: map[int][2]float64{1: {19.0 / 36, 19.0 / 36}, 2: {7.0 / 10, 16.0 / 45}, 4: {44.0 / 45, 1.0 / 3}}}
 	wantBExcluded := wantA
 	wantBExcluded.rollouts, wantBExcluded.failed = 14, 2
 
-	// Groups of fixtureA (one task each):
-	//   easy (task 0, c=4): mean 1, std err 0; pass@1 1, pass@2 1, pass@4 1; pass^2 1, pass^4 1
-	//   hard (task 1, c=2): mean 1/2; std err sqrt((4·1/4)/3/4) = sqrt(1/12);
-	//         pass@2 5/6, pass^2 1/6, pass@4 1, pass^4 0
-	//   (none) (task 2, c=1): mean 1/4; squared deviations 4·(1/4)(3/4) = 3/4, std err
-	//         sqrt((3/4)/3/4) = sqrt(1/16) = 1/4; pass@2 1/2, pass^2 0, pass@4 1, pass^4 0
+	// Groups of fixtureA (one task each, so no clustered std err: 0):
+	//   easy (task 0, c=4): mean 1; pass@1 1, pass@2 1, pass@4 1; pass^2 1, pass^4 1
+	//   hard (task 1, c=2): mean 1/2; pass@2 5/6, pass^2 1/6, pass@4 1, pass^4 0
+	//   (none) (task 2, c=1): mean 1/4; pass@2 1/2, pass^2 0, pass@4 1, pass^4 0
 	wantEasy := want{rollouts: 4, scored: 4, tasks: 1, successes: 4, mean: 1, stdErr: 0,
 		pass: map[int][2]float64{1: {1, 1}, 2: {1, 1}, 4: {1, 1}}}
-	wantHard := want{rollouts: 4, scored: 4, tasks: 1, successes: 2, mean: 0.5, stdErr: math.Sqrt(1.0 / 12),
+	wantHard := want{rollouts: 4, scored: 4, tasks: 1, successes: 2, mean: 0.5, stdErr: 0,
 		pass: map[int][2]float64{1: {0.5, 0.5}, 2: {5.0 / 6, 1.0 / 6}, 4: {1, 0}}}
-	wantNone := want{rollouts: 4, scored: 4, tasks: 1, successes: 1, mean: 0.25, stdErr: 0.25,
+	wantNone := want{rollouts: 4, scored: 4, tasks: 1, successes: 1, mean: 0.25, stdErr: 0,
 		pass: map[int][2]float64{1: {0.25, 0.25}, 2: {0.5, 0}, 4: {1, 0}}}
-	// hard with its two failures scored as 0: n=6, c=2: mean 2/6 = 1/3; squared deviations
-	// 6·(1/3)(2/3) = 4/3, std err sqrt((4/3)/5/6) = sqrt(2/45); pass@1 1/3,
+	// hard with its two failures scored as 0: n=6, c=2: mean 2/6 = 1/3; pass@1 1/3,
 	// pass@2 3/5, pass^2 1/15, pass@4 14/15, pass^4 0.
-	wantHardZero := want{rollouts: 6, failed: 2, scored: 6, tasks: 1, successes: 2, mean: 1.0 / 3, stdErr: math.Sqrt(2.0 / 45),
+	wantHardZero := want{rollouts: 6, failed: 2, scored: 6, tasks: 1, successes: 2, mean: 1.0 / 3, stdErr: 0,
 		pass: map[int][2]float64{1: {1.0 / 3, 1.0 / 3}, 2: {3.0 / 5, 1.0 / 15}, 4: {14.0 / 15, 0}}}
 	wantHardExcluded := wantHard
 	wantHardExcluded.rollouts, wantHardExcluded.failed = 6, 2
 
-	// Arm single (c = 2, 0, 0): mean 2/12 = 1/6; squared deviations 12·(1/6)(5/6) = 5/3,
-	// std err sqrt((5/3)/11/12) = sqrt(5/396); pass@1 (2/4)/3 = 1/6;
+	// Arm single (c = 2, 0, 0): mean 2/12 = 1/6; residuals 2 − 2/3 = 4/3, −2/3, −2/3;
+	// squares 24/9; times 3/2: 4; std err 2/12 = 1/6; pass@1 (2/4)/3 = 1/6;
 	// pass@2: task 0: 1 − C(2,2)/6 = 5/6, others 0: 5/18; pass^2: C(2,2)/6 = 1/6: 1/18;
 	// pass@4: task 0: 1 − C(2,4) = 1: 1/3; pass^4: 0.
-	wantSingle := want{rollouts: 12, scored: 12, tasks: 3, successes: 2, mean: 1.0 / 6, stdErr: math.Sqrt(5.0 / 396),
+	wantSingle := want{rollouts: 12, scored: 12, tasks: 3, successes: 2, mean: 1.0 / 6, stdErr: 1.0 / 6,
 		pass: map[int][2]float64{1: {1.0 / 6, 1.0 / 6}, 2: {5.0 / 18, 1.0 / 18}, 4: {1.0 / 3, 0}}}
 	// Both arms: pass@k averages over the 6 (task, arm) pairs, tasks are the 3 tasks.
-	//   mean 9/24 = 3/8; squared deviations 24·(3/8)(5/8) = 45/8, std err sqrt((45/8)/23/24) = sqrt(45/4416)
+	//   mean 9/24 = 3/8; the clusters are tasks across arms: sums 6, 2, 1 of 8 rollouts each;
+	//   residuals 3, −1, −2; squares 14; times 3/2: 21; std err sqrt(21)/24
 	//   pass@1 (1 + 1/2 + 1/4 + 1/2 + 0 + 0)/6 = 9/24 = 3/8
 	//   pass@2 (1 + 5/6 + 1/2 + 5/6 + 0 + 0)/6 = (19/6)/6 = 19/36
 	//   pass^2 (1 + 1/6 + 0 + 1/6 + 0 + 0)/6 = (4/3)/6 = 2/9
 	//   pass@4 (1 + 1 + 1 + 1 + 0 + 0)/6 = 2/3; pass^4 (1 + 0 …)/6 = 1/6
-	wantArms := want{rollouts: 24, scored: 24, tasks: 3, successes: 9, mean: 3.0 / 8, stdErr: math.Sqrt(45.0 / 4416),
+	wantArms := want{rollouts: 24, scored: 24, tasks: 3, successes: 9, mean: 3.0 / 8, stdErr: math.Sqrt(21) / 24,
 		pass: map[int][2]float64{1: {3.0 / 8, 3.0 / 8}, 2: {19.0 / 36, 2.0 / 9}, 4: {2.0 / 3, 1.0 / 6}}}
-	// Easy in both arms: task 0 multi (c=4) and single (c=2): mean 6/8 = 3/4; squared
-	// deviations 8·(3/4)(1/4) = 3/2, std err sqrt((3/2)/7/8) = sqrt(3/112);
+	// Easy in both arms: task 0 multi (c=4) and single (c=2): mean 6/8 = 3/4; one task: no
+	// std err;
 	// pass@2 (1 + 5/6)/2 = 11/12, pass^2 (1 + 1/6)/2 = 7/12, pass@4 1, pass^4 1/2.
-	wantEasyArms := want{rollouts: 8, scored: 8, tasks: 1, successes: 6, mean: 0.75, stdErr: math.Sqrt(3.0 / 112),
+	wantEasyArms := want{rollouts: 8, scored: 8, tasks: 1, successes: 6, mean: 0.75, stdErr: 0,
 		pass: map[int][2]float64{1: {0.75, 0.75}, 2: {11.0 / 12, 7.0 / 12}, 4: {1, 0.5}}}
 
 	tests := []struct {
@@ -353,7 +352,8 @@ func TestEvaluatePassAtKs(t *testing.T) {
 	// pass@2: task 0: n=8, c=3: 1 − C(5,2)/C(8,2) = 1 − 10/28 = 9/14; task 1: 1: (9/14 + 1)/2 = 23/28.
 	// pass@4: task 0 only: 1 − C(5,4)/C(8,4) = 1 − 5/70 = 13/14.
 	// pass@8: task 0 only: 1 − C(5,8)/1 = 1.
-	checkScores(t, ev.Overall, want{rollouts: 10, scored: 10, tasks: 2, successes: 5, mean: 0.5, stdErr: math.Sqrt(2.5 / 9 / 10),
+	// Std err: task sums 3 (n 8) and 2 (n 2), mean 1/2: residuals −1, 1; 2·2/1 = 4: 2/10.
+	checkScores(t, ev.Overall, want{rollouts: 10, scored: 10, tasks: 2, successes: 5, mean: 0.5, stdErr: 0.2,
 		pass: map[int][2]float64{1: {(3.0/8 + 1) / 2, (3.0/8 + 1) / 2}, 2: {23.0 / 28, (3.0/28 + 1) / 2}, 4: {13.0 / 14, 0}, 8: {1, 0}}})
 	if p, _ := ev.Overall.Pass(4); p.Tasks != 1 {
 		t.Errorf("pass@4 over %d tasks, want 1", p.Tasks)
@@ -386,7 +386,7 @@ func TestEvaluateBootstrap(t *testing.T) {
 	}
 	// Every reward equal: the interval is that reward.
 	same := Evaluate(slices.Concat(rollouts("m", 0, nil, 1, 1), rollouts("m", 1, nil, 1, 1)), StatsOptions{}).Overall
-	if same.CI95 == nil || same.CI95.Low != 1 || same.CI95.High != 1 {
+	if same.CI95 == nil || same.CI95.Low != 1 || same.CI95.High != 1 || !same.CI95.Point {
 		t.Errorf("all ones: CI %+v", same.CI95)
 	}
 
@@ -551,7 +551,7 @@ func TestNormalIntervalForManyTasks(t *testing.T) {
 	}
 	mean := sum / float64(n)
 	blo, bhi := bootstrapCI(clusters, 500, 7)
-	nlo, nhi := clusteredNormalCI(clusters, mean)
+	nlo, nhi := normalCI(mean, clusteredStdErr(clusters, mean))
 	width := bhi - blo
 	if math.Abs(nlo-blo) > 0.1*width || math.Abs(nhi-bhi) > 0.1*width {
 		t.Errorf("normal CI [%g, %g], bootstrap [%g, %g]: more than a tenth of the width apart", nlo, nhi, blo, bhi)
