@@ -332,21 +332,15 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// again, so that the end of a big run does not stack on the memory of its middle.
 	transport.CloseIdleConnections()
 	debug.FreeOSMemory()
-	// The journal is the truth; the Parquet file and the summary are derived from it, over
-	// every record of the run, resumed ones included.
-	sum, err := report.Finalize(f.out, report.ParquetOptions{})
+	// The journal is the truth; the Parquet file, the summary and the statistics of the
+	// evaluation are derived from it in one pass, over every record of the run, resumed ones
+	// included.
+	sum, ev, err := report.FinalizeWith(f.out, report.FinalizeOptions{})
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	if err := report.PrintSummary(e.stdout, sum); err != nil {
 		return err
-	}
-	debug.FreeOSMemory() // the Parquet writer's buffers, before the evaluation's rows
-	// The statistics of the evaluation (DESIGN §7), kept beside the summary; printed when
-	// there is more than one arm or repeat to tell apart.
-	ev, err := report.EvaluateJournal(filepath.Join(f.out, report.JournalFile), report.StatsOptions{})
-	if err != nil {
-		return fmt.Errorf("writing results: %w", err)
 	}
 	var evj bytes.Buffer
 	if err := ev.WriteJSON(&evj); err != nil {
@@ -355,11 +349,16 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := os.WriteFile(filepath.Join(f.out, "evaluation.json"), evj.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
+	// The tables when there is more than one arm or repeat to tell apart; else the line
+	// that says how the summary's numbers were computed.
+	fmt.Fprintln(e.stdout)
 	if len(opts.Arms) > 1 || opts.Repeats > 1 {
-		fmt.Fprintln(e.stdout)
-		if err := ev.WriteText(e.stdout); err != nil {
-			return err
-		}
+		err = ev.WriteText(e.stdout)
+	} else {
+		err = ev.WriteMethod(e.stdout)
+	}
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
 	if f.jsonlOut != "" {

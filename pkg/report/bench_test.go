@@ -358,8 +358,8 @@ func peakRSS() (read func() uint64) {
 // (sampled) and the peak RSS of the process over it:
 //
 //   - finalize: Finalize (rollouts.parquet and summary.json);
-//   - two-passes: Finalize, then EvaluateJournal (evaluation.json), as rollout run does;
-//   - one-pass: FinalizeWith an Evaluator, then its Evaluation;
+//   - two-passes: Finalize, then EvaluateJournal (evaluation.json);
+//   - one-pass: FinalizeWith, which evaluates as it writes (as rollout run does);
 //   - one-pass-no-ci: the same without the bootstrap interval (2000 resamples of 125,000
 //     tasks in 3 scopes), the part of the evaluation that is not reading records.
 func BenchmarkFinalize(b *testing.B) {
@@ -397,12 +397,11 @@ func BenchmarkFinalize(b *testing.B) {
 	}{{"one-pass", 0}, {"one-pass-no-ci", -1}} {
 		b.Run(bc.name, func(b *testing.B) {
 			benchFinalize(b, run, func(dir string) {
-				ev := NewEvaluator(StatsOptions{Bootstrap: bc.bootstrap})
-				sum, err := FinalizeWith(dir, FinalizeOptions{Evaluator: ev})
+				sum, ev, err := FinalizeWith(dir, FinalizeOptions{Stats: StatsOptions{Bootstrap: bc.bootstrap}})
 				if err != nil {
 					b.Fatal(err)
 				}
-				check(b, sum, ev.Evaluation())
+				check(b, sum, ev)
 			})
 		})
 	}

@@ -451,8 +451,8 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 	}
 }
 
-// FinalizeWith feeds an Evaluator the journal's records in the pass that writes the Parquet
-// file: the same Evaluation as EvaluateJournal, and the Parquet file holds the records.
+// FinalizeWith evaluates the journal's records in the pass that writes the Parquet file: the
+// same Evaluation as EvaluateJournal, and the Parquet file holds the records.
 func TestFinalizeWithEvaluator(t *testing.T) {
 	dir := t.TempDir()
 	s, err := OpenSink(dir, SinkOptions{})
@@ -470,8 +470,7 @@ func TestFinalizeWithEvaluator(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := StatsOptions{GroupBy: "difficulty", Bootstrap: 100}
-	ev := NewEvaluator(o)
-	sum, err := FinalizeWith(dir, FinalizeOptions{Parquet: ParquetOptions{RowGroupSize: 1000}, Evaluator: ev})
+	sum, got, err := FinalizeWith(dir, FinalizeOptions{Parquet: ParquetOptions{RowGroupSize: 1000}, Stats: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +478,7 @@ func TestFinalizeWithEvaluator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := json.Marshal(ev.Evaluation())
+	a, _ := json.Marshal(got)
 	b, _ := json.Marshal(want)
 	if sum.Rollouts != n || !bytes.Equal(a, b) {
 		t.Errorf("%d rollouts; evaluations differ:\n%s\n%s", sum.Rollouts, a, b)

@@ -477,38 +477,36 @@ func copyPrefix(out *os.File, path string, n int64) error {
 // FinalizeOptions configure FinalizeWith.
 type FinalizeOptions struct {
 	Parquet ParquetOptions
-	// Evaluator, when set, is given every record of the journal too (Add), so that the
-	// statistics of the evaluation need no second pass over the journal: call its
-	// Evaluation afterwards.
-	Evaluator *Evaluator
+	// Stats say how the Evaluation is computed. The summary's standard error and interval
+	// are its overall ones.
+	Stats StatsOptions
 }
 
 // Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
 // (written as .tmp, synced, renamed) and summary.json. It returns the summary.
 func Finalize(dir string, opt ParquetOptions) (Summary, error) {
-	return FinalizeWith(dir, FinalizeOptions{Parquet: opt})
+	sum, _, err := FinalizeWith(dir, FinalizeOptions{Parquet: opt})
+	return sum, err
 }
 
-// FinalizeWith is Finalize, feeding opt.Evaluator as well in the same pass over the journal.
-// It reads the journal a record at a time: its memory does not grow with the journal's
-// length (the Parquet writer holds one row group, the Evaluator a few numbers per record).
-func FinalizeWith(dir string, opt FinalizeOptions) (Summary, error) {
+// FinalizeWith is Finalize, also returning the Evaluation of the records, computed in the
+// same pass over the journal. It reads the journal a record at a time: its memory does not
+// grow with the journal's length beyond the Evaluator's few numbers per record (the Parquet
+// writer holds one row group).
+func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error) {
 	pw, err := NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, nil, err
 	}
 	var (
 		stats Stats
 		res   Result
 	)
-	if opt.Evaluator != nil {
-		opt.Evaluator.reserve(estimateLines(join(dir, JournalFile)))
-	}
+	ev := NewEvaluator(opt.Stats)
+	ev.reserve(estimateLines(join(dir, JournalFile)))
 	err = scanJournal(join(dir, JournalFile), func(rec *Record) error {
 		stats.Add(rec)
-		if opt.Evaluator != nil {
-			opt.Evaluator.Add(rec)
-		}
+		ev.Add(rec)
 		// The Parquet writer keeps a copy of the record until its batch is written; the maps
 		// and lists it points to are the record's own.
 		res.Record = *rec
@@ -521,13 +519,17 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, error) {
 		err = cerr
 	}
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, nil, err
 	}
+	eval := ev.Evaluation()
 	sum := stats.Summary()
-	if err := WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
-		return Summary{}, err
+	if !opt.Stats.ScoreFailuresAsZero {
+		sum.SetScores(&eval.Overall)
 	}
-	return sum, nil
+	if err := WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
+		return Summary{}, nil, err
+	}
+	return sum, eval, nil
 }
 
 // CountClass counts the records of dir's journal whose failure class is class, by the bytes

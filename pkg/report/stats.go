@@ -974,6 +974,18 @@ func (e *Evaluation) table() (scores, behaviour [][]string) {
 	return scores, behaviour
 }
 
+// WriteMethod writes the line that says how the numbers were computed, and the notes (see
+// WriteText), without the tables.
+func (e *Evaluation) WriteMethod(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString(e.method() + "\n")
+	for _, n := range e.notes() {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
 // WriteText writes e as aligned tables for a terminal.
 func (e *Evaluation) WriteText(w io.Writer) error {
 	scores, behaviour := e.table()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,15 +18,16 @@ import (
 //
 // A record is scored when it has a reward and no failure class; the reward,
 // rounds, tool-call and latency means are over scored records only, so that
-// infrastructure failures are reported apart and never scored as 0 (DESIGN
-// §7). Token and tool-error totals are over all records.
+// infrastructure failures are reported apart and never scored as 0. Token and
+// tool-error totals are over all records. The reward's standard error and
+// interval need the tasks: they come from an Evaluation (Summary.SetScores).
 type Stats struct {
 	rollouts, scored, failed int
 	failures                 map[string]int
 	terminations             map[string]int
 
-	// Welford's running mean and sum of squared deviations of the reward.
-	rewardMean, rewardM2 float64
+	// The running mean of the reward.
+	rewardMean float64
 	// Running means over scored records.
 	roundsMean, toolCallsMean, latencyMean float64
 
@@ -59,9 +59,7 @@ func (s *Stats) Add(r *Record) {
 	}
 	s.scored++
 	n := float64(s.scored)
-	d := r.Reward - s.rewardMean
-	s.rewardMean += d / n
-	s.rewardM2 += d * (r.Reward - s.rewardMean)
+	s.rewardMean += r.Reward/n - s.rewardMean/n // no overflow for huge finite rewards
 	s.roundsMean += (float64(r.Rounds) - s.roundsMean) / n
 	s.toolCallsMean += (float64(r.ToolCalls) - s.toolCallsMean) / n
 	s.latencyMean += (r.LatencyMs - s.latencyMean) / n
@@ -75,10 +73,17 @@ type Summary struct {
 	Failed          int            `json:"failed"`
 	FailuresByClass map[string]int `json:"failures_by_class"`
 	Terminations    map[string]int `json:"terminations"`
-	// MeanReward and StdErr are over scored records only. StdErr is the
-	// sample standard deviation over sqrt(n), 0 when n < 2.
-	MeanReward float64 `json:"mean_reward"`
-	StdErr     float64 `json:"std_err"`
+	// Tasks counts the tasks with a scored record; TasksAllFailed those every
+	// record of which has a failure class.
+	Tasks          int `json:"tasks"`
+	TasksAllFailed int `json:"tasks_all_failed"`
+	// MeanReward is over scored records only. StdErr is its task-clustered
+	// standard error and CI95 its 95% interval, as in the Evaluation's overall
+	// Scores (see Scores); StdErr is 0 below 2 tasks, CI95 nil when not
+	// computed.
+	MeanReward float64   `json:"mean_reward"`
+	StdErr     float64   `json:"std_err"`
+	CI95       *Interval `json:"ci95,omitempty"`
 	// Means over scored records.
 	MeanRounds    float64 `json:"mean_rounds"`
 	MeanToolCalls float64 `json:"mean_tool_calls"`
@@ -113,20 +118,19 @@ func (s *Stats) Summary() Summary {
 	}
 	maps.Copy(out.FailuresByClass, s.failures)
 	maps.Copy(out.Terminations, s.terminations)
-	if s.scored >= 2 {
-		n := float64(s.scored)
-		variance := s.rewardM2 / (n - 1)
-		out.StdErr = math.Sqrt(variance) / math.Sqrt(n)
-	}
 	return out
 }
 
-// CI95 is the normal-approximation 95% confidence interval of the mean
-// reward: MeanReward ± 1.96 StdErr. It treats rollouts as independent; the
-// clustered (bootstrap over tasks) interval of DESIGN §7 is computed
-// offline.
-func (s Summary) CI95() (lo, hi float64) {
-	return s.MeanReward - 1.96*s.StdErr, s.MeanReward + 1.96*s.StdErr
+// SetScores takes the reward's numbers from sc, the Evaluation's overall Scores of the same
+// records (with failures left out of the scores): the mean, its task-clustered standard
+// error and interval, and the task counts.
+func (s *Summary) SetScores(sc *Scores) {
+	s.MeanReward, s.StdErr, s.Tasks, s.TasksAllFailed = sc.MeanReward, sc.StdErr, sc.Tasks, sc.TasksAllFailed
+	s.CI95 = nil
+	if sc.CI95 != nil {
+		ci := *sc.CI95
+		s.CI95 = &ci
+	}
 }
 
 // WriteSummaryJSON writes s as indented JSON to path, through a temporary
@@ -151,14 +155,28 @@ func PrintSummary(w io.Writer, s Summary) error {
 	row("rollouts", strconv.Itoa(s.Rollouts))
 	row("scored", strconv.Itoa(s.Scored))
 	row("failed", strconv.Itoa(s.Failed))
-	switch {
-	case s.Scored == 0:
+	tasks := strconv.Itoa(s.Tasks)
+	if s.TasksAllFailed > 0 {
+		tasks += fmt.Sprintf(" (and %d whose rollouts all failed)", s.TasksAllFailed)
+	}
+	row("tasks", tasks)
+	if s.Scored == 0 {
 		row("mean reward", "-")
-	case s.Scored == 1:
-		row("mean reward", fmt.Sprintf("%.4f (n=1, no std err)", s.MeanReward))
-	default:
-		lo, hi := s.CI95()
-		row("mean reward", fmt.Sprintf("%.4f ± %.4f (95%% CI %.4f to %.4f)", s.MeanReward, s.StdErr, lo, hi))
+	} else {
+		var detail []string
+		if s.Tasks > 1 {
+			detail = append(detail, fmt.Sprintf("std err %.4f", s.StdErr))
+		} else {
+			detail = append(detail, "one task: no std err")
+		}
+		if s.CI95 != nil {
+			ci := fmt.Sprintf("95%% CI %.4f to %.4f", s.CI95.Low, s.CI95.High)
+			if s.CI95.Point {
+				ci += ", a point: every task has the same mean reward"
+			}
+			detail = append(detail, ci)
+		}
+		row("mean reward", fmt.Sprintf("%.4f (%s)", s.MeanReward, strings.Join(detail, ", ")))
 	}
 	row("failures", countList(s.FailuresByClass))
 	row("terminations", countList(s.Terminations))

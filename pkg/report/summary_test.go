@@ -8,23 +8,24 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// summaryFixture: four scored rollouts with rewards 1, 0, 1, 1 and two
-// failures, which must not count towards the means.
+// summaryFixture: four scored rollouts with rewards 1, 0, 1, 1 and three
+// failures, which must not count towards the means; one task each.
 func summaryFixture() []Record {
 	return []Record{
-		{Reward: 1, HasReward: true, Rounds: 2, ToolCalls: 3, ToolErrors: 0, PromptTokens: 100, CompletionTokens: 10, LatencyMs: 1000, Termination: "done"},
-		{Reward: 0, HasReward: true, Rounds: 4, ToolCalls: 5, ToolErrors: 2, PromptTokens: 200, CompletionTokens: 20, LatencyMs: 3000, Termination: "max_rounds"},
-		{Reward: 1, HasReward: true, Rounds: 1, ToolCalls: 0, ToolErrors: 0, PromptTokens: 50, CompletionTokens: 5, LatencyMs: 500, Termination: "done"},
-		{Reward: 1, HasReward: true, Rounds: 3, ToolCalls: 4, ToolErrors: 1, PromptTokens: 150, CompletionTokens: 15, LatencyMs: 1500, Termination: "done"},
-		{FailureClass: FailRateLimited, Rounds: 9, ToolCalls: 9, ToolErrors: 1, PromptTokens: 1000, CompletionTokens: 0, LatencyMs: 60000, Error: "429"},
-		{FailureClass: FailTimeout, Rounds: 7, ToolCalls: 2, PromptTokens: 500, CompletionTokens: 50, LatencyMs: 90000, Termination: "timeout"},
+		{TaskIndex: 0, Reward: 1, HasReward: true, Rounds: 2, ToolCalls: 3, ToolErrors: 0, PromptTokens: 100, CompletionTokens: 10, LatencyMs: 1000, Termination: "done"},
+		{TaskIndex: 1, Reward: 0, HasReward: true, Rounds: 4, ToolCalls: 5, ToolErrors: 2, PromptTokens: 200, CompletionTokens: 20, LatencyMs: 3000, Termination: "max_rounds"},
+		{TaskIndex: 2, Reward: 1, HasReward: true, Rounds: 1, ToolCalls: 0, ToolErrors: 0, PromptTokens: 50, CompletionTokens: 5, LatencyMs: 500, Termination: "done"},
+		{TaskIndex: 3, Reward: 1, HasReward: true, Rounds: 3, ToolCalls: 4, ToolErrors: 1, PromptTokens: 150, CompletionTokens: 15, LatencyMs: 1500, Termination: "done"},
+		{TaskIndex: 4, FailureClass: FailRateLimited, Rounds: 9, ToolCalls: 9, ToolErrors: 1, PromptTokens: 1000, CompletionTokens: 0, LatencyMs: 60000, Error: "429"},
+		{TaskIndex: 5, FailureClass: FailTimeout, Rounds: 7, ToolCalls: 2, PromptTokens: 500, CompletionTokens: 50, LatencyMs: 90000, Termination: "timeout"},
 		// Inconsistent on purpose: a failure class wins over HasReward.
-		{FailureClass: FailRateLimited, Reward: 1, HasReward: true, Rounds: 1},
+		{TaskIndex: 6, FailureClass: FailRateLimited, Reward: 1, HasReward: true, Rounds: 1},
 	}
 }
 
@@ -60,13 +61,13 @@ func TestStats(t *testing.T) {
 		{
 			name: "fixture",
 			recs: summaryFixture(),
-			// Scored rewards 1,0,1,1: mean .75, sample variance
-			// (3·.0625+.5625)/3 = .25, sd .5, se .5/2 = .25.
+			// Scored rewards 1,0,1,1: mean .75. Stats has no std err: it
+			// needs the tasks (SetScores).
 			want: Summary{
 				Rollouts: 7, Scored: 4, Failed: 3,
 				FailuresByClass: map[string]int{FailRateLimited: 2, FailTimeout: 1},
 				Terminations:    map[string]int{"done": 3, "max_rounds": 1, "timeout": 1},
-				MeanReward:      0.75, StdErr: 0.25,
+				MeanReward:      0.75,
 				MeanRounds: 2.5, MeanToolCalls: 3, MeanLatencyMs: 1500,
 				PromptTokens: 2000, CompletionTokens: 100, ToolErrors: 4,
 			},
@@ -113,15 +114,18 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// TestStatsWelfordStable checks the running variance against a two-pass
-// computation where a naive sum of squares loses every digit.
-func TestStatsWelfordStable(t *testing.T) {
+// With one rollout per task the task-clustered std err is the plain one, sqrt(Σ(x−mean)²/(N−1))
+// /sqrt(N): checked where a naive sum of squares would lose every digit. The running mean of
+// Stats agrees, and SetScores carries the Evaluation's numbers into the Summary.
+func TestClusteredStdErrOneRolloutPerTask(t *testing.T) {
 	var s Stats
 	var xs []float64
+	var recs []Record
 	for i := range 1000 {
 		x := 1e9 + float64(i%10)/10
 		xs = append(xs, x)
-		s.Add(&Record{Reward: x, HasReward: true})
+		recs = append(recs, Record{TaskIndex: int64(i), Reward: x, HasReward: true})
+		s.Add(&recs[i])
 	}
 	var mean float64
 	for _, x := range xs {
@@ -133,9 +137,17 @@ func TestStatsWelfordStable(t *testing.T) {
 		ss += (x - mean) * (x - mean)
 	}
 	wantSE := math.Sqrt(ss/float64(len(xs)-1)) / math.Sqrt(float64(len(xs)))
+	if got := s.Summary(); math.Abs(got.MeanReward-mean) > 1e-6 || got.StdErr != 0 || got.CI95 != nil {
+		t.Errorf("Stats: mean %v se %v CI %v, want mean %v and no se or CI", got.MeanReward, got.StdErr, got.CI95, mean)
+	}
+	ev := Evaluate(recs, StatsOptions{Bootstrap: 200})
 	got := s.Summary()
-	if math.Abs(got.MeanReward-mean) > 1e-6 || math.Abs(got.StdErr-wantSE)/wantSE > 1e-6 {
-		t.Errorf("got mean %v se %v, want mean %v se %v", got.MeanReward, got.StdErr, mean, wantSE)
+	got.SetScores(&ev.Overall)
+	if math.Abs(got.MeanReward-mean) > 1e-6 || math.Abs(got.StdErr-wantSE)/wantSE > 1e-6 || got.Tasks != 1000 {
+		t.Errorf("got mean %v se %v tasks %d, want mean %v se %v tasks 1000", got.MeanReward, got.StdErr, got.Tasks, mean, wantSE)
+	}
+	if got.CI95 == nil || *got.CI95 != *ev.Overall.CI95 || got.CI95 == ev.Overall.CI95 {
+		t.Errorf("CI %v, want a copy of %v", got.CI95, ev.Overall.CI95)
 	}
 }
 
@@ -155,19 +167,13 @@ func TestSummaryIsASnapshot(t *testing.T) {
 	}
 }
 
-func TestCI95(t *testing.T) {
-	lo, hi := Summary{MeanReward: 0.75, StdErr: 0.25}.CI95()
-	if math.Abs(lo-0.26) > 1e-12 || math.Abs(hi-1.24) > 1e-12 {
-		t.Errorf("CI95: got [%v, %v], want [0.26, 1.24]", lo, hi)
-	}
-}
-
 func TestWriteSummaryJSON(t *testing.T) {
 	var s Stats
 	for _, r := range summaryFixture() {
 		s.Add(&r)
 	}
 	want := s.Summary()
+	want.SetScores(&Evaluate(summaryFixture(), StatsOptions{}).Overall)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "summary.json")
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
@@ -192,14 +198,14 @@ func TestWriteSummaryJSON(t *testing.T) {
 	}
 	var keys map[string]any
 	json.Unmarshal(data, &keys)
-	for _, k := range []string{"rollouts", "scored", "failed", "failures_by_class", "terminations", "mean_reward", "std_err",
-		"mean_rounds", "mean_tool_calls", "mean_latency_ms", "prompt_tokens", "completion_tokens", "tool_errors"} {
+	for _, k := range []string{"rollouts", "scored", "failed", "failures_by_class", "terminations", "tasks", "tasks_all_failed",
+		"mean_reward", "std_err", "ci95", "mean_rounds", "mean_tool_calls", "mean_latency_ms", "prompt_tokens", "completion_tokens", "tool_errors"} {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("key %q missing", k)
 		}
 	}
-	if len(keys) != 13 {
-		t.Errorf("got %d keys, want 13: %v", len(keys), keys)
+	if len(keys) != 16 {
+		t.Errorf("got %d keys, want 16: %v", len(keys), keys)
 	}
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("temporary file left behind: %v", err)
@@ -239,6 +245,8 @@ func TestPrintSummaryGolden(t *testing.T) {
 		{"fixture", summaryFixture()},
 		{"one scored", []Record{{Reward: 1, HasReward: true, Rounds: 1, Termination: "done"}}},
 		{"empty", nil},
+		{"tasks", slices.Concat(rollouts("m", 0, nil, 1, 1, 0), rollouts("m", 1, nil, 0, 0, 0), rollouts("m", 2, nil, 1, 1, 1),
+			[]Record{{TaskIndex: 3, Arm: "m", SourceFile: "tasks.jsonl", FailureClass: FailTimeout}})},
 	}
 	var buf bytes.Buffer
 	for _, c := range cases {
@@ -246,8 +254,10 @@ func TestPrintSummaryGolden(t *testing.T) {
 		for i := range c.recs {
 			s.Add(&c.recs[i])
 		}
+		sum := s.Summary()
+		sum.SetScores(&Evaluate(c.recs, StatsOptions{}).Overall)
 		buf.WriteString("== " + c.name + "\n")
-		if err := PrintSummary(&buf, s.Summary()); err != nil {
+		if err := PrintSummary(&buf, sum); err != nil {
 			t.Fatal(err)
 		}
 	}
