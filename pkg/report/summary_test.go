@@ -68,7 +68,7 @@ func TestStats(t *testing.T) {
 				FailuresByClass: map[string]int{FailRateLimited: 2, FailTimeout: 1},
 				Terminations:    map[string]int{"done": 3, "max_rounds": 1, "timeout": 1},
 				MeanReward:      0.75,
-				MeanRounds: 2.5, MeanToolCalls: 3, MeanLatencyMs: 1500,
+				MeanRounds:      2.5, MeanToolCalls: 3, MeanLatencyMs: 1500,
 				PromptTokens: 2000, CompletionTokens: 100, ToolErrors: 4,
 			},
 		},
