@@ -19,10 +19,13 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	options := statsFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
-			"Pairs the rollouts of two sides by (task, repeat) and reports B − A: the mean reward\n"+
-			"difference with its 95%% CI (tasks resampled), tasks won / lost / tied, and each side's\n"+
-			"pass@k, terminations, rounds, tokens and latency. A RUN is a run directory or a .parquet\n"+
-			"file or journal.\n\n")
+			"Pairs the rollouts of two sides by task and repeat and reports B − A: the mean reward\n"+
+			"difference with its task-clustered std err and 95%% CI (tasks resampled), the sides' means\n"+
+			"over the pairs, tasks won / lost / tied, and each side's pass@k, terminations, rounds, tokens\n"+
+			"and latency. Tasks are matched by the rows' id field when every record has one (any order\n"+
+			"of the task files), else by their index in the task file; tasks on one side only, or with\n"+
+			"no repeat scored on both sides, are listed. A RUN is a run directory or a .parquet file or\n"+
+			"journal.\n\n")
 		fs.PrintDefaults()
 	}
 	paths, err := parsePaths(fs, args)

@@ -20,9 +20,10 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
 	options := statsFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
-			"Prints the statistics of runs: mean reward with its standard error and a 95%% CI bootstrapped over\n"+
-			"tasks, pass@k and pass^k, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
+		fmt.Fprintf(e.stderr, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
+			"Prints the statistics of runs: mean reward with its task-clustered standard error and a 95%% CI\n"+
+			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
+			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
 		fs.PrintDefaults()
@@ -120,25 +121,26 @@ func addJournal(add func(*report.Record), path string) error {
 // scored and the interval bootstrapped, and the output format); options reads them once fs is
 // parsed, checking them.
 func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, error)) {
-	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out")
+	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out (and as failed tries for pass@k)")
 	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k and pass^k, when its reward is at least this")
 	format := fs.String("format", "text", "output: text, json or markdown")
 	seed := fs.Uint64("seed", 0, "seed of the bootstrap: the same records and seed give the same interval")
 	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% confidence interval, tasks resampled as clusters (0: no interval)")
+	common := fs.Bool("pass-k-common-tasks", false, "average pass@k and pass^k of every k over the same tasks: those with at least the largest k scored rollouts (by default each k is over the tasks with at least k)")
 	return func() (report.StatsOptions, string, error) {
 		switch *format {
 		case "text", "json", "markdown", "md":
 		default:
 			return report.StatsOptions{}, "", badUsage("%s: --format %q: want text, json or markdown", fs.Name(), *format)
 		}
-		if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) || *threshold == 0 {
-			// 0 would read as the default in StatsOptions: ask for a small positive number.
-			return report.StatsOptions{}, "", badUsage("%s: --threshold %v: want a finite, non-zero reward", fs.Name(), *threshold)
+		if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) {
+			return report.StatsOptions{}, "", badUsage("%s: --threshold %v: want a finite reward", fs.Name(), *threshold)
 		}
 		if *bootstrap < 0 {
 			return report.StatsOptions{}, "", badUsage("%s: --bootstrap %d: want 0 or more", fs.Name(), *bootstrap)
 		}
-		o := report.StatsOptions{Threshold: *threshold, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap, Seed: *seed}
+		o := report.StatsOptions{Threshold: *threshold, ThresholdSet: true, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap,
+			Seed: *seed, PassKCommonTasks: *common}
 		if *bootstrap == 0 {
 			o.Bootstrap = -1
 		}

@@ -224,7 +224,11 @@ func TestReportFormatsAndOptions(t *testing.T) {
 	if low := eval(dir, "--threshold", "0.5"); low.Overall.Successes < base.Overall.Successes || low.Options.Threshold != 0.5 {
 		t.Errorf("--threshold 0.5: %d successes, %d at 1", low.Overall.Successes, base.Overall.Successes)
 	}
-	if none := eval(dir, "--bootstrap", "0"); none.Overall.CI95 != nil {
+	// Threshold 0: every scored rollout (rewards are 0 or more) succeeds.
+	if all := eval(dir, "--threshold", "0"); all.Overall.Successes != all.Overall.Scored || all.Options.Threshold != 0 {
+		t.Errorf("--threshold 0: %d successes of %d scored, threshold %v", all.Overall.Successes, all.Overall.Scored, all.Options.Threshold)
+	}
+		if none := eval(dir, "--bootstrap", "0"); none.Overall.CI95 != nil {
 		t.Errorf("--bootstrap 0: CI %+v", none.Overall.CI95)
 	}
 
@@ -264,7 +268,7 @@ func TestReportUsageErrors(t *testing.T) {
 		{[]string{other}, other + ": not a .parquet file"},
 		{nil, "which run directory"},
 		{[]string{empty, "--format", "yaml"}, `--format "yaml"`},
-		{[]string{empty, "--threshold", "0"}, "--threshold"},
+		{[]string{empty, "--threshold", "Inf"}, "--threshold"},
 		{[]string{empty, "--threshold", "NaN"}, "--threshold"},
 		{[]string{empty, "--bootstrap", "-3"}, "--bootstrap"},
 		{[]string{empty, "--seed", "-1"}, "seed"},

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,19 +14,32 @@ import (
 )
 
 // Comparison pairs two sides (two runs, or two arms of one run) rollout by rollout: the same
-// (task, repeat) on both sides (DESIGN §7).
+// task (by its key, see TaskKey) and repeat on both sides.
 type Comparison struct {
 	// Sides are A and B's own statistics (Evaluate of each side, overall).
 	Sides [2]Scores `json:"sides"`
+	// PairedBy says how tasks were matched: "task id" (the rows' id field) or "task index"
+	// (the row's position in its task file, when a side's rows have no id or repeat one).
+	PairedBy string `json:"paired_by"`
 	// Pairs counts the (task, repeat) pairs scored on both sides; Unpaired the scored
-	// rollouts of either side without a partner.
+	// rollouts of either side without a partner. Tasks counts the tasks with a pair.
 	Pairs    int `json:"pairs"`
 	Unpaired int `json:"unpaired"`
-	// MeanDiff is the mean over the pairs of B's reward minus A's; StdErr its standard error
-	// (over pairs); CI95 the 95% bootstrap interval with tasks resampled as clusters.
-	MeanDiff float64   `json:"mean_diff"`
-	StdErr   float64   `json:"std_err"`
-	CI95     *Interval `json:"ci95,omitempty"`
+	Tasks    int `json:"tasks"`
+	// OnlyA and OnlyB list the keys of the tasks that have records on one side only;
+	// NoPairs those on both sides without a (task, repeat) scored on both (every rollout of
+	// one side failed, say). None of them is in the difference or the tasks won, lost, tied.
+	OnlyA   []string `json:"tasks_only_in_a"`
+	OnlyB   []string `json:"tasks_only_in_b"`
+	NoPairs []string `json:"tasks_without_pairs"`
+	// PairedMeans are A's and B's mean rewards over the pairs only: MeanDiff is their
+	// difference, the mean over the pairs of B's reward minus A's. StdErr is its task-clustered
+	// standard error (the formula of Scores.StdErr, over the pairs' differences); CI95 the 95%
+	// bootstrap interval with tasks resampled as clusters.
+	PairedMeans [2]float64 `json:"paired_means"`
+	MeanDiff    float64    `json:"mean_diff"`
+	StdErr      float64    `json:"std_err"`
+	CI95        *Interval  `json:"ci95,omitempty"`
 	// Tasks compares each task's mean reward over its pairs: B above A (Won), below (Lost),
 	// equal (Tied).
 	Won  int `json:"tasks_won"`
@@ -32,18 +47,54 @@ type Comparison struct {
 	Tied int `json:"tasks_tied"`
 }
 
-// Compare pairs the records of side a with those of side b by (task index, rollout index)
-// and computes the paired difference. Rollouts that failed are left out of the pairs unless
-// o.ScoreFailuresAsZero. The sides' names are their Scopes (set by the caller through
-// nameA, nameB).
+// TaskKey is what a record's task is known by across runs: "id:" and the row's id, or
+// "index:" and its position in its task file when byIndex or the row has no id.
+func TaskKey(r *Record, byIndex bool) string {
+	if r.TaskID != "" && !byIndex {
+		return "id:" + r.TaskID
+	}
+	return "index:" + strconv.FormatInt(r.TaskIndex, 10)
+}
+
+// idsUsable reports whether every record of recs has a task id, and each id belongs to one
+// task (source file and index).
+func idsUsable(recs []Record) bool {
+	type task struct {
+		src   string
+		index int64
+	}
+	owner := map[string]task{}
+	for i := range recs {
+		r := &recs[i]
+		if r.TaskID == "" {
+			return false
+		}
+		t := task{r.SourceFile, r.TaskIndex}
+		if o, ok := owner[r.TaskID]; ok && o != t {
+			return false
+		}
+		owner[r.TaskID] = t
+	}
+	return true
+}
+
+// Compare pairs the records of side a with those of side b by task key and rollout index, and
+// computes the paired difference. Tasks are matched by id when every record of both sides
+// has one and no id names two tasks; else by index. Rollouts that failed are left out of the
+// pairs unless o.ScoreFailuresAsZero. The sides' names are their Scopes (set by the caller
+// through nameA, nameB).
 func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
 	o = o.normalized()
-	c := &Comparison{}
+	c := &Comparison{OnlyA: []string{}, OnlyB: []string{}, NoPairs: []string{}}
 	for i, side := range [][]Record{a, b} {
 		c.Sides[i] = Evaluate(side, o).Overall
 		c.Sides[i].Scope = []string{nameA, nameB}[i]
 	}
-	type key struct{ task, rollout int64 }
+	byIndex := !idsUsable(a) || !idsUsable(b)
+	c.PairedBy = "task id"
+	if byIndex {
+		c.PairedBy = "task index"
+	}
 	score := func(r *Record) (float64, bool) {
 		switch {
 		case r.FailureClass == "" && r.HasReward:
@@ -53,79 +104,106 @@ func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
 		}
 		return 0, false
 	}
-	ra := map[key]float64{}
-	for i := range a {
-		if v, ok := score(&a[i]); ok {
-			ra[key{a[i].TaskIndex, a[i].RolloutIndex}] = v
+	// The scored rewards of each side by task key and rollout index; every task key seen.
+	type key struct {
+		task    string
+		rollout int64
+	}
+	var scored [2]map[key]float64
+	var seen [2]map[string]bool
+	var most float64 // the largest magnitude of a scored reward
+	for i, side := range [][]Record{a, b} {
+		scored[i], seen[i] = map[key]float64{}, map[string]bool{}
+		for j := range side {
+			r := &side[j]
+			k := key{TaskKey(r, byIndex), r.RolloutIndex}
+			seen[i][k.task] = true
+			if v, ok := score(r); ok {
+				if _, dup := scored[i][k]; dup {
+					continue // the first record of a (task, repeat) is the one paired
+				}
+				scored[i][k] = v
+				most = max(most, math.Abs(v))
+			}
 		}
 	}
+	// Differences are taken of rewards divided by a power of two (exact), so that huge
+	// finite rewards do not overflow; the results are multiplied back.
+	scale := scaleFor(most)
 	type taskPairs struct {
-		n          int
-		sumA, sumB float64
+		n                   int
+		sumA, sumB, sumDiff float64
 	}
-	tasks := map[int64]*taskPairs{}
-	var diffs []float64
-	paired := map[key]bool{}
-	for i := range b {
-		v, ok := score(&b[i])
+	tasks := map[string]*taskPairs{}
+	for k, va := range scored[0] {
+		vb, ok := scored[1][k]
 		if !ok {
-			continue
-		}
-		k := key{b[i].TaskIndex, b[i].RolloutIndex}
-		av, ok := ra[k]
-		if !ok || paired[k] {
 			c.Unpaired++
 			continue
 		}
-		paired[k] = true
-		diffs = append(diffs, v-av)
 		tp := tasks[k.task]
 		if tp == nil {
 			tp = &taskPairs{}
 			tasks[k.task] = tp
 		}
 		tp.n++
-		tp.sumA += av
-		tp.sumB += v
+		tp.sumA += va / scale
+		tp.sumB += vb / scale
+		tp.sumDiff += vb/scale - va/scale
 	}
-	c.Unpaired += len(ra) - len(paired)
-	c.Pairs = len(diffs)
-	if c.Pairs == 0 {
+	for k := range scored[1] {
+		if _, ok := scored[0][k]; !ok {
+			c.Unpaired++
+		}
+	}
+	for t := range seen[0] {
+		switch {
+		case !seen[1][t]:
+			c.OnlyA = append(c.OnlyA, t)
+		case tasks[t] == nil:
+			c.NoPairs = append(c.NoPairs, t)
+		}
+	}
+	for t := range seen[1] {
+		if !seen[0][t] {
+			c.OnlyB = append(c.OnlyB, t)
+		}
+	}
+	for _, l := range [][]string{c.OnlyA, c.OnlyB, c.NoPairs} {
+		sortKeys(l)
+	}
+	if len(tasks) == 0 {
 		return c
 	}
-	var sum float64
-	for _, d := range diffs {
-		sum += d
-	}
-	c.MeanDiff = sum / float64(c.Pairs)
-	if c.Pairs > 1 {
-		var ss float64
-		for _, d := range diffs {
-			ss += (d - c.MeanDiff) * (d - c.MeanDiff)
-		}
-		c.StdErr = math.Sqrt(ss/float64(c.Pairs-1)) / math.Sqrt(float64(c.Pairs))
-	}
-	ids := make([]int64, 0, len(tasks))
-	for id := range tasks {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	// Sums in the order of the task keys, so that the result does not depend on the maps'.
+	ids := slices.Sorted(maps.Keys(tasks))
 	clusters := make([]cluster, 0, len(ids))
+	var sumA, sumB, sumDiff float64
 	for _, id := range ids {
 		tp := tasks[id]
-		clusters = append(clusters, cluster{n: tp.n, sum: tp.sumB - tp.sumA})
-		switch d := (tp.sumB - tp.sumA) / float64(tp.n); {
-		case d > 1e-12:
+		c.Pairs += tp.n
+		sumA += tp.sumA
+		sumB += tp.sumB
+		sumDiff += tp.sumDiff
+		clusters = append(clusters, cluster{n: tp.n, sum: tp.sumDiff})
+		switch d := tp.sumDiff / float64(tp.n); {
+		case d > 1e-12/scale:
 			c.Won++
-		case d < -1e-12:
+		case d < -1e-12/scale:
 			c.Lost++
 		default:
 			c.Tied++
 		}
 	}
+	c.Tasks = len(ids)
+	n := float64(c.Pairs)
+	mean := sumDiff / n
+	c.PairedMeans = [2]float64{sumA / n * scale, sumB / n * scale}
+	c.MeanDiff = mean * scale
+	c.StdErr = clusteredStdErr(clusters, mean) * scale
 	if o.Bootstrap > 0 {
 		lo, hi := bootstrapCI(clusters, o.Bootstrap, o.Seed)
-		c.CI95 = &Interval{Low: lo, High: hi}
+		c.CI95 = &Interval{Low: lo * scale, High: hi * scale, Point: lo == hi}
 	}
 	return c
 }
@@ -148,6 +226,9 @@ func (c *Comparison) rows() [][]string {
 		side("rollouts", func(s *Scores) string { return strconv.Itoa(s.Rollouts) }),
 		side("failed", func(s *Scores) string { return strconv.Itoa(s.Failed) }),
 		side("mean reward", func(s *Scores) string { return f(s.MeanReward) }),
+		{"mean reward over the pairs", f(c.PairedMeans[0]), f(c.PairedMeans[1])},
+		side("tasks", func(s *Scores) string { return strconv.Itoa(s.Tasks) }),
+		side("tasks whose rollouts all failed", func(s *Scores) string { return strconv.Itoa(s.TasksAllFailed) }),
 	}
 	ks := map[int]bool{}
 	for _, s := range c.Sides {
@@ -187,17 +268,49 @@ func (c *Comparison) headline() string {
 	}
 	ci := ""
 	if c.CI95 != nil {
-		ci = fmt.Sprintf(" (95%% CI %+.4f to %+.4f, tasks resampled)", c.CI95.Low, c.CI95.High)
+		ci = fmt.Sprintf(", 95%% CI %+.4f to %+.4f", c.CI95.Low, c.CI95.High)
+		if c.CI95.Point {
+			ci += " (a point: every task has the same difference)"
+		}
 	}
-	return fmt.Sprintf("%s − %s: mean reward difference %+.4f ± %.4f%s over %d pairs; tasks won %d, lost %d, tied %d",
-		c.Sides[1].Scope, c.Sides[0].Scope, c.MeanDiff, c.StdErr, ci, c.Pairs, c.Won, c.Lost, c.Tied)
+	return fmt.Sprintf("%s − %s: mean reward difference %+.4f (std err %.4f%s) over %d pairs in %d tasks; tasks won %d, lost %d, tied %d",
+		c.Sides[1].Scope, c.Sides[0].Scope, c.MeanDiff, c.StdErr, ci, c.Pairs, c.Tasks, c.Won, c.Lost, c.Tied)
+}
+
+// method says how the tasks were paired and the numbers computed, in one line.
+func (c *Comparison) method() string {
+	return fmt.Sprintf("paired by %s and repeat; std err clustered by task; 95%% CI: bootstrap over tasks", c.PairedBy)
+}
+
+// notes are the warnings under the headline: tasks and rollouts left out of the difference.
+func (c *Comparison) notes() []string {
+	var out []string
+	list := func(keys []string) string {
+		if len(keys) > maxListed {
+			return strings.Join(keys[:maxListed], ", ") + fmt.Sprintf(" and %d more (see --format json)", len(keys)-maxListed)
+		}
+		return strings.Join(keys, ", ")
+	}
+	for i, only := range [][]string{c.OnlyA, c.OnlyB} {
+		if len(only) > 0 {
+			out = append(out, fmt.Sprintf("the task sets differ: %d tasks only in %s: %s", len(only), c.Sides[i].Scope, list(only)))
+		}
+	}
+	if len(c.NoPairs) > 0 {
+		out = append(out, fmt.Sprintf("%d tasks have no repeat scored on both sides (their rollouts failed): %s", len(c.NoPairs), list(c.NoPairs)))
+	}
+	if c.Unpaired > 0 {
+		out = append(out, fmt.Sprintf("%d scored rollouts had no partner on the other side and are left out of the difference", c.Unpaired))
+	}
+	return out
 }
 
 // WriteText writes the headline and a side-by-side table.
 func (c *Comparison) WriteText(w io.Writer) error {
 	fmt.Fprintln(w, c.headline())
-	if c.Unpaired > 0 {
-		fmt.Fprintf(w, "(%d scored rollouts had no partner on the other side and are left out of the difference)\n", c.Unpaired)
+	fmt.Fprintln(w, c.method())
+	for _, n := range c.notes() {
+		fmt.Fprintf(w, "warning: %s\n", n)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -209,7 +322,13 @@ func (c *Comparison) WriteText(w io.Writer) error {
 
 // WriteMarkdown writes the headline and the table in Markdown.
 func (c *Comparison) WriteMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "%s\n\n", c.headline())
+	fmt.Fprintf(w, "%s\n\n%s.\n\n", c.headline(), c.method())
+	if notes := c.notes(); len(notes) > 0 {
+		for _, n := range notes {
+			fmt.Fprintf(w, "- warning: %s\n", n)
+		}
+		fmt.Fprintln(w)
+	}
 	rows := c.rows()
 	fmt.Fprintf(w, "| metric | %s | %s |\n| --- | --- | --- |\n", rows[0][1], rows[0][2])
 	for _, r := range rows[1:] {

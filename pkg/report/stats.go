@@ -35,8 +35,10 @@ type StatsOptions struct {
 	// that field; records without it go to group NoGroup. Empty: no groups.
 	GroupBy string `json:"group_by,omitempty"`
 	// Threshold is the reward at or above which a rollout is a success, for pass@k and
-	// pass^k. 0 means 1.0 (rewards of 0 or 1).
+	// pass^k. 0 means 1.0 (rewards of 0 or 1) unless ThresholdSet.
 	Threshold float64 `json:"threshold"`
+	// ThresholdSet makes a Threshold of 0 mean 0 (any reward of at least 0 succeeds).
+	ThresholdSet bool `json:"-"`
 	// ScoreFailuresAsZero scores the rollouts that have a failure class as reward 0 (and
 	// as failed tries for pass@k). By default they are counted apart and left out.
 	ScoreFailuresAsZero bool `json:"score_failures_as_zero"`
@@ -52,9 +54,10 @@ type StatsOptions struct {
 }
 
 func (o StatsOptions) normalized() StatsOptions {
-	if o.Threshold == 0 {
+	if o.Threshold == 0 && !o.ThresholdSet {
 		o.Threshold = 1
 	}
+	o.ThresholdSet = true
 	if o.Bootstrap == 0 {
 		o.Bootstrap = DefaultBootstrap
 	}
