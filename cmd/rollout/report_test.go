@@ -228,7 +228,7 @@ func TestReportFormatsAndOptions(t *testing.T) {
 	if all := eval(dir, "--threshold", "0"); all.Overall.Successes != all.Overall.Scored || all.Options.Threshold != 0 {
 		t.Errorf("--threshold 0: %d successes of %d scored, threshold %v", all.Overall.Successes, all.Overall.Scored, all.Options.Threshold)
 	}
-		if none := eval(dir, "--bootstrap", "0"); none.Overall.CI95 != nil {
+	if none := eval(dir, "--bootstrap", "0"); none.Overall.CI95 != nil {
 		t.Errorf("--bootstrap 0: CI %+v", none.Overall.CI95)
 	}
 
