@@ -85,6 +85,9 @@ type answerDoer struct {
 }
 
 func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
+	if id, ok := req.Context().Value(rolloutIDKey{}).(string); ok {
+		req.Header.Set(RolloutIDHeader, id)
+	}
 	resp, err := a.next.Do(req)
 	if err != nil {
 		return nil, err
@@ -99,6 +102,19 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &answerBody{ReadCloser: resp.Body, max: a.max, left: a.max, status: resp.StatusCode, tap: t}
 	return resp, nil
+}
+
+// RolloutIDHeader is the header of every model request that names its rollout (see
+// WithRolloutID). Servers ignore it; rollout's simulator numbers the retries of a request per
+// rollout with it, so that which rollout an injected error hits does not depend on timing.
+const RolloutIDHeader = "X-Rollout-Id"
+
+type rolloutIDKey struct{}
+
+// WithRolloutID returns a context whose model requests carry id in RolloutIDHeader. id must
+// be a valid header value (no control characters).
+func WithRolloutID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, rolloutIDKey{}, id)
 }
 
 // answerTap holds the status and the first bytes of a model call's answer.

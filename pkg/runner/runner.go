@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,6 +394,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 		ctx, cancel = context.WithTimeout(ctx, o.RolloutTimeout)
 		defer cancel()
 	}
+	ctx = agent.WithRolloutID(ctx, rolloutID(arm.Name, t.File, t.Index, k))
 	var counter retry.Counter
 	ctx = retry.WithCounter(ctx, &counter)
 	if o.RetryBudget >= 0 {
@@ -522,6 +525,13 @@ func termination(class string, otherwise agent.Termination) agent.Termination {
 // responseID is the Responses id of a rollout: its key.
 func responseID(task, rollout int, arm string) string {
 	return fmt.Sprintf("resp_%s_%d_%d", arm, task, rollout)
+}
+
+// rolloutID names rollout (arm, task, k) in its model requests' agent.RolloutIDHeader:
+// "ARM/FILE/TASK/K", the arm's name and the task file's path query-escaped (a valid header
+// value whatever they hold).
+func rolloutID(arm, file string, task, k int) string {
+	return url.QueryEscape(arm) + "/" + url.QueryEscape(file) + "/" + strconv.Itoa(task) + "/" + strconv.Itoa(k)
 }
 
 // Seed is the seed of rollout (task, k): the same in every arm and run with

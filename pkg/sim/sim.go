@@ -65,9 +65,12 @@
 // ConnectionReset, Hang and the latency on all.
 //
 // The draws of ConnectionReset, Hang, HTTP429 and HTTP500 (and of the latency) also include the
-// attempt number: how many times this exact request body was seen before (a SHA-256 of the
-// body, kept in a table of at most Options.MaxTrackedRequests entries, cleared at once when
-// full, and only when one of those four rates is set). They are drawn in that order, and the
+// attempt number: how many times this exact request body was seen before from the same
+// rollout (a SHA-256 of the body and the request's RolloutHeader, kept in a table of at most
+// Options.MaxTrackedRequests entries, cleared at once when full, and only when one of those
+// four rates is set). rollout's agent names each rollout (arm, task, repeat) in that header,
+// so two arms that send the same first request count their retries apart, and which rollout
+// an error hits does not depend on which arm's request came first. They are drawn in that order, and the
 // first that hits decides: a reset or a hang at once, a 429 at once, a 500 after the latency. So a client's retry of the identical request is a new draw and, at a rate
 // below 1, eventually gets through. The attempt number is the only state the simulator keeps:
 // sending a request again later, beyond retries, may draw a different HTTP error; the answer
@@ -108,6 +111,10 @@ import (
 
 // ModelID is the simulator's model name.
 const ModelID = "rollout-sim"
+
+// RolloutHeader names the rollout a request belongs to (rollout's agent sends it; its value
+// is opaque here): retries are counted per body and rollout.
+const RolloutHeader = "X-Rollout-Id"
 
 // maxBodyBytes caps a request body.
 const maxBodyBytes = 64 << 20
@@ -260,7 +267,14 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 	fp := sha256.Sum256(body)
 	attempt := 0
 	if s.opt.HTTP429 > 0 || s.opt.HTTP500 > 0 || s.opt.ConnectionReset > 0 || s.opt.Hang > 0 {
-		attempt = s.attempt([16]byte(fp[:16]))
+		key := fp
+		if id := r.Header.Get(RolloutHeader); id != "" {
+			h := sha256.New()
+			h.Write(fp[:])
+			h.Write([]byte(id))
+			h.Sum(key[:0])
+		}
+		attempt = s.attempt([16]byte(key[:16]))
 	}
 
 	if d.hit(s.opt.ConnectionReset, "connection-reset", round, attempt) {

@@ -1469,3 +1469,66 @@ func TestProfiles(t *testing.T) {
 		t.Errorf("unknown profile: err %v, want one listing the profiles", err)
 	}
 }
+
+// Retries are counted per rollout (RolloutHeader) and body: two rollouts that send the same
+// request (two arms' first requests) each see the statuses they would see alone, whichever
+// comes first. Without the header they share one count.
+func TestAttemptsCountedPerRollout(t *testing.T) {
+	if RolloutHeader != agent.RolloutIDHeader {
+		t.Fatalf("the simulator reads %q, the agent sends %q", RolloutHeader, agent.RolloutIDHeader)
+	}
+	tasks, rows := mustTasks(t, knobRow)
+	body, err := json.Marshal(baseRequest(rows[0], 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(s *Simulator, rollout string) int {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+		if rollout != "" {
+			req.Header.Set(RolloutHeader, rollout)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	fresh := func() *Simulator {
+		s, err := New(tasks, Options{HTTP500: 0.5, Seed: 3, Now: fixedNow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const tries = 12
+	alone := fresh()
+	var want []int
+	for range tries {
+		want = append(want, send(alone, "single/tasks.jsonl/0/0"))
+	}
+	if !slices.Contains(want, http.StatusOK) || !slices.Contains(want, http.StatusInternalServerError) {
+		t.Fatalf("statuses %v: want both 200 and 500 at rate 0.5", want)
+	}
+	// The other arm's identical requests in between do not move this rollout's count.
+	mixed := fresh()
+	var got []int
+	for range tries {
+		send(mixed, "multi/tasks.jsonl/0/0")
+		got = append(got, send(mixed, "single/tasks.jsonl/0/0"))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("interleaved with another rollout: %v, alone: %v", got, want)
+	}
+	// Without the header the two share a count: the interleaved statuses are every other
+	// one of the sequence alone.
+	shared, unkeyed := fresh(), fresh()
+	var seq, every []int
+	for range 2 * tries {
+		seq = append(seq, send(unkeyed, ""))
+	}
+	for i := range tries {
+		send(shared, "")
+		every = append(every, send(shared, ""))
+		if every[i] != seq[2*i+1] {
+			t.Errorf("no header, try %d: %d, want %d", i, every[i], seq[2*i+1])
+		}
+	}
+}
