@@ -660,8 +660,9 @@ func (e *Evaluator) allFailed(s *Scores, r *evalRow) {
 	s.AllFailedTasks = append(s.AllFailedTasks, TaskRef{SourceFile: e.names[r.src], TaskIndex: r.task})
 }
 
-// rewardScale is a power of two at least the largest magnitude of the scored rewards of rows,
-// 1 when they are all within [−1, 1]: dividing by it is exact and bounds every reward by 1.
+// rewardScale is a power of two over half the largest magnitude of the scored rewards of
+// rows, 1 when they are all within [−1, 1]: dividing by it is exact and bounds every reward
+// by 2.
 func (e *Evaluator) rewardScale(rows rowSet) float64 {
 	var most float64
 	for i := range rows.len() {
@@ -677,8 +678,8 @@ func scaleFor(most float64) float64 {
 	if most <= 1 || math.IsInf(most, 0) || math.IsNaN(most) {
 		return 1
 	}
-	_, exp := math.Frexp(most) // most < 2^exp
-	return math.Ldexp(1, exp)
+	_, exp := math.Frexp(most) // 2^(exp−1) <= most < 2^exp; 2^exp may not be a float64
+	return math.Ldexp(1, exp-1)
 }
 
 // clusteredStdErr is the task-clustered (cluster-robust) standard error of a mean of
