@@ -3,6 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -56,4 +62,57 @@ func TestFaultsReproducibleAcrossArms(t *testing.T) {
 		t.Errorf("%d of %d rollouts failed: want some", failed, len(a))
 	}
 	t.Logf("%d of %d rollouts failed in each run; %d differ", failed, len(a), differ)
+}
+
+// model_error (here: the endpoint answers 400 to every call) is left out of the scores like
+// the other failures, and --resume --retry-failed runs it again; bad_task is not run again.
+func TestRetryFailedRunsModelErrors(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	m := newFakeModel(t, func(w http.ResponseWriter, _ map[string]any, _ int64) {
+		if broken.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error": {"message": "model 'm' is not served here", "type": "invalid_request_error"}}`)
+			return
+		}
+		writeChat(w, "done")
+	})
+	input := weatherRows(t, 3, "")
+	rows, err := os.ReadFile(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A row without responses_create_params: bad_task.
+	if err := os.WriteFile(input, append(rows, "{\"id\": \"bad\"}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	base := []string{"run", "--input", input, "--out", dir, "--model-url", m.URL + "/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--quiet"}
+	if r := runCLI(t, context.Background(), nil, base...); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	classes := func() []string {
+		var out []string
+		for _, rec := range readRecords(t, dir) {
+			out = append(out, rec.FailureClass)
+		}
+		return out
+	}
+	if got := classes(); !slices.Equal(got, []string{report.FailModelError, report.FailModelError, report.FailModelError, report.FailBadTask}) {
+		t.Fatalf("classes %v", got)
+	}
+	var sum report.Summary
+	readJSON(t, filepath.Join(dir, report.SummaryFile), &sum)
+	if sum.Scored != 0 || sum.Failed != 4 {
+		t.Errorf("summary: scored %d failed %d; want 0 and 4", sum.Scored, sum.Failed)
+	}
+	broken.Store(false)
+	if r := runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed")...); r.code != 0 {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	if got := classes(); !slices.Equal(got, []string{"", "", "", report.FailBadTask}) {
+		t.Errorf("after --retry-failed: classes %v, want the model errors run again and the bad task kept", got)
+	}
 }

@@ -109,7 +109,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out (after a crash, kill or Ctrl-C): run only the rollouts that have no record")
 	fs.BoolVar(&f.force, "force", false, "with --resume: resume even though the input or the config differs from the run's (manifest.json)")
-	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the rollouts whose failure was an infrastructure one (rate_limited, model_unavailable, resource_server, verify, timeout, cancelled)")
+	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the rollouts whose failure was an infrastructure one (rate_limited, model_unavailable, model_error, resource_server, verify, timeout, cancelled: every class but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
 	simOptions := simKnobs(fs, "sim-")
 	fs.String("config", "", "a YAML `FILE` of rollout run flags by name (and arms with their own settings); flags given here override it")

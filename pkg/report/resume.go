@@ -167,11 +167,15 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// InfraFailure reports whether a failure class is an infrastructure one, which
-// --retry-failed runs again: the task and the model were not at fault.
+// InfraFailure reports whether a failure class is one --retry-failed runs again: every class
+// but bad_task. model_error is among them: an answer of the model's endpoint that is not a
+// usable chat completion (a 4xx other than 429 and context length, a body that is not a
+// completion or has no choices, an answer over --max-model-answer) says the endpoint or its
+// configuration failed, not the task; like the other failures it is left out of the scores
+// unless they are scored as zero.
 func InfraFailure(class string) bool {
 	switch class {
-	case FailModelUnavailable, FailRateLimited, FailResourceServer, FailVerify, FailTimeout, FailCancelled:
+	case FailModelUnavailable, FailRateLimited, FailModelError, FailResourceServer, FailVerify, FailTimeout, FailCancelled:
 		return true
 	}
 	return false
