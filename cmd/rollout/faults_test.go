@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -114,5 +117,56 @@ func TestRetryFailedRunsModelErrors(t *testing.T) {
 	}
 	if got := classes(); !slices.Equal(got, []string{"", "", "", report.FailBadTask}) {
 		t.Errorf("after --retry-failed: classes %v, want the model errors run again and the bad task kept", got)
+	}
+}
+
+// A rollout whose verify fails ends with termination verify_error in its record and in its
+// trajectories.jsonl line alike.
+func TestTrajectoryEndsLikeTheRecord(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/verify" {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			io.WriteString(w, `{"detail": "cannot verify"}`)
+			return
+		}
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, ""), "--out", dir, "--model-url", "builtin:sim",
+		"--server", srv.URL, "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	terms := map[int64]string{}
+	for _, rec := range readRecords(t, dir) {
+		if rec.FailureClass != report.FailVerify || rec.Termination != "verify_error" {
+			t.Errorf("task %d: class %q termination %q", rec.TaskIndex, rec.FailureClass, rec.Termination)
+		}
+		terms[rec.TaskIndex] = rec.Termination
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "trajectories.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, line := range lines {
+		var l struct {
+			TaskIndex  int64 `json:"task_index"`
+			Trajectory struct {
+				Termination  string `json:"termination"`
+				FailureClass string `json:"failure_class"`
+			} `json:"trajectory"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Trajectory.Termination != terms[l.TaskIndex] || l.Trajectory.FailureClass != report.FailVerify {
+			t.Errorf("task %d: trajectory ends %q (%q), record %q", l.TaskIndex, l.Trajectory.Termination, l.Trajectory.FailureClass, terms[l.TaskIndex])
+		}
+	}
+	if len(lines) != 3 {
+		t.Errorf("%d trajectory lines", len(lines))
 	}
 }

@@ -417,6 +417,8 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
 	rec.Termination, rec.FailureClass, rec.Error = string(tr.Termination), tr.FailureClass, tr.Error
 	defer func() {
+		// The trajectory ends as the record does: a failed verify is the rollout's end too.
+		tr.Termination, tr.FailureClass, tr.Error = agent.Termination(rec.Termination), rec.FailureClass, rec.Error
 		// The direct encoder: the bytes of json.Marshal(tr), without reflection or re-compaction.
 		if b, err := tr.MarshalJSON(); err == nil {
 			res.Trajectory = b
