@@ -270,7 +270,7 @@ func (c *Comparison) headline() string {
 	if c.CI95 != nil {
 		ci = fmt.Sprintf(", 95%% CI %+.4f to %+.4f", c.CI95.Low, c.CI95.High)
 		if c.CI95.Point {
-			ci += " (a point: every task has the same difference)"
+			ci += ", a point: every task has the same difference"
 		}
 	}
 	return fmt.Sprintf("%s − %s: mean reward difference %+.4f (std err %.4f%s) over %d pairs in %d tasks; tasks won %d, lost %d, tied %d",

@@ -877,7 +877,7 @@ const maxListed = 10
 // whose rollouts all failed, intervals that are a point.
 func (e *Evaluation) notes() []string {
 	var out []string
-	point := false
+	point, partial := false, false
 	for _, s := range e.scopes() {
 		if s.TasksAllFailed > 0 {
 			var names []string
@@ -893,12 +893,28 @@ func (e *Evaluation) notes() []string {
 			}
 			out = append(out, fmt.Sprintf("%s: %d tasks had every rollout fail and %s: %s", s.Scope, s.TasksAllFailed, what, strings.Join(names, ", ")))
 		}
+		var short []string
 		for _, p := range s.PassAtK {
 			if p.Tasks < s.TaskArms {
-				out = append(out, fmt.Sprintf("%s: pass@%d and pass^%d are over %d of %d tasks (the others have fewer scored rollouts): --score-failures-as-zero or --pass-k-common-tasks make them comparable", s.Scope, p.K, p.K, p.Tasks, s.TaskArms))
+				short = append(short, fmt.Sprintf("pass@%d over %d", p.K, p.Tasks))
 			}
 		}
+		if len(short) > 0 {
+			what := "tasks"
+			if s.Arm == "" && len(e.ByArm) > 1 {
+				what = "(task, arm) pairs"
+			}
+			out = append(out, fmt.Sprintf("%s: pass@k and pass^k rest on fewer than its %d %s: %s", s.Scope, s.TaskArms, what, strings.Join(short, ", ")))
+			partial = true
+		}
 		point = point || s.CI95 != nil && s.CI95.Point
+	}
+	if partial {
+		if e.Options.PassKCommonTasks {
+			out = append(out, fmt.Sprintf("every k is over the tasks with at least %d scored rollouts (--pass-k-common-tasks); the others have failed rollouts", e.K[len(e.K)-1]))
+		} else {
+			out = append(out, "a k is over the tasks with at least k scored rollouts, and differs from k to k when rollouts failed: --score-failures-as-zero counts failed rollouts as failed tries, --pass-k-common-tasks puts every k on the same tasks")
+		}
 	}
 	if point {
 		out = append(out, "a 95% CI marked (point) is a single point: every task of its scope has the same mean reward (or there is one task), so it says nothing of the uncertainty")
@@ -926,7 +942,11 @@ func (e *Evaluation) table() (scores, behaviour [][]string) {
 	for _, s := range e.scopes() {
 		row := []string{s.Scope, strconv.Itoa(s.Rollouts), strconv.Itoa(s.Failed), strconv.Itoa(s.Scored), strconv.Itoa(s.Tasks), "", "", ""}
 		if s.TasksAllFailed > 0 {
-			row[4] += fmt.Sprintf(" (+%d all failed)", s.TasksAllFailed)
+			if e.Options.ScoreFailuresAsZero {
+				row[4] += fmt.Sprintf(" (%d all failed)", s.TasksAllFailed) // among the tasks, scored as 0
+			} else {
+				row[4] += fmt.Sprintf(" (+%d all failed)", s.TasksAllFailed)
+			}
 		}
 		if s.Scored > 0 {
 			row[5] = f4(s.MeanReward)

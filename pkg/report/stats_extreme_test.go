@@ -31,7 +31,8 @@ func TestEvaluateAllFailedTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"2 (+1 all failed)", "note: all: 1 tasks had every rollout fail and are in no score: tasks.jsonl task 1",
-		"(1/3)", "note: all: pass@2 and pass^2 are over 1 of 3 tasks"} {
+		"(1/3)", "note: all: pass@k and pass^k rest on fewer than its 3 tasks: pass@1 over 2, pass@2 over 1",
+		"note: a k is over the tasks with at least k scored rollouts"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
