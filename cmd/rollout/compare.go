@@ -22,10 +22,10 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"Pairs the rollouts of two sides by task and repeat and reports B − A: the mean reward\n"+
 			"difference with its task-clustered std err and 95%% CI (tasks resampled), the sides' means\n"+
 			"over the pairs, tasks won / lost / tied, and each side's pass@k, terminations, rounds, tokens\n"+
-			"and latency. Tasks are matched by the rows' id field when every record has one (any order\n"+
-			"of the task files), else by their index in the task file; tasks on one side only, or with\n"+
-			"no repeat scored on both sides, are listed. A RUN is a run directory or a .parquet file or\n"+
-			"journal.\n\n")
+			"and latency. Tasks are matched by the rows' id field, or the hash of a row without id, when\n"+
+			"every record has one (any order of the task files), else by their index in the task file;\n"+
+			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
+			"directory or a .parquet file or journal.\n\n")
 		fs.PrintDefaults()
 	}
 	paths, err := parsePaths(fs, args)

@@ -36,6 +36,7 @@ type pqRow struct {
 	TaskIndex        int64   `parquet:"task_index"`
 	RolloutIndex     int64   `parquet:"rollout_index"`
 	TaskID           string  `parquet:"task_id"`
+	TaskHash         string  `parquet:"task_hash"`
 	Arm              string  `parquet:"arm"`
 	Reward           float64 `parquet:"reward"`
 	HasReward        bool    `parquet:"has_reward"`
@@ -90,8 +91,9 @@ func fractionalServer(t *testing.T, refuse, flaky []string) string {
 	return srv.URL
 }
 
-// taskRows writes rows with ids t00…t{n-1} in the order given by perm (nil: in order).
-func taskRows(t *testing.T, n int, perm []int) string {
+// taskRows writes rows with ids t00…t{n-1} in the order given by perm (nil: in order);
+// without their "id" field when noID.
+func taskRows(t *testing.T, n int, perm []int, noID bool) string {
 	if perm == nil {
 		perm = make([]int, n)
 		for i := range perm {
@@ -100,9 +102,13 @@ func taskRows(t *testing.T, n int, perm []int) string {
 	}
 	var b strings.Builder
 	for _, i := range perm {
-		fmt.Fprintf(&b, `{"id": "t%02d", "category": "c%d", "responses_create_params": {"input": [{"role": "user", "content": "task %d"}], `+
+		id := fmt.Sprintf(`"id": "t%02d", `, i)
+		if noID {
+			id = ""
+		}
+		fmt.Fprintf(&b, `{%s"category": "c%d", "responses_create_params": {"input": [{"role": "user", "content": "task %d"}], `+
 			`"tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]}}`+"\n",
-			i, i%3, i)
+			id, i%3, i)
 	}
 	path := filepath.Join(t.TempDir(), "tasks.jsonl")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -352,8 +358,8 @@ func TestRecomputeFromParquet(t *testing.T) {
 			"--sim-http-500", "0.15", "--retries", "0", "--quiet"}
 	}
 	dirA, dirB := t.TempDir(), t.TempDir()
-	inputA := taskRows(t, tasks, nil)
-	inputB := taskRows(t, tasks, rand.New(rand.NewPCG(5, 6)).Perm(tasks)) // the same tasks, shuffled
+	inputA := taskRows(t, tasks, nil, false)
+	inputB := taskRows(t, tasks, rand.New(rand.NewPCG(5, 6)).Perm(tasks), false) // the same tasks, shuffled
 	for _, run := range [][2]string{{inputA, dirA}, {inputB, dirB}} {
 		if r := runCLI(t, context.Background(), nil, runArgs(run[0], run[1])...); r.code != 0 {
 			t.Fatalf("run: exit %d: %s", r.code, r.stderr)
@@ -446,9 +452,25 @@ func TestRecomputeFromParquet(t *testing.T) {
 		}
 		return c
 	}
-	checkComparison(t, "arms", compare(dirA, "--arms", "single,multi"), rows, rows, arm("single"), arm("multi"))
+	byID := func(r *pqRow) string { return "id:" + r.TaskID }
+	checkComparison(t, "arms", "task id", compare(dirA, "--arms", "single,multi"), rows, rows, arm("single"), arm("multi"), byID)
 	rowsB := readPQ(t, dirB)
-	checkComparison(t, "runs", compare(dirA, dirB, "--arm", "multi"), rows, rowsB, arm("multi"), arm("multi"))
+	checkComparison(t, "runs", "task id", compare(dirA, dirB, "--arm", "multi"), rows, rowsB, arm("multi"), arm("multi"), byID)
+
+	// Rows without ids, in two orders: paired by their content's hash.
+	dirC, dirD := t.TempDir(), t.TempDir()
+	perm := rand.New(rand.NewPCG(7, 8)).Perm(tasks)
+	for _, run := range [][2]string{{taskRows(t, tasks, nil, true), dirC}, {taskRows(t, tasks, perm, true), dirD}} {
+		if r := runCLI(t, context.Background(), nil, runArgs(run[0], run[1])...); r.code != 0 {
+			t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+		}
+	}
+	rowsC, rowsD := readPQ(t, dirC), readPQ(t, dirD)
+	if rowsC[0].TaskID != "" || len(rowsC[0].TaskHash) != 16 {
+		t.Fatalf("a row without id: task_id %q, task_hash %q", rowsC[0].TaskID, rowsC[0].TaskHash)
+	}
+	byHash := func(r *pqRow) string { return "row:" + r.TaskHash }
+	checkComparison(t, "runs without ids", "task id or row hash", compare(dirC, dirD, "--arm", "multi"), rowsC, rowsD, arm("multi"), arm("multi"), byHash)
 }
 
 // idNum is the number of a test row's id ("t07": 7).
@@ -470,8 +492,8 @@ func readJSON(t *testing.T, path string, v any) {
 }
 
 // checkComparison recomputes a comparison of side a (the rows of ra that keepA holds) and b:
-// pairs by (task id, repeat), their differences, clustered by task id.
-func checkComparison(t *testing.T, what string, c report.Comparison, ra, rb []pqRow, keepA, keepB func(*pqRow) bool) {
+// pairs by (task key, repeat), their differences, clustered by task key.
+func checkComparison(t *testing.T, what, pairedBy string, c report.Comparison, ra, rb []pqRow, keepA, keepB func(*pqRow) bool, taskKey func(*pqRow) string) {
 	t.Helper()
 	type key struct {
 		id string
@@ -484,9 +506,9 @@ func checkComparison(t *testing.T, what string, c report.Comparison, ra, rb []pq
 			if !keep(r) {
 				continue
 			}
-			seen[r.TaskID] = true
+			seen[taskKey(r)] = true
 			if r.FailureClass == "" && r.HasReward {
-				scored[key{r.TaskID, r.RolloutIndex}] = r.Reward
+				scored[key{taskKey(r), r.RolloutIndex}] = r.Reward
 			}
 		}
 		return scored, seen
@@ -528,17 +550,17 @@ func checkComparison(t *testing.T, what string, c report.Comparison, ra, rb []pq
 	var noPairs []string
 	for id := range seenA {
 		if seenB[id] && n[id] == 0 {
-			noPairs = append(noPairs, "id:"+id)
+			noPairs = append(noPairs, id)
 		}
 	}
 	sort.Strings(noPairs)
-	if c.PairedBy != "task id" || c.Pairs != pairs || c.Tasks != len(diff) || !near(c.MeanDiff, mean) || !near(c.StdErr, se) ||
+	if c.PairedBy != pairedBy || c.Pairs != pairs || c.Tasks != len(diff) || !near(c.MeanDiff, mean) || !near(c.StdErr, se) ||
 		!near(c.PairedMeans[0], sumA/float64(pairs)) || !near(c.PairedMeans[1], sumB/float64(pairs)) ||
 		c.Won != won || c.Lost != lost || c.Tied != tied || !slices.Equal(c.NoPairs, noPairs) || len(c.OnlyA)+len(c.OnlyB) != 0 {
 		t.Errorf("%s: compare %+v;\nrecomputed: by task id, %d pairs in %d tasks, mean %v std err %v, paired means %v %v, won %d lost %d tied %d, without pairs %v",
 			what, c, pairs, len(diff), mean, se, sumA/float64(pairs), sumB/float64(pairs), won, lost, tied, noPairs)
 	}
-	if len(noPairs) < 2 {
+	if pairedBy == "task id" && len(noPairs) < 2 {
 		t.Errorf("%s: %d tasks without pairs: the all-failed tasks must be among them", what, len(noPairs))
 	}
 	if c.CI95 == nil || c.CI95.Low > c.MeanDiff || c.CI95.High < c.MeanDiff {

@@ -18,8 +18,10 @@ import (
 type Comparison struct {
 	// Sides are A and B's own statistics (Evaluate of each side, overall).
 	Sides [2]Scores `json:"sides"`
-	// PairedBy says how tasks were matched: "task id" (the rows' id field) or "task index"
-	// (the row's position in its task file, when a side's rows have no id or repeat one).
+	// PairedBy says how tasks were matched: "task id" (the rows' id field), "task id or row
+	// hash" (the id, or for rows without one their content's hash), or "task index" (the row's
+	// position in its task file, when a record has neither, as in older runs, or a key names
+	// two tasks).
 	PairedBy string `json:"paired_by"`
 	// Pairs counts the (task, repeat) pairs scored on both sides; Unpaired the scored
 	// rollouts of either side without a partner. Tasks counts the tasks with a pair.
@@ -47,18 +49,23 @@ type Comparison struct {
 	Tied int `json:"tasks_tied"`
 }
 
-// TaskKey is what a record's task is known by across runs: "id:" and the row's id, or
-// "index:" and its position in its task file when byIndex or the row has no id.
+// TaskKey is what a record's task is known by across runs: "id:" and the row's id, else
+// "row:" and the hash of the row's content (Record.TaskHash), else, or when byIndex,
+// "index:" and its position in its task file.
 func TaskKey(r *Record, byIndex bool) string {
-	if r.TaskID != "" && !byIndex {
+	switch {
+	case byIndex:
+	case r.TaskID != "":
 		return "id:" + r.TaskID
+	case r.TaskHash != "":
+		return "row:" + r.TaskHash
 	}
 	return "index:" + strconv.FormatInt(r.TaskIndex, 10)
 }
 
-// idsUsable reports whether every record of recs has a task id, and each id belongs to one
-// task (source file and index).
-func idsUsable(recs []Record) bool {
+// keysUsable reports whether every record of recs has a task id or row hash, and each such
+// key belongs to one task (source file and index); hashed says whether a key is a hash.
+func keysUsable(recs []Record) (ok, hashed bool) {
 	type task struct {
 		src   string
 		index int64
@@ -66,21 +73,24 @@ func idsUsable(recs []Record) bool {
 	owner := map[string]task{}
 	for i := range recs {
 		r := &recs[i]
-		if r.TaskID == "" {
-			return false
+		k := TaskKey(r, false)
+		if strings.HasPrefix(k, "index:") {
+			return false, false
 		}
+		hashed = hashed || r.TaskID == ""
 		t := task{r.SourceFile, r.TaskIndex}
-		if o, ok := owner[r.TaskID]; ok && o != t {
-			return false
+		if o, seen := owner[k]; seen && o != t {
+			return false, false
 		}
-		owner[r.TaskID] = t
+		owner[k] = t
 	}
-	return true
+	return true, hashed
 }
 
 // Compare pairs the records of side a with those of side b by task key and rollout index, and
-// computes the paired difference. Tasks are matched by id when every record of both sides
-// has one and no id names two tasks; else by index. Rollouts that failed are left out of the
+// computes the paired difference. Tasks are matched by id (by the row's hash for a row
+// without id) when every record of both sides has one and no key names two tasks; else by
+// index. Rollouts that failed are left out of the
 // pairs unless o.ScoreFailuresAsZero. The sides' names are their Scopes (set by the caller
 // through nameA, nameB).
 func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
@@ -90,10 +100,16 @@ func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
 		c.Sides[i] = Evaluate(side, o).Overall
 		c.Sides[i].Scope = []string{nameA, nameB}[i]
 	}
-	byIndex := !idsUsable(a) || !idsUsable(b)
-	c.PairedBy = "task id"
-	if byIndex {
+	okA, hashedA := keysUsable(a)
+	okB, hashedB := keysUsable(b)
+	byIndex := !okA || !okB
+	switch {
+	case byIndex:
 		c.PairedBy = "task index"
+	case hashedA || hashedB:
+		c.PairedBy = "task id or row hash"
+	default:
+		c.PairedBy = "task id"
 	}
 	score := func(r *Record) (float64, bool) {
 		switch {

@@ -119,3 +119,30 @@ func TestComparePairsByTaskID(t *testing.T) {
 		}
 	}
 }
+
+// Rows without ids are matched by their content's hash (TaskHash), in any order; a record
+// with neither id nor hash (an older run) falls back to the index.
+func TestComparePairsByRowHash(t *testing.T) {
+	withHash := func(hash string, task int64, reward float64) Record {
+		r := cmpRec(task, 0, reward, "")
+		r.TaskHash = hash
+		return r
+	}
+	a := []Record{withHash("aaaa", 0, 1), withHash("bbbb", 1, 0), withHash("cccc", 2, 0)}
+	b := []Record{withHash("cccc", 0, 1), withHash("aaaa", 1, 1), withHash("bbbb", 2, 0)}
+	c := Compare(a, b, "A", "B", StatsOptions{})
+	// By hash: aaaa 1→1 tied, bbbb 0→0 tied, cccc 0→1 won.
+	if c.PairedBy != "task id or row hash" || c.Pairs != 3 || c.Won != 1 || c.Tied != 2 || c.Lost != 0 {
+		t.Errorf("by row hash: %+v", c)
+	}
+	a[1].TaskHash = ""
+	// By index: 1→1 tied, 0→1 won, 0→0 tied.
+	if c := Compare(a, b, "A", "B", StatsOptions{}); c.PairedBy != "task index" || c.Won != 1 || c.Tied != 2 {
+		t.Errorf("a record without id or hash: %+v", c)
+	}
+	// Two rows with the same content in one file: their hash names two tasks: by index.
+	a[1].TaskHash = "aaaa"
+	if c := Compare(a, b, "A", "B", StatsOptions{}); c.PairedBy != "task index" {
+		t.Errorf("a hash naming two tasks: paired by %q", c.PairedBy)
+	}
+}

@@ -406,6 +406,7 @@ const (
 	rfTaskIndex = iota
 	rfRolloutIndex
 	rfTaskID
+	rfTaskHash
 	rfArm
 	rfAgent
 	rfModel
@@ -433,7 +434,7 @@ const (
 
 // recordKeys are Record's JSON keys, quoted, by field.
 var recordKeys = [...]string{
-	rfTaskIndex: `"task_index"`, rfRolloutIndex: `"rollout_index"`, rfTaskID: `"task_id"`, rfArm: `"arm"`,
+	rfTaskIndex: `"task_index"`, rfRolloutIndex: `"rollout_index"`, rfTaskID: `"task_id"`, rfTaskHash: `"task_hash"`, rfArm: `"arm"`,
 	rfAgent: `"agent"`, rfModel: `"model"`, rfReward: `"reward"`, rfHasReward: `"has_reward"`,
 	rfRewardComponents: `"reward_components"`, rfRounds: `"rounds"`, rfToolCalls: `"tool_calls"`,
 	rfToolNames: `"tool_names"`, rfToolErrors: `"tool_errors"`, rfPromptTokens: `"prompt_tokens"`,
@@ -453,6 +454,8 @@ func recordField(key []byte) int {
 		return rfRolloutIndex
 	case "task_id":
 		return rfTaskID
+	case "task_hash":
+		return rfTaskHash
 	case "arm":
 		return rfArm
 	case "agent":
@@ -729,13 +732,16 @@ func (d *recordDecoder) field(b []byte, i, f int, r *Record, full bool) int {
 		default:
 			return -1
 		}
-	case rfTaskID, rfError:
+	case rfTaskID, rfTaskHash, rfError:
 		if s, end = d.str(b, i, noIntern, full); end < 0 {
 			return -1
 		}
-		if f == rfTaskID {
+		switch f {
+		case rfTaskID:
 			r.TaskID = s
-		} else {
+		case rfTaskHash:
+			r.TaskHash = s
+		default:
 			r.Error = s
 		}
 	case rfArm, rfAgent, rfModel, rfTermination, rfFailureClass, rfSourceFile:

@@ -199,6 +199,9 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 		r := benchRecord(rng.IntN(1 << 20))
 		if i%2 == 0 {
 			r.TaskID, r.Arm, r.Error, r.Termination = str(), str(), str(), str()
+			if i%4 == 0 {
+				r.TaskHash = str() // often "", left out like encoding/json's omitempty
+			}
 			r.Reward, r.LatencyMs = num(), num()
 			r.TaskFields = map[string]string{str(): str(), str(): str()}
 			r.RewardComponents = map[string]float64{str(): num()}

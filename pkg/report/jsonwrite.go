@@ -47,6 +47,10 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 	dst = strconv.AppendInt(dst, r.RolloutIndex, 10)
 	dst = append(dst, `,"task_id":`...)
 	dst = jsonw.AppendString(dst, r.TaskID)
+	if r.TaskHash != "" {
+		dst = append(dst, `,"task_hash":`...)
+		dst = jsonw.AppendString(dst, r.TaskHash)
+	}
 	dst = append(dst, `,"arm":`...)
 	dst = jsonw.AppendString(dst, r.Arm)
 	dst = append(dst, `,"agent":`...)

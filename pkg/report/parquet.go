@@ -113,7 +113,7 @@ func fieldColumn(f int) int {
 // fieldCost is a rough relative cost of writing each field, to share the
 // fields out among the workers.
 var fieldCost = [numRecordFields]int{
-	rfTaskID: 3, rfArm: 2, rfAgent: 2, rfModel: 2, rfRewardComponents: 12, rfToolNames: 6,
+	rfTaskID: 3, rfTaskHash: 2, rfArm: 2, rfAgent: 2, rfModel: 2, rfRewardComponents: 12, rfToolNames: 6,
 	rfTermination: 2, rfFailureClass: 2, rfError: 2, rfStartedAt: 3, rfSourceFile: 2, rfTaskFields: 10,
 }
 
@@ -128,6 +128,7 @@ type parquetRecord struct {
 	TaskIndex        int64              `parquet:"task_index"`
 	RolloutIndex     int64              `parquet:"rollout_index"`
 	TaskID           string             `parquet:"task_id"`
+	TaskHash         string             `parquet:"task_hash"`
 	Arm              string             `parquet:"arm,dict"`
 	Agent            string             `parquet:"agent,dict"`
 	Model            string             `parquet:"model,dict"`
@@ -403,6 +404,11 @@ func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []Recor
 		v = v[:len(recs)]
 		for i := range recs {
 			v[i] = pqBytes(recs[i].TaskID)
+		}
+	case rfTaskHash:
+		v = v[:len(recs)]
+		for i := range recs {
+			v[i] = pqBytes(recs[i].TaskHash)
 		}
 	case rfArm:
 		v = v[:len(recs)]

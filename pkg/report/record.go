@@ -13,9 +13,13 @@ import (
 // A record with an empty FailureClass has a reward; a record with a failure
 // class has HasReward false and Reward 0, and statistics leave it out.
 type Record struct {
-	TaskIndex        int64              `parquet:"task_index" json:"task_index"`
-	RolloutIndex     int64              `parquet:"rollout_index" json:"rollout_index"`
-	TaskID           string             `parquet:"task_id" json:"task_id"`
+	TaskIndex    int64  `parquet:"task_index" json:"task_index"`
+	RolloutIndex int64  `parquet:"rollout_index" json:"rollout_index"`
+	TaskID       string `parquet:"task_id" json:"task_id"`
+	// TaskHash names a row without an id by its content: the first 16 hex digits of the
+	// SHA-256 of the row's bytes ("" when the row has an id, and in records of older runs).
+	// rollout compare matches tasks by it when the rows have no id.
+	TaskHash         string             `parquet:"task_hash" json:"task_hash,omitempty"`
 	Arm              string             `parquet:"arm" json:"arm"`
 	Agent            string             `parquet:"agent" json:"agent"`
 	Model            string             `parquet:"model" json:"model"`

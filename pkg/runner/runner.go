@@ -7,6 +7,8 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -373,6 +375,9 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
 	}
 	rec.TaskFields = taskFields(t)
+	if t.ID == "" {
+		rec.TaskHash = rowHash(t.Raw)
+	}
 	res := &report.Result{}
 	start := time.Now()
 	defer func() {
@@ -527,6 +532,13 @@ func termination(class string, otherwise agent.Termination) agent.Termination {
 // responseID is the Responses id of a rollout: its key.
 func responseID(task, rollout int, arm string) string {
 	return fmt.Sprintf("resp_%s_%d_%d", arm, task, rollout)
+}
+
+// rowHash is report.Record.TaskHash of a row without id: the first 16 hex digits of the
+// SHA-256 of its bytes.
+func rowHash(raw []byte) string {
+	h := sha256.Sum256(raw)
+	return hex.EncodeToString(h[:8])
 }
 
 // rolloutID names rollout (arm, task, k) in its model requests' agent.RolloutIDHeader:
