@@ -22,3 +22,6 @@ func (c *Config) MultiRequest(p *dataset.Params, seed int64) openai.ChatCompleti
 
 // PlainJSON is encoding/json's encoding of t by reflection, without its MarshalJSON method.
 func PlainJSON(t *Trajectory) ([]byte, error) { return json.Marshal((*plainTrajectory)(t)) }
+
+// ZeroSampling is the request-body rewrite that sends a temperature or top_p of 0 as a literal 0.
+var ZeroSampling = zeroSampling

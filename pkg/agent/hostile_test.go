@@ -397,7 +397,7 @@ func TestRunRetryBudget(t *testing.T) {
 	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailRateLimited {
 		t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 	}
-	if !strings.HasPrefix(tr.Error, "model call in round 0: retry budget of this rollout spent (3 retries); last attempt: HTTP 429: "+rateLimitBody) {
+	if !strings.HasPrefix(tr.Error, "model call in round 0: retry budget of this rollout spent (3 retries); last attempt: HTTP 429 rate_limit_error (code rate_limit_exceeded): Rate limit reached") {
 		t.Fatalf("error %q", tr.Error)
 	}
 	if counter.Attempts() != 5 || m.calls() != 2 {

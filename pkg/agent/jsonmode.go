@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -245,10 +246,7 @@ func describeTools(title string, tools []dataset.Tool) string {
 	var b strings.Builder
 	b.WriteString(title + " (one JSON object a line: name, description, parameters as a JSON Schema):\n")
 	for _, t := range tools {
-		params := t.Parameters
-		if params == nil || string(bytes.TrimSpace(params)) == "null" {
-			params = emptyParameters
-		}
+		params := toolParameters(t)
 		line, err := json.Marshal(struct {
 			Name        string          `json:"name"`
 			Description string          `json:"description,omitempty"`
@@ -261,6 +259,53 @@ func describeTools(title string, tools []dataset.Tool) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// toolParameters is a tool's parameters schema, emptyParameters when it has none.
+func toolParameters(t dataset.Tool) json.RawMessage {
+	if t.Parameters == nil || string(bytes.TrimSpace(t.Parameters)) == "null" {
+		return emptyParameters
+	}
+	return t.Parameters
+}
+
+// finalAnswerSchema is the final-answer form of a JSON-mode answer, for response_format.
+const finalAnswerSchema = `{"type":"object","properties":{"success":{"type":"boolean"},"result":{},"reasoning":{"type":"string"}},"required":["success","result"],"additionalProperties":false}`
+
+// jsonModeFormat is the response_format of a JSON-mode request offering tools: a JSON Schema
+// that servers with grammar-constrained decoding (llama.cpp, vLLM, SGLang) compile into a
+// grammar, so that every answer is valid JSON of one of the two forms. It is an anyOf of the
+// tool-call form, whose calls are each an anyOf of one branch per tool (its name as a const,
+// its parameters as the arguments' schema), and the final-answer form; no if/then/else, which
+// llama.cpp's grammar compiler ignores. Without tools only the final-answer form is offered.
+func jsonModeFormat(tools []dataset.Tool) *openai.ChatCompletionResponseFormat {
+	var b bytes.Buffer
+	b.WriteString(`{"anyOf":[`)
+	if len(tools) > 0 {
+		b.WriteString(`{"type":"object","properties":{"tool_calls":{"type":"array","minItems":1,"items":{"anyOf":[`)
+		for i, t := range tools {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			name, _ := json.Marshal(t.Name)
+			params := toolParameters(t)
+			if !json.Valid(params) { // the row reader refuses such tools; never send invalid JSON
+				params = emptyParameters
+			}
+			b.WriteString(`{"type":"object","properties":{"name":{"const":`)
+			b.Write(name)
+			b.WriteString(`},"arguments":`)
+			b.Write(params)
+			b.WriteString(`},"required":["name","arguments"],"additionalProperties":false}`)
+		}
+		b.WriteString(`]}},"reasoning":{"type":"string"}},"required":["tool_calls"],"additionalProperties":false},`)
+	}
+	b.WriteString(finalAnswerSchema)
+	b.WriteString(`]}`)
+	return &openai.ChatCompletionResponseFormat{
+		Type:       openai.ChatCompletionResponseFormatTypeJSONSchema,
+		JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{Name: "answer", Schema: json.RawMessage(b.Bytes())},
+	}
 }
 
 // toolResponse is a tool result as the model sees it in structured form (seed 003):

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,10 @@ const (
 	Timeout       Termination = "timeout"
 	Cancelled     Termination = "cancelled"
 	InvalidOutput Termination = "invalid_output"
+	// Length: the model's answer was cut off by max_tokens (finish_reason "length"). The
+	// answer is the model's result: the rollout ends there, any tool call in the cut answer
+	// is not made, and the rollout is verified like max_rounds.
+	Length Termination = "length"
 )
 
 // Usage is token usage summed over a rollout or one round.
@@ -242,6 +247,10 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		tr.Usage.add(rd.Usage)
 		msg := &resp.Choices[0].Message
 		hist := historyMessage(msg, round)
+		if rd.FinishReason == finishLength {
+			cutOff(tr, rd, hist)
+			return tr
+		}
 		if toolsRemoved && len(hist.ToolCalls) > 0 {
 			// Asked for tools after they were taken away: the calls are not made (nor kept
 			// in the history, where they would have no answers); the policy's bound is hit.
@@ -363,6 +372,23 @@ func newRound(resp *openai.ChatCompletionResponse, idx int, latency time.Duratio
 		FinishReason: string(choice.FinishReason), Content: choice.Message.Content, Reasoning: choice.Message.ReasoningContent}
 }
 
+// finishLength is the finish reason of an answer cut off by max_tokens.
+const finishLength = string(openai.FinishReasonLength)
+
+// cutOff ends a rollout whose round rd was cut off by max_tokens: the answer is kept in the
+// history as the model's last message without its tool calls (their arguments are cut too:
+// never made, never sent back), and the termination is Length.
+func cutOff(tr *Trajectory, rd Round, hist openai.ChatCompletionMessage) {
+	tr.Termination = Length
+	tr.FinalText = rd.Content
+	if n := len(hist.ToolCalls); n > 0 {
+		tr.Error = fmt.Sprintf("round %d: the answer was cut off by max_tokens in a tool call; %d tool call(s) not made", rd.Index, n)
+		hist.ToolCalls = nil
+	}
+	tr.Messages = append(tr.Messages, hist)
+	tr.Rounds = append(tr.Rounds, rd)
+}
+
 // historyMessage is the model's answer msg of round idx as the conversation keeps it: what the
 // model said, without echoing its reasoning back to it, and its tool calls, each with an id
 // (generated when the endpoint gave none), typed function, without a stream index.
@@ -427,6 +453,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 		ctx, cancel = context.WithTimeout(ctx, c.ModelTimeout)
 		defer cancel()
 	}
+	req.Messages = sendable(req.Messages)
 	tap := &answerTap{}
 	ctx = context.WithValue(ctx, tapKey{}, tap)
 	start := time.Now()
@@ -435,6 +462,33 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 		err = fmt.Errorf("no answer within the model timeout of %v: %w", c.ModelTimeout, err)
 	}
 	return resp, time.Since(start), tap, err
+}
+
+// emptyContent is what an empty message content is sent as: go-openai omits an empty
+// content, and servers refuse an assistant message with neither content nor tool calls, or a
+// tool or user message without content (llama.cpp: 400 "Assistant message must contain
+// either 'content' or 'tool_calls'!").
+const emptyContent = " "
+
+// sendable is msgs as they can be sent: a message with an empty content (and no tool calls or
+// multi-part content) gets emptyContent. msgs itself is not changed (the trajectory keeps the
+// answer as it was); it is copied only when a message needs it.
+func sendable(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
+	var out []openai.ChatCompletionMessage
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Content != "" || len(m.MultiContent) > 0 || len(m.ToolCalls) > 0 || m.FunctionCall != nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(msgs)
+		}
+		out[i].Content = emptyContent
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 func ctxCancelled(ctx context.Context) bool { return ctx.Err() == context.Canceled }

@@ -436,9 +436,10 @@ func TestRunSumsUsage(t *testing.T) {
 	}
 }
 
-// Sampling parameters on the wire: temperature 0 is sent (as a tiny
-// positive number, not omitted), an absent temperature is not sent, the
-// seed always is.
+// Sampling parameters on the wire: temperature 0 and top_p 0 are sent as a
+// literal 0 (not omitted, not a tiny positive number, which llama.cpp takes
+// as a positive temperature), an absent temperature is not sent, the seed
+// always is.
 func TestRunSamplingParameters(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -451,12 +452,11 @@ func TestRunSamplingParameters(t *testing.T) {
 			if !ok {
 				t.Fatal("no temperature key: temperature 0 was omitted")
 			}
-			var f float64
-			if err := json.Unmarshal(raw, &f); err != nil || !(f > 0 && f < 1e-30) {
-				t.Fatalf("temperature %s, want a number in (0, 1e-30)", raw)
+			if string(raw) != "0" {
+				t.Fatalf("temperature %s, want a literal 0", raw)
 			}
-			if err := json.Unmarshal(body["top_p"], &f); err != nil || !(f > 0 && f < 1e-30) {
-				t.Fatalf("top_p %s, want a number in (0, 1e-30)", body["top_p"])
+			if string(body["top_p"]) != "0" {
+				t.Fatalf("top_p %s, want a literal 0", body["top_p"])
 			}
 			if string(body["max_tokens"]) != "64" {
 				t.Fatalf("max_tokens %s", body["max_tokens"])
@@ -483,9 +483,8 @@ func TestRunSamplingParameters(t *testing.T) {
 			}
 		}},
 		{"override to 0", `"temperature":1`, new(float64), func(t *testing.T, body map[string]json.RawMessage) {
-			var f float64
-			if err := json.Unmarshal(body["temperature"], &f); err != nil || !(f > 0 && f < 1e-30) {
-				t.Fatalf("temperature %s, want the override 0", body["temperature"])
+			if string(body["temperature"]) != "0" {
+				t.Fatalf("temperature %s, want the override as a literal 0", body["temperature"])
 			}
 		}},
 	}

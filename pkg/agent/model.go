@@ -1,17 +1,21 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/rollout-dev/rollout/internal/jsonscan"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
@@ -88,6 +92,9 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	if id, ok := req.Context().Value(rolloutIDKey{}).(string); ok {
 		req.Header.Set(RolloutIDHeader, id)
 	}
+	if err := literalZeros(req); err != nil {
+		return nil, err
+	}
 	resp, err := a.next.Do(req)
 	if err != nil {
 		return nil, err
@@ -159,10 +166,91 @@ func (b *answerBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// zeroTemperature is what temperature 0 is sent as: go-openai drops a zero
-// float32 (omitempty), and the server would then use its default (often 1).
-// This is the value go-openai's documentation recommends.
+// zeroTemperature is what a temperature or top_p of 0 is set to in the
+// request struct: go-openai drops a zero float32 (omitempty), and the server
+// would then use its default (often 1). On the wire it is a literal 0:
+// literalZeros rewrites it, because a server that takes 1e-45 as a positive
+// temperature divides the logits by it (llama.cpp's sampler then picks the
+// least likely kept token instead of the most likely one).
 const zeroTemperature = math.SmallestNonzeroFloat32
+
+// zeroTemperatureJSON is zeroTemperature as encoding/json writes a float32.
+const zeroTemperatureJSON = "1e-45"
+
+// literalZeros rewrites the top-level "temperature" and "top_p" of a JSON
+// request body from zeroTemperature to a literal 0, in place of the body and
+// of GetBody (for retries). Bodies without such a member are left as they are.
+func literalZeros(req *http.Request) error {
+	if req.Body == nil || req.GetBody == nil || req.ContentLength <= 0 {
+		return nil
+	}
+	rc, err := req.GetBody()
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return err
+	}
+	out, changed := zeroSampling(body)
+	if !changed {
+		return nil
+	}
+	req.Body.Close()
+	req.ContentLength = int64(len(out))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }
+	req.Body, _ = req.GetBody()
+	return nil
+}
+
+// zeroSampling is body with every top-level "temperature" or "top_p" member
+// whose value is zeroTemperatureJSON written as 0; changed is false (and body
+// returned as it is) when there is none, or when body is not a JSON object.
+func zeroSampling(body []byte) (out []byte, changed bool) {
+	if !bytes.Contains(body, []byte(zeroTemperatureJSON)) {
+		return body, false
+	}
+	s := jsonscan.New(body)
+	s.SkipSpace()
+	empty, ok := s.Begin('{')
+	if !ok || empty {
+		return body, false
+	}
+	var spans [][2]int // the values to write as 0
+	for {
+		start, end, _, ok := s.Key()
+		if !ok {
+			return body, false
+		}
+		key := string(body[start:end])
+		v := s.Pos()
+		if !s.Value(1) {
+			return body, false
+		}
+		if (key == `"temperature"` || key == `"top_p"`) && string(body[v:s.Pos()]) == zeroTemperatureJSON {
+			spans = append(spans, [2]int{v, s.Pos()})
+		}
+		more, ok := s.More('}')
+		if !ok {
+			return body, false
+		}
+		if !more {
+			break
+		}
+	}
+	if len(spans) == 0 {
+		return body, false
+	}
+	out = make([]byte, 0, len(body))
+	last := 0
+	for _, sp := range spans {
+		out = append(out, body[last:sp[0]]...)
+		out = append(out, '0')
+		last = sp[1]
+	}
+	return append(out, body[last:]...), true
+}
 
 func temperature(t *float64) float32 {
 	if t == nil {
@@ -187,36 +275,29 @@ func modelFailure(ctx context.Context, err error) (Termination, string) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Timeout, report.FailTimeout
 	}
-	status, msg, code := 0, "", ""
-	var apiErr *openai.APIError
-	var reqErr *openai.RequestError
 	var tooLarge *retry.BodyTooLargeError
-	var spent *retry.BudgetSpentError
-	switch {
-	case errors.As(err, &tooLarge):
+	if errors.As(err, &tooLarge) {
 		// An answer too large to read is the model's error, unless its
 		// status says the server is down or limiting.
 		if !retry.Retryable(tooLarge.Status) {
 			return ModelError, report.FailModelError
 		}
+	}
+	e, ok := endpointErrorOf(err)
+	status := e.Status
+	if !ok && tooLarge != nil {
 		status = tooLarge.Status
-	case errors.As(err, &spent):
-		status, msg = spent.Status, string(spent.Body)
-	case errors.As(err, &apiErr):
-		status, msg = apiErr.HTTPStatusCode, apiErr.Message
-		if s, ok := apiErr.Code.(string); ok {
-			code = s
-		}
-	case errors.As(err, &reqErr):
-		status = reqErr.HTTPStatusCode
-		msg = string(reqErr.Body)
 	}
 	switch {
 	case status == http.StatusTooManyRequests:
 		return ModelError, report.FailRateLimited
+	case status >= 500 && e.outputUnparsable():
+		// The server could not parse what the model wrote: the same request
+		// gets the same answer again, so it is the model's result, not an outage.
+		return ModelError, report.FailModelError
 	case status >= 500:
 		return ModelError, report.FailModelUnavailable
-	case status == http.StatusBadRequest && isContextLength(code, msg):
+	case status >= 400 && e.contextLength():
 		return ContextLength, ""
 	case status >= 400:
 		return ModelError, report.FailModelError
@@ -225,6 +306,160 @@ func modelFailure(ctx context.Context, err error) (Termination, string) {
 	}
 	// A 2xx whose body is not a chat completion.
 	return InvalidOutput, report.FailModelError
+}
+
+// endpointError is a model call's error answer as the endpoint worded it.
+type endpointError struct {
+	Status  int
+	Type    string // "invalid_request_error", "BadRequestError", "exceed_context_size_error", ...
+	Code    string // "context_length_exceeded", or a number's text ("400")
+	Message string
+}
+
+// endpointErrorOf reads the endpoint's error answer out of a failed call: go-openai's
+// *APIError (the nested {"error": {...}} of OpenAI and llama.cpp), or the body of a
+// *RequestError or *retry.BudgetSpentError, in any shape parseErrorBody reads. ok is false
+// when the call got no error answer (a transport failure, a 2xx that did not decode).
+func endpointErrorOf(err error) (e endpointError, ok bool) {
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	var spent *retry.BudgetSpentError
+	switch {
+	case errors.As(err, &spent):
+		if spent.Status == 0 {
+			return e, false
+		}
+		e = parseErrorBody(spent.Body)
+		e.Status = spent.Status
+	case errors.As(err, &reqErr):
+		// Before *APIError: a body go-openai could not read as {"error": {...}} is a
+		// *RequestError that may wrap an empty *APIError.
+		e = parseErrorBody(reqErr.Body)
+		e.Status = reqErr.HTTPStatusCode
+	case errors.As(err, &apiErr):
+		e = endpointError{Status: apiErr.HTTPStatusCode, Type: apiErr.Type, Message: apiErr.Message, Code: codeText(apiErr.Code)}
+	default:
+		return e, false
+	}
+	return e, e.Status != 0
+}
+
+// parseErrorBody reads the error body shapes of real servers: {"error": {"message", "type",
+// "code"}} (OpenAI, llama.cpp), {"object": "error", "message", "type", "code"} at the top
+// level (vLLM, SGLang), {"error": "text"}, {"detail": "text" or [...]} (FastAPI servers) and
+// {"message": "text"}. Anything else is kept as the body's text (clipped) in Message.
+func parseErrorBody(body []byte) endpointError {
+	var top struct {
+		Error   json.RawMessage `json:"error"`
+		Message json.RawMessage `json:"message"`
+		Type    string          `json:"type"`
+		Code    any             `json:"code"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	text := strings.TrimSpace(strings.ToValidUTF8(string(body), ""))
+	if json.Unmarshal(body, &top) != nil {
+		return endpointError{Message: report.Clip(text, 500)}
+	}
+	var nested struct {
+		Message json.RawMessage `json:"message"`
+		Type    string          `json:"type"`
+		Code    any             `json:"code"`
+	}
+	switch {
+	case len(top.Error) > 0 && top.Error[0] == '{' && json.Unmarshal(top.Error, &nested) == nil:
+		return endpointError{Message: messageText(nested.Message), Type: nested.Type, Code: codeText(nested.Code)}
+	case len(top.Error) > 0 && top.Error[0] == '"':
+		return endpointError{Message: messageText(top.Error), Type: top.Type, Code: codeText(top.Code)}
+	case len(top.Message) > 0:
+		return endpointError{Message: messageText(top.Message), Type: top.Type, Code: codeText(top.Code)}
+	case len(top.Detail) > 0:
+		return endpointError{Message: messageText(top.Detail)}
+	}
+	return endpointError{Message: report.Clip(text, 500)}
+}
+
+// messageText is a message field as text: a JSON string's value, anything else (an array of
+// validation errors, say) as its compact JSON.
+func messageText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) == nil {
+		return b.String()
+	}
+	return string(raw)
+}
+
+// codeText is an error code as text: a string as it is, a number in decimal, null as "".
+func codeText(code any) string {
+	switch c := code.(type) {
+	case nil:
+		return ""
+	case string:
+		return c
+	case float64:
+		return strconv.FormatFloat(c, 'f', -1, 64)
+	default:
+		return fmt.Sprint(c)
+	}
+}
+
+// String is the error as stored in a record: "HTTP 400 exceed_context_size_error: request
+// (1124 tokens) exceeds ..."; the code is added when it says more than the status or the type.
+func (e endpointError) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP %d", e.Status)
+	if e.Type != "" {
+		b.WriteString(" " + e.Type)
+	}
+	if e.Code != "" && e.Code != strconv.Itoa(e.Status) && e.Code != e.Type {
+		b.WriteString(" (code " + e.Code + ")")
+	}
+	if m := strings.TrimSpace(e.Message); m != "" {
+		b.WriteString(": " + m)
+	}
+	return report.Clip(b.String(), 500)
+}
+
+// contextLength reports whether the error says the request does not fit the model's context:
+// by its type or code first (OpenAI's code context_length_exceeded, llama.cpp's type
+// exceed_context_size_error), then by the wording of vLLM ("This model's maximum context length
+// is ...", "... longer than the maximum model length of ..."), SGLang ("The input (N tokens) is
+// longer than the model's context length", "Requested token count exceeds the model's maximum
+// context length"), llama.cpp ("exceeds the available context size") and servers derived from
+// it ("exceed n_ctx_per_seq").
+func (e endpointError) contextLength() bool {
+	switch e.Code {
+	case "context_length_exceeded", "context_window_exceeded":
+		return true
+	}
+	switch e.Type {
+	case "exceed_context_size_error", "context_length_exceeded":
+		return true
+	}
+	m := strings.ToLower(e.Message)
+	for _, s := range []string{"context length", "context_length", "context size", "context window",
+		"maximum model length", "n_ctx", "too many tokens"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// outputUnparsable reports whether a 5xx says the server could not parse the model's own
+// output (llama.cpp: "Failed to parse tool call arguments as JSON", "The model produced output
+// that does not match the expected ... format", a json.exception on invalid UTF-8 it produced).
+func (e endpointError) outputUnparsable() bool {
+	m := strings.ToLower(e.Message)
+	for _, s := range []string{"failed to parse", "does not match the expected", "json.exception", "invalid utf-8"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // modelErrorText is the message of a failed model call: specific about
@@ -245,17 +480,14 @@ func modelErrorText(err error, term Termination, tap *answerTap) string {
 		}
 		return fmt.Sprintf("%s (%s): %s", what, errText(err), report.Clip(body, tapBytes))
 	}
-	return errText(err)
-}
-
-func isContextLength(code, msg string) bool {
-	if code == "context_length_exceeded" {
-		return true
+	if e, ok := endpointErrorOf(err); ok {
+		var spent *retry.BudgetSpentError
+		if errors.As(err, &spent) {
+			return fmt.Sprintf("retry budget of this rollout spent (%d retries); last attempt: %s", spent.Budget, e)
+		}
+		return e.String()
 	}
-	m := strings.ToLower(msg)
-	return strings.Contains(m, "context length") || strings.Contains(m, "context_length") ||
-		strings.Contains(m, "maximum context") || strings.Contains(m, "too many tokens") ||
-		strings.Contains(m, "exceeds the context")
+	return errText(err)
 }
 
 // isTransport reports whether err is a failure to talk to the server at

@@ -484,6 +484,7 @@ func (r *stepRun) stepTools(st *Step) []dataset.Tool {
 func (r *stepRun) offer(st *Step) {
 	r.req.Tools, r.req.ToolChoice, r.req.ParallelToolCalls = nil, nil, nil
 	if r.json {
+		r.req.ResponseFormat = jsonModeFormat(r.stepTools(st))
 		return
 	}
 	r.req.Tools = ChatTools(r.stepTools(st))
@@ -532,6 +533,14 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 		rd := newRound(&resp, idx, latency)
 		tr.Usage.add(rd.Usage)
 		msg := &resp.Choices[0].Message
+		if rd.FinishReason == finishLength {
+			hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content}
+			if !r.json {
+				hist = historyMessage(msg, idx)
+			}
+			cutOff(tr, rd, hist)
+			return rolloutEnded, "", ""
+		}
 
 		var calls []openai.ToolCall
 		if r.json {
