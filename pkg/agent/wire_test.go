@@ -298,5 +298,3 @@ func TestJSONModeResponseFormat(t *testing.T) {
 		t.Fatalf("native mode sent response_format %s", v)
 	}
 }
-
-
