@@ -12,10 +12,12 @@ chat template from the same llama.cpp source as the server). Three models are wr
   toolcall.gguf  attention and feed-forward outputs zeroed, so that the next token depends on
                  the current one only, and the embeddings and output head wired by hand so
                  that after the prompt's last token ("\\n" after "<|im_start|>assistant") it
-                 writes the Hermes block
-                 <tool_call>{"name":"get_counter_value","arguments":{}}</tool_call><|im_end|>
+                 writes the Hermes block (see chain_of)
+                 <tool_call>\\n\\n{"name":"get_counter_value","arguments":{}}\\n</tool_call><|im_end|>
                  (151657/151658 are Qwen2.5's tool-call markers): a native tool call that the
                  server's parser turns into tool_calls.
+  jsoncall.gguf  wired the same way to answer in rollout's JSON tool mode:
+                 {"tool_calls":[{"name":"get_counter_value","arguments":{}}]}
   empty.gguf     wired the same way to end its answer at once: an empty answer.
 
 The weights come from numpy's seeded generator: the same inputs give the same files.
@@ -27,6 +29,7 @@ import numpy as np
 
 N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_LAYER, N_CTX = 64, 4, 2, 128, 2, 4096
 TOOL_CALL_TEXT = '{"name":"get_counter_value","arguments":{}}'
+JSON_MODE_TEXT = '{"tool_calls":[{"name":"get_counter_value","arguments":{}}]}'
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE, IM_END = "<tool_call>", "</tool_call>", "<|im_end|>"
 PROMPT_END = "\n"  # the last token of "<|im_start|>assistant\n"
 WIRED_LOGIT = 12.0  # times sqrt(N_EMBD) after the RMS norm: far above every other logit
@@ -90,10 +93,15 @@ def tokenize(text, index):
     return out
 
 
-def chain_of(tokens, index):
-    """The token ids a wired model writes after the prompt, each a successor of the one before."""
-    ids = [index[TOOL_CALL_OPEN]] + tokenize(TOOL_CALL_TEXT, index) + [index[TOOL_CALL_CLOSE], index[IM_END]]
-    return ids
+def chain_of(index):
+    """The token ids a wired model writes after the prompt, each the successor of the one before.
+
+    llama-server's parser for the Qwen2.5 template reads "<tool_call>\n", white space, the
+    JSON call, white space, "</tool_call>". A bigram model cannot write "\n" (the prompt's
+    last token) again without looping, so the block is written with "\n\n" after the
+    opening marker and "}\n" at the end, which are tokens of their own.
+    """
+    return [index[TOOL_CALL_OPEN]] + tokenize("\n\n" + TOOL_CALL_TEXT + "\n", index) + [index[TOOL_CALL_CLOSE], index[IM_END]]
 
 
 def write_model(gguf, path, name, vocab, template, chain, seed):
@@ -183,14 +191,19 @@ def main():
         if index.get(tok) != want:
             raise SystemExit(f"gen_models: {tok} is token {index.get(tok)}, want {want}")
     start = tokenize(PROMPT_END, index)
-    tool = start + chain_of(vocab[0], index)
-    if len(set(tool)) != len(tool) or len(tool) > N_EMBD:
-        raise SystemExit(f"gen_models: the tool-call chain {tool} repeats a token or is too long")
+    chains = {
+        "toolcall": start + chain_of(index),
+        "jsoncall": start + tokenize(JSON_MODE_TEXT, index) + [index[IM_END]],
+        "empty": start + [index[IM_END]],
+    }
+    for name, chain in chains.items():
+        if len(set(chain)) != len(chain) or len(chain) > N_EMBD:
+            raise SystemExit(f"gen_models: the {name} chain {chain} repeats a token or is too long")
     os.makedirs(out, exist_ok=True)
     write_model(gguf, os.path.join(out, "noise.gguf"), "rollout-interop-noise", vocab, template, None, 1)
-    write_model(gguf, os.path.join(out, "toolcall.gguf"), "rollout-interop-toolcall", vocab, template, tool, 2)
-    write_model(gguf, os.path.join(out, "empty.gguf"), "rollout-interop-empty", vocab, template, start + [index[IM_END]], 3)
-    print(f"gen_models: wrote noise.gguf, toolcall.gguf (chain {tool}), empty.gguf in {out}")
+    for seed, (name, chain) in enumerate(chains.items(), start=2):
+        write_model(gguf, os.path.join(out, name + ".gguf"), "rollout-interop-" + name, vocab, template, chain, seed)
+    print(f"gen_models: wrote noise.gguf and the wired {', '.join(f'{n}.gguf {c}' for n, c in chains.items())} in {out}")
 
 
 if __name__ == "__main__":
