@@ -69,7 +69,7 @@ func StartServer(t testing.TB, args ...string) *Server {
 	// The free port is found by listening and closing, so another process may take it before
 	// redis-server binds it: try a few ports.
 	for range 5 {
-		if s.port, lastErr = freePort(); lastErr != nil {
+		if s.port, lastErr = testnet.FreePort(); lastErr != nil {
 			continue
 		}
 		if lastErr = s.start(); lastErr == nil {
@@ -144,15 +144,6 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", port, startTimeout, out.String())
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // password is the value of --requirepass in args, if any.

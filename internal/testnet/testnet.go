@@ -45,6 +45,17 @@ func Silent(t testing.TB) (url string, accepted func() int) {
 	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
 }
 
+// FreePort is a TCP port on loopback that was free a moment ago: found by listening and
+// closing, so another process may take it first (callers that start a server on it retry).
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
 // RawAnswer answers a request with raw bytes written on its connection (a broken or truncated
 // HTTP answer, say), then closes the connection.
 func RawAnswer(w http.ResponseWriter, raw string) {
