@@ -103,7 +103,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index, _ng_arm) to `FILE`, made from the run's records when it ends; it belongs to the run like --out (refused if it exists, unless --overwrite)")
 	fs.StringVar(&f.arms, "arms", "", "policy arms to run on every task and repeat, with the same seeds: single, multi, or both as single,multi (default multi)")
 	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (JSON: name, prompt, tools, validation_tools, max_iterations, max_retries; e.g. data/workflow.steps.json)")
-	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "native: the endpoint's tool calling; json: the model answers one JSON object ({\"tool_calls\": [...]} or {\"success\", \"result\", \"reasoning\"}), validated against a schema, for endpoints without tool calling")
+	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "native: the endpoint's tool calling; json: the model answers one JSON object ({\"tool_calls\": [...]} or {\"success\", \"result\", \"reasoning\"}), validated against a schema and asked for with response_format json_schema (grammar-constrained decoding on llama.cpp, vLLM, SGLang), for endpoints without tool calling")
 	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's name in the records, for a run of one multi-step arm")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
