@@ -454,7 +454,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 		defer cancel()
 	}
 	req.Messages = sendable(req.Messages)
-	tap := &answerTap{}
+	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature}
 	ctx = context.WithValue(ctx, tapKey{}, tap)
 	start := time.Now()
 	resp, err := c.Model.CreateChatCompletion(ctx, req)

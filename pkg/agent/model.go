@@ -92,8 +92,11 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	if id, ok := req.Context().Value(rolloutIDKey{}).(string); ok {
 		req.Header.Set(RolloutIDHeader, id)
 	}
-	if err := literalZeros(req); err != nil {
-		return nil, err
+	t, _ := req.Context().Value(tapKey{}).(*answerTap)
+	if t != nil && t.zeros {
+		if err := literalZeros(req); err != nil {
+			return nil, err
+		}
 	}
 	resp, err := a.next.Do(req)
 	if err != nil {
@@ -103,7 +106,6 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 		resp.Body.Close()
 		return nil, &retry.BodyTooLargeError{Limit: a.max, Status: resp.StatusCode}
 	}
-	t, _ := req.Context().Value(tapKey{}).(*answerTap)
 	if t != nil {
 		t.status = resp.StatusCode
 	}
@@ -124,10 +126,12 @@ func WithRolloutID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, rolloutIDKey{}, id)
 }
 
-// answerTap holds the status and the first bytes of a model call's answer.
+// answerTap holds the status and the first bytes of a model call's answer; zeros says that
+// the request has a temperature or top_p of zeroTemperature, for literalZeros to rewrite.
 type answerTap struct {
 	status int
 	prefix []byte
+	zeros  bool
 }
 
 type tapKey struct{}
@@ -180,6 +184,8 @@ const zeroTemperatureJSON = "1e-45"
 // literalZeros rewrites the top-level "temperature" and "top_p" of a JSON
 // request body from zeroTemperature to a literal 0, in place of the body and
 // of GetBody (for retries). Bodies without such a member are left as they are.
+// answerDoer calls it for the model calls that Config flags in their answerTap
+// (the others' bodies are not read).
 func literalZeros(req *http.Request) error {
 	if req.Body == nil || req.GetBody == nil || req.ContentLength <= 0 {
 		return nil
