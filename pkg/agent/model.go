@@ -471,6 +471,15 @@ func (e endpointError) outputUnparsable() bool {
 // modelErrorText is the message of a failed model call: specific about
 // answers too large or not chat completions (with the start of the body).
 func modelErrorText(err error, term Termination, tap *answerTap) string {
+	text := failureText(err, term, tap)
+	var re redactedError
+	if errors.As(err, &re) {
+		return re.redact(text) // the endpoint's parts and the answer's first bytes may echo the key
+	}
+	return text
+}
+
+func failureText(err error, term Termination, tap *answerTap) string {
 	var tooLarge *retry.BodyTooLargeError
 	if errors.As(err, &tooLarge) {
 		return "model " + tooLarge.Error()

@@ -49,9 +49,9 @@ type redactingModel struct {
 func (m redactingModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
 	resp, err := m.m.CreateChatCompletion(ctx, req)
 	if err != nil {
-		if msg := err.Error(); m.r.Replace(msg) != msg {
-			err = redactedError{msg: m.r.Replace(msg), err: err}
-		}
+		// Always wrapped: the record's message is also written from the error's parts (the
+		// endpoint's message, type and code), which redactedError.redact cleans too.
+		err = redactedError{msg: m.r.Replace(err.Error()), err: err, r: m.r}
 	}
 	resp.ID, resp.Model, resp.Object = m.r.Replace(resp.ID), m.r.Replace(resp.Model), m.r.Replace(resp.Object)
 	resp.SystemFingerprint = m.r.Replace(resp.SystemFingerprint)
@@ -75,11 +75,15 @@ func (m redactingModel) CreateChatCompletion(ctx context.Context, req openai.Cha
 }
 
 // redactedError is err with its text redacted; errors.As still finds the API error (for its
-// status), but its text is never printed.
+// status and parts), and any text written from those parts goes through redact.
 type redactedError struct {
 	msg string
 	err error
+	r   *strings.Replacer
 }
 
 func (e redactedError) Error() string { return e.msg }
 func (e redactedError) Unwrap() error { return e.err }
+
+// redact is text with the secrets replaced.
+func (e redactedError) redact(text string) string { return e.r.Replace(text) }

@@ -298,3 +298,30 @@ func TestJSONModeResponseFormat(t *testing.T) {
 		t.Fatalf("native mode sent response_format %s", v)
 	}
 }
+
+// The record's message is written from the endpoint's error parts (message, type, code) and,
+// for an answer that is not a chat completion, from its first bytes: a key echoed in any of
+// them is redacted.
+func TestEndpointErrorPartsRedacted(t *testing.T) {
+	const key = "sk-test-0123456789abcdef"
+	bodies := []struct {
+		status int
+		body   string
+	}{
+		{401, `{"error":{"message":"bad key ` + key + `","type":"auth ` + key + `","code":"` + key + `"}}`},
+		{404, `{"object":"error","message":"no model for ` + key + `","type":"NotFoundError","code":404}`},
+		{400, `{"detail":"key ` + key + ` refused"}`},
+		{200, `Bearer ` + key + ` is not JSON`},
+	}
+	for _, b := range bodies {
+		res := newFakeResource(t, nil)
+		m := newFakeModel(t, nil, status(b.status, b.body))
+		task := parseTask(t, counterRow(""))
+		cfg := m.config(nil)
+		cfg.Model = agent.RedactModel(cfg.Model, key)
+		tr := cfg.Run(context.Background(), task, res.session(t, task), 1)
+		if tr.Error == "" || strings.Contains(tr.Error, key) || !strings.Contains(tr.Error, agent.Redacted) {
+			t.Errorf("HTTP %d %s: error %q", b.status, b.body, tr.Error)
+		}
+	}
+}
