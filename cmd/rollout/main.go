@@ -23,6 +23,7 @@ const (
 	exitFailure     = 1   // the run could not write its results
 	exitUsage       = 2   // bad flags, config, input or output directory
 	exitChecks      = 3   // a check failed: validate found problems
+	exitFailures    = 4   // run: more rollouts failed than --fail-on-error allows, or the run stopped early
 	exitInterrupted = 130 // Ctrl-C: what ran is written
 )
 
@@ -150,6 +151,8 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitInterrupted
 	case errors.Is(err, errCheckFailed):
 		return exitChecks
+	case errors.As(err, new(failuresError)):
+		return exitFailures
 	}
 	return exitFailure
 }

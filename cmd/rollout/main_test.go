@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -215,6 +216,12 @@ type fakeModel struct {
 func newFakeModel(t *testing.T, answer func(w http.ResponseWriter, req map[string]any, n int64)) *fakeModel {
 	m := &fakeModel{}
 	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/models") {
+			// The preflight's model list: empty, so that any --model passes.
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"object": "list", "data": []}`)
+			return
+		}
 		n := m.calls.Add(1)
 		in := m.inFlight.Add(1)
 		defer m.inFlight.Add(-1)
@@ -267,7 +274,7 @@ func weatherModel(w http.ResponseWriter, req map[string]any, _ int64) {
 
 // Failures are data: a 429 forever, an HTML 502, a model that hangs, a
 // malformed row and a verify that rejects the row each end in one record
-// with its failure class, and the run exits 0.
+// with its failure class, and the run exits 4 (every rollout failed).
 func TestRunFailuresAreRecords(t *testing.T) {
 	cases := []struct {
 		name, class, termination string
@@ -297,7 +304,7 @@ func TestRunFailuresAreRecords(t *testing.T) {
 			r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, tc.extra), "--out", dir,
 				"--model-url", m.URL+"/v1", "--model", "m", "--server", "builtin:example_single_tool_call",
 				"--retries", "2", "--model-timeout", "200ms", "--quiet")
-			if r.code != 0 {
+			if r.code != exitFailures { // every rollout failed
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
 			recs := readRecords(t, dir)
@@ -333,7 +340,8 @@ func TestRunBadRows(t *testing.T) {
 `), 0o644)
 	dir := t.TempDir()
 	base := []string{"--input", path, "--model-url", m.URL + "/v1", "--model", "m", "--server", "builtin:example_single_tool_call", "--quiet"}
-	r := runCLI(t, context.Background(), nil, append([]string{"run", "--out", dir}, base...)...)
+	// One bad row of three is past the default --fail-on-error (5%); one failure is allowed by a count of 1.
+	r := runCLI(t, context.Background(), nil, append([]string{"run", "--out", dir, "--fail-on-error", "1"}, base...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -102,7 +102,7 @@ func TestRunResume(t *testing.T) {
 	dir = t.TempDir()
 	base = []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--limit", "10", "--retries", "0"}
 	r = runCLI(t, context.Background(), nil, append(base, "--sim-http-500", "1")...)
-	if r.code != 0 {
+	if r.code != exitFailures {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for _, rec := range readRecords(t, dir) {
@@ -113,7 +113,7 @@ func TestRunResume(t *testing.T) {
 	// Without --retry-failed a resume has nothing to do; with it, the failures run again
 	// (the model is fixed: --force, since the knob changed).
 	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--sim-http-500", "1")...)
-	if r.code != 0 || !strings.Contains(r.stderr, "10 rollouts already have a record") {
+	if r.code != exitFailures || !strings.Contains(r.stderr, "10 rollouts already have a record") { // the run's rollouts all failed
 		t.Errorf("plain resume: exit %d: %s", r.code, r.stderr)
 	}
 	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed", "--force")...)

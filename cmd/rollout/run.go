@@ -47,11 +47,13 @@ type runFlags struct {
 	drainTimeout, progressInterval             time.Duration
 	temperature                                float64
 	seed                                       int64
-	strict, overwrite, quiet                   bool
+	strict, overwrite, quiet, noPreflight      bool
 	resume, force, retryFailed                 bool
 	endSessions                                bool
 	retryBudget                                int
 	maxModelAnswer                             int64
+	failOnError                                failureLimit
+	earlyStop                                  int
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -111,6 +113,10 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&f.force, "force", false, "with --resume: resume even though the input or the config differs from the run's (manifest.json)")
 	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the rollouts whose failure was an infrastructure one (rate_limited, model_unavailable, model_error, resource_server, verify, timeout, cancelled: every class but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the checks made before the run starts: GET --model-url/models lists --model, and every --server answers HTTP")
+	f.failOnError = failureLimit{0.05}
+	fs.Var(&f.failOnError, "fail-on-error", "exit 4 when more rollouts than this failed: a `RATE` below 1 (0.05: 5%) or a count (10); a run whose every rollout failed always exits 4")
+	fs.IntVar(&f.earlyStop, "early-stop", 20, "stop the run when its first `N` rollouts all fail with the same infrastructure failure (model_unavailable, resource_server, ...), and exit 4 (0: never)")
 	simOptions := simKnobs(fs, "sim-")
 	fs.String("config", "", "a YAML `FILE` of rollout run flags by name (and arms with their own settings); flags given here override it")
 	// A config file sets the flags first; the command line overrides it.
@@ -142,6 +148,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	if f.retries < 0 {
 		return badUsage("run: --retries must be >= 0")
+	}
+	if f.earlyStop < 0 {
+		return badUsage("run: --early-stop must be >= 0")
 	}
 
 	transport := runner.NewTransport(f.concurrency)
@@ -274,6 +283,20 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := runner.CheckInput(&opts); err != nil {
 		return usageError{err}
 	}
+	if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
+		return badUsage("--out %s: not a directory", f.out)
+	}
+	if !f.noPreflight {
+		client := &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}
+		if local == nil {
+			if err := preflightModel(ctx, client, modelURL, apiKey, modelName); err != nil {
+				return err
+			}
+		}
+		if err := preflightServers(ctx, client, routes); err != nil {
+			return err
+		}
+	}
 	var armNames []string
 	for _, a := range opts.Arms {
 		name := a.Name + "=" + a.Policy
@@ -315,7 +338,12 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once (then rollout run --resume finishes the run).\n", f.drainTimeout)
 	})
 	defer stopNotice()
-	rep, runErr := runner.Run(ctx, opts, []report.Output{sink})
+	// The failure watch ends the run early through runCtx, as an interrupt would (no new
+	// rollouts; running ones finish and are written), without the interrupt's notice.
+	runCtx, endEarly := context.WithCancel(ctx)
+	defer endEarly()
+	watch := newFailureWatch(e.stderr, f.earlyStop, endEarly)
+	rep, runErr := runner.Run(runCtx, opts, []report.Output{sink, watch})
 	closeErr := sink.Close()
 	if runErr != nil {
 		var bad *runner.BadInputError
@@ -370,10 +398,14 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			fmt.Fprintf(e.stderr, "rollout: %s: %d lines; %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, lines, left)
 		}
 	}
-	if rep.Stop == runner.StopInterrupted {
+	if ctx.Err() != nil {
 		return errInterrupted
 	}
-	return nil
+	if watch.stopped {
+		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s",
+			f.earlyStop, watch.same, report.Clip(sum.FailureMessages[watch.same].Message, 300), f.out, f.out)}
+	}
+	return checkFailures(sum, f.failOnError, f.out)
 }
 
 // printResuming says what a resume keeps: the records, and on a plain --resume the cancelled

@@ -221,8 +221,12 @@ func TestSecurityAPIKeyNeverWritten(t *testing.T) {
 			jsonl := filepath.Join(t.TempDir(), "ng.jsonl")
 			r := runCLI(t, context.Background(), map[string]string{"OPENAI_API_KEY": key},
 				"run", "--input", input, "--out", out, "--jsonl-out", jsonl, "--model-url", url, "--model", "m",
-				"--server", res.URL, "--retries", "1", "--progress-interval", "10ms", "--concurrency", "2")
-			if r.code != 0 {
+				"--server", res.URL, "--retries", "1", "--progress-interval", "10ms", "--concurrency", "2", "--no-preflight")
+			want := exitOK
+			if tc.class != "" {
+				want = exitFailures // every rollout failed
+			}
+			if r.code != want {
 				t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
 			}
 			for _, rec := range readRecords(t, out) {
@@ -379,7 +383,7 @@ func TestSecurityToolNamesNeverReachTheServer(t *testing.T) {
 	}
 	paths, _ := res.seen()
 	for _, p := range paths {
-		if p != "/seed_session" && p != "/get_weather" && p != "/verify" {
+		if p != "/" && p != "/seed_session" && p != "/get_weather" && p != "/verify" { // "/": the preflight
 			t.Errorf("the resource server saw %q", p)
 		}
 	}
@@ -411,7 +415,7 @@ func TestSimChaosFlags(t *testing.T) {
 		args := append([]string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 			"--retries", "1", "--quiet"}, tc.flags...)
 		r := runCLI(t, context.Background(), nil, args...)
-		if r.code != 0 {
+		if r.code != exitFailures { // every rollout failed
 			t.Fatalf("%v: exit %d: %s", tc.flags, r.code, r.stderr)
 		}
 		for _, rec := range readRecords(t, dir) {

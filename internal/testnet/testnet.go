@@ -86,3 +86,16 @@ func (s *Buffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// ClosedPort returns the base URL (http://127.0.0.1:PORT) of a loopback port on which nothing
+// listens: a connection to it is refused.
+func ClosedPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}

@@ -25,6 +25,9 @@ type Stats struct {
 	rollouts, scored, failed int
 	failures                 map[string]int
 	terminations             map[string]int
+	// messages counts each failure class's error texts, up to maxMessages distinct ones per
+	// class (later new texts are not counted), so that a summary can name the common cause.
+	messages map[string]map[string]int
 
 	// The running mean of the reward.
 	rewardMean float64
@@ -43,6 +46,7 @@ func (s *Stats) Add(r *Record) {
 			s.failures = make(map[string]int)
 		}
 		s.failures[r.FailureClass]++
+		s.countMessage(r.FailureClass, r.Error)
 	}
 	if r.Termination != "" {
 		if s.terminations == nil {
@@ -65,6 +69,32 @@ func (s *Stats) Add(r *Record) {
 	s.latencyMean += (r.LatencyMs - s.latencyMean) / n
 }
 
+// maxMessages bounds the distinct error texts Stats counts per failure class.
+const maxMessages = 64
+
+func (s *Stats) countMessage(class, msg string) {
+	if msg == "" {
+		return
+	}
+	if s.messages == nil {
+		s.messages = make(map[string]map[string]int)
+	}
+	m := s.messages[class]
+	if m == nil {
+		m = make(map[string]int)
+		s.messages[class] = m
+	}
+	if _, ok := m[msg]; ok || len(m) < maxMessages {
+		m[msg]++
+	}
+}
+
+// FailureMessage is the most common error text of a failure class.
+type FailureMessage struct {
+	Message string `json:"message"`
+	Count   int    `json:"count"`
+}
+
 // Summary is a snapshot of Stats. Its maps are never nil and are not shared
 // with the Stats.
 type Summary struct {
@@ -73,6 +103,8 @@ type Summary struct {
 	Failed          int            `json:"failed"`
 	FailuresByClass map[string]int `json:"failures_by_class"`
 	Terminations    map[string]int `json:"terminations"`
+	// FailureMessages is each failure class's most common error text (nil without failures).
+	FailureMessages map[string]FailureMessage `json:"failure_messages,omitempty"`
 	// Tasks counts the tasks with a scored record; TasksAllFailed those every
 	// record of which has a failure class.
 	Tasks          int `json:"tasks"`
@@ -118,6 +150,18 @@ func (s *Stats) Summary() Summary {
 	}
 	maps.Copy(out.FailuresByClass, s.failures)
 	maps.Copy(out.Terminations, s.terminations)
+	for class, m := range s.messages {
+		var top FailureMessage
+		for msg, n := range m {
+			if n > top.Count || n == top.Count && msg < top.Message {
+				top = FailureMessage{msg, n}
+			}
+		}
+		if out.FailureMessages == nil {
+			out.FailureMessages = make(map[string]FailureMessage, len(s.messages))
+		}
+		out.FailureMessages[class] = top
+	}
 	return out
 }
 
@@ -179,6 +223,10 @@ func PrintSummary(w io.Writer, s Summary) error {
 		row("mean reward", fmt.Sprintf("%.4f (%s)", s.MeanReward, strings.Join(detail, ", ")))
 	}
 	row("failures", countList(s.FailuresByClass))
+	for _, class := range slices.Sorted(maps.Keys(s.FailureMessages)) {
+		m := s.FailureMessages[class]
+		row("  "+class, fmt.Sprintf("%d× %s", m.Count, Clip(m.Message, 300)))
+	}
 	row("terminations", countList(s.Terminations))
 	row("mean rounds", fmt.Sprintf("%.2f", s.MeanRounds))
 	row("mean tool calls", fmt.Sprintf("%.2f", s.MeanToolCalls))

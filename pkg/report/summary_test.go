@@ -59,6 +59,24 @@ func TestStats(t *testing.T) {
 			},
 		},
 		{
+			// Each class's most common error text, ties to the first in byte order; records
+			// without an error text are not counted.
+			name: "failure messages",
+			recs: []Record{
+				{FailureClass: FailModelUnavailable, Error: "refused"},
+				{FailureClass: FailModelUnavailable, Error: "reset"},
+				{FailureClass: FailModelUnavailable, Error: "refused"},
+				{FailureClass: FailModelUnavailable},
+				{FailureClass: FailVerify, Error: "b"},
+				{FailureClass: FailVerify, Error: "a"},
+			},
+			want: Summary{
+				Rollouts: 6, Failed: 6,
+				FailuresByClass: map[string]int{FailModelUnavailable: 4, FailVerify: 2}, Terminations: map[string]int{},
+				FailureMessages: map[string]FailureMessage{FailModelUnavailable: {"refused", 2}, FailVerify: {"a", 1}},
+			},
+		},
+		{
 			name: "fixture",
 			recs: summaryFixture(),
 			// Scored rewards 1,0,1,1: mean .75. Stats has no std err: it
@@ -67,6 +85,7 @@ func TestStats(t *testing.T) {
 				Rollouts: 7, Scored: 4, Failed: 3,
 				FailuresByClass: map[string]int{FailRateLimited: 2, FailTimeout: 1},
 				Terminations:    map[string]int{"done": 3, "max_rounds": 1, "timeout": 1},
+				FailureMessages: map[string]FailureMessage{FailRateLimited: {"429", 1}}, // the other failures have no error text
 				MeanReward:      0.75,
 				MeanRounds:      2.5, MeanToolCalls: 3, MeanLatencyMs: 1500,
 				PromptTokens: 2000, CompletionTokens: 100, ToolErrors: 4,
@@ -199,13 +218,13 @@ func TestWriteSummaryJSON(t *testing.T) {
 	var keys map[string]any
 	json.Unmarshal(data, &keys)
 	for _, k := range []string{"rollouts", "scored", "failed", "failures_by_class", "terminations", "tasks", "tasks_all_failed",
-		"mean_reward", "std_err", "ci95", "mean_rounds", "mean_tool_calls", "mean_latency_ms", "prompt_tokens", "completion_tokens", "tool_errors"} {
+		"mean_reward", "std_err", "ci95", "mean_rounds", "mean_tool_calls", "mean_latency_ms", "prompt_tokens", "completion_tokens", "tool_errors", "failure_messages"} {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("key %q missing", k)
 		}
 	}
-	if len(keys) != 16 {
-		t.Errorf("got %d keys, want 16: %v", len(keys), keys)
+	if len(keys) != 17 {
+		t.Errorf("got %d keys, want 17: %v", len(keys), keys)
 	}
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("temporary file left behind: %v", err)

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rollout-dev/rollout/internal/testnet"
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// runProcess runs the rollout binary to its end, with env added to the test's environment, and
+// returns its exit code and output.
+func runProcess(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(buildRollout(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func testdataFile(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "servers", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// vllmServer answers like vLLM serving Qwen/Qwen3-8B: its model list, and its 404 body to a
+// chat request for any other model.
+func vllmServer(t *testing.T) string {
+	models, notFound := testdataFile(t, "vllm_models.json"), testdataFile(t, "vllm_404_unknown_model.json")
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/models":
+			w.Write(models)
+		case "/v1/chat/completions":
+			w.WriteHeader(http.StatusNotFound)
+			w.Write(notFound)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"detail":"Not Found"}`))
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// A web server that is not an API: nginx's welcome page on every path.
+func htmlServer(t *testing.T) string {
+	page := testdataFile(t, "nginx_welcome.html")
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write(page)
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// A broken setup is refused before anything is written: exit 2, one line naming the flag, the
+// URL and the cause, and no output directory.
+func TestPreflight(t *testing.T) {
+	rows := weatherRows(t, 3, "")
+	closed := testnet.ClosedPort(t)
+	vllm := vllmServer(t)
+	html := htmlServer(t)
+	server := "builtin:example_single_tool_call"
+	cases := []struct {
+		name      string
+		args      []string
+		firstLine string
+	}{
+		{"closed model port", []string{"--model-url", closed + "/v1", "--model", "m", "--server", server},
+			"rollout: --model-url " + closed + "/v1: cannot reach the model endpoint: dial tcp " + strings.TrimPrefix(closed, "http://") + ": connect: connection refused"},
+		{"vllm, unknown model", []string{"--model-url", vllm + "/v1", "--model", "Qwen3-8B", "--server", server},
+			"rollout: --model Qwen3-8B: " + vllm + "/v1 does not serve it; it serves Qwen/Qwen3-8B (did you mean Qwen/Qwen3-8B?)"},
+		{"vllm, path without /v1", []string{"--model-url", vllm, "--model", "Qwen/Qwen3-8B", "--server", server},
+			"rollout: --model-url " + vllm + ": GET " + vllm + "/models answered 404 Not Found: Not Found: no OpenAI-compatible API at this URL (its base usually ends in /v1)"},
+		{"html page", []string{"--model-url", html + "/v1", "--model", "m", "--server", server},
+			"rollout: --model-url " + html + "/v1: GET " + html + `/v1/models answered an HTML page "Welcome to nginx!", not an OpenAI-compatible model list: is this the API's base URL (it usually ends in /v1)?`},
+		{"closed resource server", []string{"--model-url", vllm + "/v1", "--model", "Qwen/Qwen3-8B", "--server", "weather=" + closed},
+			"rollout: --server weather=" + closed + ": cannot reach the resource server: dial tcp " + strings.TrimPrefix(closed, "http://") + ": connect: connection refused"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runProcess(t, nil, append([]string{"run", "--input", rows, "--out", out}, tc.args...)...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d", r.code, exitUsage)
+			}
+			if got := firstLine(r.stderr); got != tc.firstLine {
+				t.Errorf("first line of stderr:\n got %s\nwant %s", got, tc.firstLine)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("--out was created (%v)", err)
+			}
+		})
+	}
+	// An endpoint that echoes the key in its 401 cannot make the preflight's error show it.
+	t.Run("401 echoing the key", func(t *testing.T) {
+		key := "sk-preflight-" + strings.Repeat("k", 24)
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"error": {"message": "Incorrect API key provided: %s", "type": "invalid_request_error"}}`, r.Header.Get("Authorization"))
+		}))
+		defer s.Close()
+		r := runCLI(t, context.Background(), map[string]string{"OPENAI_API_KEY": key}, "run", "--input", rows, "--out", t.TempDir(),
+			"--model-url", s.URL+"/v1", "--model", "m", "--server", server)
+		want := "rollout: --model-url " + s.URL + "/v1: GET " + s.URL + "/v1/models answered 401 Unauthorized: Incorrect API key provided: Bearer [REDACTED]: the endpoint wants an API key (set OPENAI_API_KEY)"
+		if r.code != exitUsage || firstLine(r.stderr) != want {
+			t.Errorf("exit %d, stderr:\n got %s\nwant %s", r.code, r.stderr, want)
+		}
+	})
+	// --no-preflight skips it: the run starts and its rollouts fail (below).
+	r := runCLI(t, context.Background(), nil, "run", "--input", rows, "--out", t.TempDir(), "--model-url", html+"/v1", "--model", "m",
+		"--server", server, "--no-preflight", "--retries", "0", "--quiet")
+	if r.code != exitFailures {
+		t.Errorf("--no-preflight: exit %d, want %d: %s", r.code, exitFailures, r.stderr)
+	}
+}
+
+// A dead endpoint with the preflight skipped: the first failure is on stderr at once, the
+// first 20 rollouts all fail alike, the run stops early, keeps what ran, says how to resume and
+// exits 4; the resume, once the endpoint is up, finishes the run and exits 0.
+func TestEarlyStopThenResume(t *testing.T) {
+	rows := weatherRows(t, 60, "")
+	closed := testnet.ClosedPort(t)
+	out := t.TempDir()
+	r := runProcess(t, nil, "run", "--input", rows, "--out", out, "--model-url", closed+"/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--no-preflight", "--retries", "0", "--concurrency", "1", "--quiet")
+	if r.code != exitFailures {
+		t.Fatalf("exit %d, want %d: %s", r.code, exitFailures, r.stderr)
+	}
+	wantFirst := `rollout: first model_unavailable failure (task w0, rollout 0, arm multi): model call in round 0: Post "` + closed +
+		`/v1/chat/completions": dial tcp ` + strings.TrimPrefix(closed, "http://") + ": connect: connection refused"
+	if got := firstLine(r.stderr); got != wantFirst {
+		t.Errorf("first line of stderr:\n got %s\nwant %s", got, wantFirst)
+	}
+	if n := strings.Count(r.stderr, "rollout: first "); n != 1 {
+		t.Errorf("%d first-failure lines, want 1 (once per class):\n%s", n, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "rollout: stopped early: the first 20 rollouts all failed with model_unavailable (model call in round 0: Post ") ||
+		!strings.HasSuffix(last, "Fix the cause, then finish the run with: rollout run --resume --retry-failed --out "+out) {
+		t.Errorf("last line of stderr: %s", last)
+	}
+	recs := readRecords(t, out)
+	// With one rollout in flight, the 21st may have started before the 20th was written.
+	if len(recs) < 20 || len(recs) > 21 {
+		t.Fatalf("%d records, want 20 (or 21)", len(recs))
+	}
+	if !strings.Contains(r.stdout, "  model_unavailable  ") || !strings.Contains(r.stdout, "× model call in round 0: Post ") {
+		t.Errorf("the summary does not give the class's most common message:\n%s", r.stdout)
+	}
+
+	// The endpoint is up: the resume runs the failed rollouts again and the rest.
+	m := newFakeModel(t, weatherModel)
+	r = runProcess(t, nil, "run", "--input", rows, "--out", out, "--model-url", m.URL+"/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--resume", "--retry-failed", "--force", "--quiet")
+	if r.code != exitOK {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	for _, rec := range checkExactlyOnce(t, out, 60, 1) {
+		if rec.FailureClass != "" || rec.Reward != 1 {
+			t.Errorf("task %d: class %q reward %v", rec.TaskIndex, rec.FailureClass, rec.Reward)
+		}
+	}
+}
+
+// vLLM's 404 for an unknown model, with the preflight skipped: a model_error (not an
+// infrastructure failure, so no early stop), its message on stderr at once, exit 4.
+func TestVLLMUnknownModelWithoutPreflight(t *testing.T) {
+	vllm := vllmServer(t)
+	r := runProcess(t, nil, "run", "--input", weatherRows(t, 3, ""), "--out", t.TempDir(), "--model-url", vllm+"/v1", "--model", "Qwen3-8B",
+		"--server", "builtin:example_single_tool_call", "--no-preflight", "--quiet", "--concurrency", "1")
+	if r.code != exitFailures {
+		t.Fatalf("exit %d, want %d: %s", r.code, exitFailures, r.stderr)
+	}
+	first := firstLine(r.stderr)
+	if !strings.HasPrefix(first, "rollout: first model_error failure (task w0, rollout 0, arm multi): ") || !strings.Contains(first, "The model `Qwen3-8B` does not exist.") {
+		t.Errorf("first line of stderr: %s", first)
+	}
+}
+
+// --fail-on-error: a rate below 1 or a count; every rollout failed always fails the run.
+func TestFailOnError(t *testing.T) {
+	// Odd-numbered rows get an HTTP 400 (a model_error, not retried): 5 of 10 fail.
+	m := newFakeModel(t, func(w http.ResponseWriter, req map[string]any, n int64) {
+		msgs := req["messages"].([]any)
+		var i int
+		fmt.Sscanf(fmt.Sprint(msgs[0].(map[string]any)["content"]), "weather %d?", &i)
+		if i%2 == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error": {"message": "bad request", "type": "invalid_request_error"}}`))
+			return
+		}
+		weatherModel(w, req, n)
+	})
+	rows := weatherRows(t, 10, "")
+	for _, tc := range []struct {
+		limit string
+		code  int
+	}{
+		{"", exitFailures}, // the default, 0.05
+		{"0.5", exitOK},    // 50% allowed
+		{"0.4", exitFailures},
+		{"5", exitOK}, // five failures allowed
+		{"4", exitFailures},
+		{"0", exitFailures},
+	} {
+		args := []string{"run", "--input", rows, "--out", t.TempDir(), "--model-url", m.URL + "/v1", "--model", "m",
+			"--server", "builtin:example_single_tool_call", "--quiet"}
+		if tc.limit != "" {
+			args = append(args, "--fail-on-error", tc.limit)
+		}
+		r := runCLI(t, context.Background(), nil, args...)
+		if r.code != tc.code {
+			t.Errorf("--fail-on-error %q: exit %d, want %d: %s", tc.limit, r.code, tc.code, r.stderr)
+		}
+		if tc.code == exitFailures && !strings.Contains(r.stderr, "rollout: 5 of 10 rollouts failed (model_error 5), past --fail-on-error") {
+			t.Errorf("--fail-on-error %q: stderr %s", tc.limit, r.stderr)
+		}
+	}
+	for _, bad := range []string{"-1", "1.5", "x"} {
+		r := runCLI(t, context.Background(), nil, "run", "--fail-on-error", bad)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "want a rate below 1") {
+			t.Errorf("--fail-on-error %s: exit %d: %s", bad, r.code, r.stderr)
+		}
+	}
+}
+
+func TestFailureLimit(t *testing.T) {
+	for _, tc := range []struct {
+		limit            float64
+		failed, rollouts int
+		want             bool
+	}{
+		{0.05, 0, 100, false},
+		{0.05, 5, 100, false},
+		{0.05, 6, 100, true},
+		{0.05, 3, 3, true}, // all failed
+		{0.5, 1, 1, true},  // all failed
+		{10, 10, 100, false},
+		{10, 11, 100, true},
+		{100, 5, 5, true}, // all failed, whatever the count
+		{0, 1, 100, true},
+		{0, 0, 0, false},
+	} {
+		if got := (failureLimit{tc.limit}).exceeded(tc.failed, tc.rollouts); got != tc.want {
+			t.Errorf("limit %v: %d of %d failed: exceeded %v, want %v", tc.limit, tc.failed, tc.rollouts, got, tc.want)
+		}
+	}
+}
+
+func TestClosest(t *testing.T) {
+	for _, tc := range []struct {
+		word       string
+		candidates []string
+		want       string
+	}{
+		{"Qwen3-8B", []string{"Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"}, "Qwen/Qwen3-8B"},
+		{"concurency", []string{"concurrency", "config", "limit"}, "concurrency"},
+		{"modle", []string{"model", "model-url", "out"}, "model"},
+		{"zzz", []string{"model", "out"}, ""},
+		{"extraction", []string{"example_multi_step", "extraction", "workflow"}, "extraction"},
+	} {
+		if got := strings.Join(closest(tc.word, tc.candidates), ","); got != tc.want {
+			t.Errorf("closest(%q) = %q, want %q", tc.word, got, tc.want)
+		}
+	}
+}
+
+// The early-stop watch counts only the first N records, and only one infrastructure class.
+func TestFailureWatch(t *testing.T) {
+	rec := func(class string) *report.Result {
+		return &report.Result{Record: report.Record{TaskID: "t", FailureClass: class, Error: class + " error"}}
+	}
+	for _, tc := range []struct {
+		name    string
+		classes []string
+		stopped bool
+	}{
+		{"all alike", []string{"model_unavailable", "model_unavailable", "model_unavailable"}, true},
+		{"two classes", []string{"model_unavailable", "resource_server", "model_unavailable"}, false},
+		{"one success", []string{"model_unavailable", "", "model_unavailable"}, false},
+		{"not infrastructure", []string{"model_error", "model_error", "model_error"}, false},
+		{"cancelled", []string{"cancelled", "cancelled", "cancelled"}, false},
+		{"fewer than N", []string{"timeout", "timeout"}, false},
+		{"after the first N", []string{"", "", "", "timeout", "timeout", "timeout"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf strings.Builder
+			stops := 0
+			w := newFailureWatch(&buf, 3, func() { stops++ })
+			for _, c := range tc.classes {
+				w.Write(rec(c))
+			}
+			if w.stopped != tc.stopped || stops != map[bool]int{true: 1}[tc.stopped] {
+				t.Errorf("stopped %v after %d stops, want %v", w.stopped, stops, tc.stopped)
+			}
+			seen := map[string]bool{}
+			sc := bufio.NewScanner(strings.NewReader(buf.String()))
+			for sc.Scan() {
+				seen[sc.Text()] = true
+			}
+			for _, c := range tc.classes {
+				if c != "" && !seen[fmt.Sprintf("rollout: first %s failure (task t, rollout 0, arm ): %s error", c, c)] {
+					t.Errorf("no first-failure line for %s:\n%s", c, buf.String())
+				}
+			}
+			if len(seen) != len(distinctFailures(tc.classes)) {
+				t.Errorf("%d lines for %d classes:\n%s", len(seen), len(distinctFailures(tc.classes)), buf.String())
+			}
+		})
+	}
+}
+
+func distinctFailures(classes []string) map[string]bool {
+	m := map[string]bool{}
+	for _, c := range classes {
+		if c != "" {
+			m[c] = true
+		}
+	}
+	return m
+}

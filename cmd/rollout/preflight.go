@@ -1,0 +1,186 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/runner"
+)
+
+// preflightTimeout bounds each request of the preflight.
+const preflightTimeout = 10 * time.Second
+
+// preflightModel checks, before a run writes anything, that base is an OpenAI-compatible API
+// that serves model: GET {base}/models answers a model list, and the list names model (when it
+// names any). Its error is one line naming the flag, the URL and the cause.
+//
+// An endpoint that echoes the API key in its answer cannot make the error show it.
+func preflightModel(ctx context.Context, client *http.Client, base, apiKey, model string) error {
+	err := checkModel(ctx, client, base, apiKey, model)
+	if err != nil && len(apiKey) >= agent.MinSecretLength && strings.Contains(err.Error(), apiKey) {
+		return badUsage("%s", strings.ReplaceAll(err.Error(), apiKey, agent.Redacted))
+	}
+	return err
+}
+
+func checkModel(ctx context.Context, client *http.Client, base, apiKey, model string) error {
+	u := strings.TrimRight(base, "/") + "/models"
+	body, resp, err := preflightGet(ctx, client, u, apiKey)
+	if err != nil {
+		return badUsage("--model-url %s: cannot reach the model endpoint: %v", base, err)
+	}
+	what := fmt.Sprintf("GET %s answered %s", u, resp.Status)
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return badUsage("--model-url %s: %s%s: the endpoint wants an API key (set OPENAI_API_KEY)", base, what, bodyMessage(resp, body))
+	case resp.StatusCode == http.StatusNotFound:
+		return badUsage("--model-url %s: %s%s: no OpenAI-compatible API at this URL (its base usually ends in /v1)", base, what, bodyMessage(resp, body))
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return badUsage("--model-url %s: %s%s", base, what, bodyMessage(resp, body))
+	}
+	var list struct {
+		Data *[]struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &list) != nil || list.Data == nil {
+		return badUsage("--model-url %s: GET %s answered %s, not an OpenAI-compatible model list: is this the API's base URL (it usually ends in /v1)?", base, u, describeBody(resp, body))
+	}
+	var ids []string
+	for _, m := range *list.Data {
+		ids = append(ids, m.ID)
+	}
+	if len(ids) == 0 || slices.Contains(ids, model) {
+		return nil
+	}
+	msg := fmt.Sprintf("--model %s: %s does not serve it; it serves %s", model, base, listSome(ids, 5))
+	if near := closest(model, ids); len(near) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(near, " or "))
+	}
+	return badUsage("%s", msg)
+}
+
+// preflightServers checks that every resource server answers HTTP (any status: NeMo Gym's
+// servers answer 404 at their root).
+func preflightServers(ctx context.Context, client *http.Client, routes runner.Servers) error {
+	check := func(flagValue, base string) error {
+		if _, _, err := preflightGet(ctx, client, base, ""); err != nil {
+			return badUsage("--server %s: cannot reach the resource server: %v", flagValue, err)
+		}
+		return nil
+	}
+	if routes.Default != nil {
+		if err := check(routes.Default.Base(), routes.Default.Base()); err != nil {
+			return err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(routes.ByName)) {
+		srv := routes.ByName[name]
+		if err := check(name+"="+srv.Base(), srv.Base()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// preflightGet GETs u and reads up to 1 MiB of its answer. Its error is the transport's cause
+// ("dial tcp 127.0.0.1:9: connect: connection refused"), without Go's "Get URL:" wrapping.
+func preflightGet(ctx context.Context, client *http.Client, u, apiKey string) ([]byte, *http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s", preflightTimeout)
+		}
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the answer: %v", err)
+	}
+	return body, resp, nil
+}
+
+var htmlTitle = regexp.MustCompile(`(?is)<title[^>]*>(.*?)</title>`)
+
+// bodyMessage is ": " and the endpoint's own message in an error answer (OpenAI's
+// {"error": {"message"}}, vLLM's {"message"}, FastAPI's {"detail"}, an HTML page's title), or "".
+func bodyMessage(resp *http.Response, body []byte) string {
+	var v struct {
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &v) == nil {
+		var nested struct {
+			Message string `json:"message"`
+		}
+		var s string
+		switch {
+		case v.Message != "":
+			return ": " + report.Clip(v.Message, 300)
+		case json.Unmarshal(v.Error, &nested) == nil && nested.Message != "":
+			return ": " + report.Clip(nested.Message, 300)
+		case json.Unmarshal(v.Error, &s) == nil && s != "":
+			return ": " + report.Clip(s, 300)
+		case json.Unmarshal(v.Detail, &s) == nil && s != "":
+			return ": " + report.Clip(s, 300)
+		}
+		return ""
+	}
+	if d := describeBody(resp, body); d != "" {
+		return " (" + d + ")"
+	}
+	return ""
+}
+
+// describeBody names what an answer that is not JSON is: "an HTML page "Welcome to nginx!"".
+func describeBody(resp *http.Response, body []byte) string {
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if m := htmlTitle.FindSubmatch(body); ct == "text/html" || m != nil {
+		if m != nil {
+			return fmt.Sprintf("an HTML page %q", report.Clip(string(m[1]), 80))
+		}
+		return "an HTML page"
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return "an empty body"
+	}
+	return fmt.Sprintf("%s %q", cmp.Or(ct, "a body"), report.Clip(string(body), 80))
+}
+
+// listSome is "a, b, c" or "a, b, c and 7 more".
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
