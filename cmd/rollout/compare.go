@@ -18,7 +18,7 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	arm := fs.String("arm", "", "with two runs: compare this arm of each (needed when a run has several)")
 	options := statsFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
 			"Pairs the rollouts of two sides by task and repeat and reports B − A: the mean reward\n"+
 			"difference with its task-clustered std err and 95%% CI (tasks resampled), the sides' means\n"+
 			"over the pairs, tasks won / lost / tied, and each side's pass@k, terminations, rounds, tokens\n"+
@@ -26,9 +26,9 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"every record has one (any order of the task files), else by their index in the task file;\n"+
 			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
 			"directory or a .parquet file or journal.\n\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
-	paths, err := parsePaths(fs, args)
+	paths, err := parsePaths(fs, args, e)
 	if err != nil {
 		return err
 	}

@@ -39,16 +39,17 @@ func cmdGen(_ context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	seed := fs.Int64("seed", 1, "generator seed: the same seed writes the same bytes")
 	n := fs.Int("n", 0, "number of tasks (0: the generator's default)")
-	out := fs.String("o", "-", "output `FILE` (- for stdout)")
+	out := fs.String("out", "-", "output `FILE` (- for stdout)")
+	fs.StringVar(out, "o", "-", "short for --out")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout gen NAME [--seed N] [--n N] [-o FILE]\n\nNAME is one of:\n")
+		fmt.Fprintf(fs.Output(), "Usage: rollout gen NAME [--seed N] [--n N] [--out FILE]\n\nNAME is one of:\n")
 		for _, name := range strings.Split(generatorNames(), ", ") {
-			fmt.Fprintf(e.stderr, "  %-11s %s (default --n %d)\n", name, generators[name].summary, generators[name].defN)
+			fmt.Fprintf(fs.Output(), "  %-11s %s (default --n %d)\n", name, generators[name].summary, generators[name].defN)
 		}
-		fmt.Fprintln(e.stderr)
-		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output())
+		printFlags(fs.Output(), fs)
 	}
-	name, err := parseNamed(fs, args)
+	name, err := parseNamed(fs, args, e)
 	if err != nil {
 		return err
 	}

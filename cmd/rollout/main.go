@@ -63,12 +63,22 @@ Usage:
   rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]
   rollout validate FILE... [--oracle] [--server URL|NAME=URL|builtin:NAME]
   rollout compare RUN_A RUN_B | RUN --arms A,B [--format text|json|markdown]
-  rollout gen NAME [--seed N] [--n N] [-o FILE]
+  rollout gen NAME [--seed N] [--n N] [--out FILE]
   rollout report DIR|FILE... [--group-by FIELD] [--format text|json|markdown] [flags]
+  rollout version
   rollout help [COMMAND]
 
-Run 'rollout run -h' for the flags of run.
+Start with the simulator, no model or key needed:
+  rollout run --input data/extraction.jsonl --model-url builtin:sim --server builtin:extraction
+
+'rollout COMMAND --help' gives a command's flags, examples, environment and exit codes.
+
+Exit codes: 0 sound run; 1 results not written; 2 bad usage or failed preflight; 3 validate found
+problems; 4 failed rollouts past --fail-on-error (or an early stop); 130 interrupted.
 `
+
+// commands are the commands of rollout, for "did you mean".
+var commands = []string{"run", "serve", "sim", "gen", "validate", "compare", "report", "show", "help", "version"}
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, e env) int {
@@ -106,6 +116,9 @@ func run(ctx context.Context, args []string, e env) int {
 		err = cmdCompare(ctx, args[1:], e)
 	case "report":
 		err = cmdReport(ctx, args[1:], e)
+	case "version", "--version":
+		fmt.Fprintln(e.stdout, versionString())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return run(ctx, []string{args[1], "-h"}, e)
@@ -113,7 +126,11 @@ func run(ctx context.Context, args []string, e env) int {
 		fmt.Fprint(e.stdout, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(e.stderr, "rollout: unknown command %q\n\n%s", args[0], usage)
+		msg := fmt.Sprintf("rollout: unknown command %q", args[0])
+		if near := closest(args[0], commands); len(near) > 0 {
+			msg += " (did you mean " + strings.Join(near, " or ") + "?)"
+		}
+		fmt.Fprintf(e.stderr, "%s; rollout help lists the commands\n", msg)
 		return exitUsage
 	}
 	return exitCode(err, e.stderr)
@@ -160,15 +177,12 @@ func exitCode(err error, stderr io.Writer) int {
 // parseNamed parses the arguments of a command that takes one NAME, before or after its flags
 // ("rollout serve NAME --addr …" or "rollout serve --addr … NAME"). name is "" when none was
 // given; a second argument is a usage error.
-func parseNamed(fs *flag.FlagSet, args []string) (name string, err error) {
+func parseNamed(fs *flag.FlagSet, args []string, e env) (name string, err error) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", errHelp
-		}
-		return "", usageError{err}
+	if err := parseFlags(fs, args, e); err != nil {
+		return "", err
 	}
 	rest := fs.Args()
 	if name == "" && len(rest) > 0 {

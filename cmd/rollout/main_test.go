@@ -382,7 +382,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"no input", append([]string{"run"}, ok...), "--input FILE is required"},
 		{"missing input", append([]string{"run", "--input", "/nonexistent.jsonl", "--out", t.TempDir()}, ok...), "/nonexistent.jsonl"},
 		{"out is a file", append([]string{"run", "--input", rows, "--out", file}, ok...), "--out " + file},
-		{"bad flag", []string{"run", "--concurency", "3"}, "flag provided but not defined: -concurency"},
+		{"bad flag", []string{"run", "--concurency", "3"}, "rollout: run: unknown flag --concurency (did you mean --concurrency?); rollout run --help lists the flags\n"},
 		{"bad concurrency", append([]string{"run", "--input", rows, "--concurrency", "-1"}, ok...), "concurrency must be at least 1"},
 		{"no model", []string{"run", "--input", rows, "--model-url", "http://x/v1", "--server", "http://x"}, "--model NAME is required"},
 		{"bad server", []string{"run", "--input", rows, "--model-url", "http://x/v1", "--model", "m", "--server", "ftp://x"}, "want an http:// or https:// URL"},

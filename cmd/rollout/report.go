@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -20,15 +19,15 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
 	options := statsFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
 			"Prints the statistics of runs: mean reward with its task-clustered standard error and a 95%% CI\n"+
 			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
-	paths, err := parsePaths(fs, args)
+	paths, err := parsePaths(fs, args, e)
 	if err != nil {
 		return err
 	}
@@ -149,7 +148,7 @@ func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, 
 }
 
 // parsePaths parses args whose paths and flags may come in any order; it returns the paths.
-func parsePaths(fs *flag.FlagSet, args []string) ([]string, error) {
+func parsePaths(fs *flag.FlagSet, args []string, e env) ([]string, error) {
 	var paths []string
 	for {
 		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -158,11 +157,8 @@ func parsePaths(fs *flag.FlagSet, args []string) ([]string, error) {
 		if len(args) == 0 {
 			return paths, nil
 		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, errHelp
-			}
-			return nil, usageError{err}
+		if err := parseFlags(fs, args, e); err != nil {
+			return nil, err
 		}
 		args = fs.Args()
 	}

@@ -279,7 +279,7 @@ func TestReportUsageErrors(t *testing.T) {
 			t.Errorf("report %v: exit %d, stderr %q; want exit %d naming %q", c.args, r.code, r.stderr, exitUsage, c.want)
 		}
 	}
-	if r := runCLI(t, context.Background(), nil, "report", "-h"); r.code != 0 || !strings.Contains(r.stderr, "Usage: rollout report") {
+	if r := runCLI(t, context.Background(), nil, "report", "-h"); r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: rollout report") || r.stderr != "" { // help goes to stdout
 		t.Errorf("-h: exit %d, %s", r.code, r.stderr)
 	}
 }

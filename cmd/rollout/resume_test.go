@@ -78,7 +78,7 @@ func TestRunResume(t *testing.T) {
 		t.Errorf("rerun without --resume: exit %d: %s", r.code, r.stderr)
 	}
 	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--sim-latency", "20ms", "--num-repeats", "3")...)
-	if r.code != exitUsage || !strings.Contains(r.stderr, "num_repeats was 2, now 3") {
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--num-repeats was 2, now 3") {
 		t.Errorf("resume with other repeats: exit %d: %s", r.code, r.stderr)
 	}
 	other := headLines(t, extractionData, 31)

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,13 +18,16 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/progress"
 	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
+	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/session"
 	"github.com/rollout-dev/rollout/pkg/sim"
 )
@@ -77,48 +82,50 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	var f runFlags
 	fs := flag.NewFlagSet("rollout run", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	fs.StringVar(&f.input, "input", "", "task file, NeMo Gym JSONL (`FILE`; .gz is read as gzip; - is stdin)")
-	fs.StringVar(&f.out, "out", "out", "output `DIR`: rollouts.parquet, trajectories.jsonl, summary.json")
-	fs.StringVar(&f.modelURL, "model-url", e.getenv("OPENAI_BASE_URL"), "OpenAI-compatible base `URL` (e.g. http://localhost:8000/v1); builtin:sim for the model simulator (see the --sim-* knobs); replay:GLOB to replay NeMo Gym rollout files (default $OPENAI_BASE_URL)")
-	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint (default $ROLLOUT_MODEL)")
-	fs.Var(&f.servers, "server", "resource server: `URL` for every row, or NAME=URL for rows whose agent_ref.name is NAME; builtin:NAME starts a built-in server (repeatable)")
-	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "rollouts in flight")
-	fs.IntVar(&f.repeats, "num-repeats", 1, "rollouts per task (repeated as aabbcc)")
+	fs.StringVar(&f.input, "input", "", "task `FILE`, NeMo Gym JSONL (.gz is read as gzip; - is stdin)")
+	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
+	f.modelURL = e.getenv("OPENAI_BASE_URL")
+	modelURLFlag := &onceFlag{v: &f.modelURL, what: "one model endpoint"}
+	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (http://localhost:8000/v1), builtin:sim (the simulator) or replay:GLOB (NeMo Gym rollout files)")
+	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
+	fs.Var(&f.servers, "server", "resource server: `URL` for every row, NAME=URL for rows whose agent_ref.name is NAME, builtin:NAME (repeatable)")
+	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "`N` rollouts in flight")
+	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
 	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
-	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls per rollout")
-	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end a rollout as tool_error after this many consecutive rounds where every tool call failed")
-	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls in one model answer; an answer with more ends the rollout as invalid_output, and none of its calls is made")
-	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max tokens per model call, overriding the rows' max_output_tokens (0: the rows')")
-	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature, overriding the rows' (-1: the rows'; 0 is sent as 0)")
-	fs.Int64Var(&f.seed, "seed", 0, "base of the per-(task, repeat) seeds sent to the model")
-	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries one rollout may make in all, across its model calls, seed_session and verify (-1: no budget, only --retries per call)")
-	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read, in `BYTES`; a longer one fails the rollout (model_error)")
-	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries of a model call, seed_session or verify on 429, 5xx and connection errors")
-	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline of one rollout, seed to verify (0: none)")
-	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline of one model request attempt; retries come on top, within --rollout-timeout (0: none)")
-	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline of one resource-server call: seed_session, a tool, verify (0: none)")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long running rollouts may finish before they are cancelled")
-	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often a status line is printed when stderr is not a terminal")
-	fs.StringVar(&f.sessionStore, "session-store", "memory", "session store of the builtin: servers: memory, or redis://HOST:PORT/DB")
-	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session this long after its last write")
-	fs.BoolVar(&f.endSessions, "end-sessions", false, "after verify, POST /end_session to every server so it drops the session at once (rollout serve's servers take it; NeMo Gym's do not). Always on for builtin: servers")
-	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records (the verify answers plus _ng_task_index, _ng_rollout_index, _ng_arm) to `FILE`, made from the run's records when it ends; it belongs to the run like --out (refused if it exists, unless --overwrite)")
-	fs.StringVar(&f.arms, "arms", "", "policy arms to run on every task and repeat, with the same seeds: single, multi, or both as single,multi (default multi)")
-	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (JSON: name, prompt, tools, validation_tools, max_iterations, max_retries; e.g. data/workflow.steps.json)")
-	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "native: the endpoint's tool calling; json: the model answers one JSON object ({\"tool_calls\": [...]} or {\"success\", \"result\", \"reasoning\"}), validated against a schema and asked for with response_format json_schema (grammar-constrained decoding on llama.cpp, vLLM, SGLang), for endpoints without tool calling")
-	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's name in the records, for a run of one multi-step arm")
-	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (default: such rows become bad_task records)")
+	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
+	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end a rollout as tool_error after `N` rounds in a row whose tool calls all failed")
+	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls (`N`) in one answer; more end it as invalid_output")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "most tokens (`N`) per model call, over the rows' max_output_tokens (0: the rows')")
+	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature `T`, over the rows' (-1: the rows')")
+	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
+	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) one rollout may make in all its calls (-1: only --retries per call)")
+	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read, in `BYTES` (a longer one is a model_error)")
+	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
+	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
+	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")
+	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline `D` of one resource-server call (0: none)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long (`D`) running rollouts may finish")
+	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often (`D`) a status line is printed when stderr is not a terminal")
+	fs.StringVar(&f.sessionStore, "session-store", "memory", "session `STORE` of the builtin: servers: memory or redis://HOST:PORT/DB")
+	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session `D` after its last write")
+	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify to every server (rollout serve's take it, NeMo Gym's do not; always on for builtin:)")
+	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records to `FILE` (refused if it exists, unless --overwrite)")
+	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task and repeat with the same seeds: single, multi, workflow or a list (single,multi)")
+	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (data/workflow.steps.json)")
+	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "`MODE`: native (the endpoint's tool calling) or json (one JSON object per answer, for endpoints without it)")
+	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's `NAME` in the records, for a run of one multi-step arm")
+	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (else such rows become bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
-	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out (after a crash, kill or Ctrl-C): run only the rollouts that have no record")
-	fs.BoolVar(&f.force, "force", false, "with --resume: resume even though the input or the config differs from the run's (manifest.json)")
-	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the rollouts whose failure was an infrastructure one (rate_limited, model_unavailable, model_error, resource_server, verify, timeout, cancelled: every class but bad_task)")
+	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out (after a crash, kill or Ctrl-C) with its flags: run the rollouts without a record")
+	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or a flag that changes results differs")
+	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the failed rollouts (every class but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
-	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the checks made before the run starts: GET --model-url/models lists --model, and every --server answers HTTP")
+	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the checks before the start (GET --model-url/models lists --model; every --server answers)")
 	f.failOnError = failureLimit{0.05}
-	fs.Var(&f.failOnError, "fail-on-error", "exit 4 when more rollouts than this failed: a `RATE` below 1 (0.05: 5%) or a count (10); a run whose every rollout failed always exits 4")
-	fs.IntVar(&f.earlyStop, "early-stop", 20, "stop the run when its first `N` rollouts all fail with the same infrastructure failure (model_unavailable, resource_server, ...), and exit 4 (0: never)")
+	fs.Var(&f.failOnError, "fail-on-error", "exit 4 when more rollouts failed than a `RATE` below 1 (0.05: 5%) or a count (10)")
+	fs.IntVar(&f.earlyStop, "early-stop", 20, "stop, and exit 4, when the first `N` rollouts all fail with one infrastructure class (0: never)")
 	simOptions := simKnobs(fs, "sim-")
-	fs.String("config", "", "a YAML `FILE` of rollout run flags by name (and arms with their own settings); flags given here override it")
+	fs.String("config", "", "a YAML `FILE` of flags by name (and arms with their settings); the command line overrides it")
 	// A config file sets the flags first; the command line overrides it.
 	var configArms []runner.Arm
 	if path, err := configArg(args); err != nil {
@@ -128,11 +135,16 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return err
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	// The environment (ROLLOUT_CONCURRENCY=8 ...) overrides the config file; the command line
+	// overrides both.
+	modelURLFlag.given = false
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return err
+	}
+	modelURLFlag.given = false
+	fs.Usage = func() { runHelp.write(fs.Output(), fs) }
+	if err := parseFlags(fs, args, e); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return badUsage("run: unexpected argument %q", fs.Arg(0))
@@ -148,6 +160,15 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	if f.retries < 0 {
 		return badUsage("run: --retries must be >= 0")
+	}
+	if f.concurrency < 1 {
+		return badUsage("run: --concurrency must be at least 1, got %d", f.concurrency)
+	}
+	if err := checkModelURL(f.modelURL); err != nil {
+		return err
+	}
+	if err := checkInput(f.input, f.modelURL == "builtin:sim"); err != nil {
+		return err
 	}
 	if f.earlyStop < 0 {
 		return badUsage("run: --early-stop must be >= 0")
@@ -186,7 +207,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 		ts, err := sim.LoadTasks(f.input)
 		if err != nil {
-			return badUsage("--model-url builtin:sim: %v", err)
+			return badUsage("--input %s: %v", f.input, err)
 		}
 		h, err := sim.New(ts, opts)
 		if err != nil {
@@ -266,20 +287,22 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 		opts.Arms = arms
 	}
+	jsonWarned := false
 	for _, a := range opts.Arms {
 		if a.Policy == agent.PolicyWorkflow && opts.Agent.Workflow == nil {
 			return badUsage("the workflow arm needs --steps FILE (e.g. data/workflow.steps.json)")
 		}
+		if simUsed != nil && cmp.Or(a.ToolMode, f.toolMode) == agent.ToolModeJSON && !jsonWarned {
+			jsonWarned = true
+			fmt.Fprintf(e.stderr, "rollout: warning: tool-mode json (arm %s): the simulator answers with native tool calls only, so those rollouts end as invalid_output\n", a.Name)
+		}
+	}
+	if simUsed != nil && len(opts.Arms) == 0 && f.toolMode == agent.ToolModeJSON {
+		fmt.Fprintf(e.stderr, "rollout: warning: --tool-mode json: the simulator answers with native tool calls only, so the rollouts end as invalid_output\n")
 	}
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
 	}
-	if f.input != "-" {
-		if _, err := os.Stat(f.input); err != nil {
-			return badUsage("--input: %v", err)
-		}
-	}
-
 	if err := runner.CheckInput(&opts); err != nil {
 		return usageError{err}
 	}
@@ -314,6 +337,14 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if simUsed != nil {
 		cfg.Sim = knobValues(*simUsed)
 	}
+	// A start that fails before any rollout leaves no output directory it created behind.
+	_, statErr := os.Stat(f.out)
+	cleanup := errors.Is(statErr, os.ErrNotExist)
+	defer func() {
+		if cleanup {
+			os.RemoveAll(f.out)
+		}
+	}()
 	out, err := prepareOut(f, cfg)
 	if err != nil {
 		return err
@@ -345,6 +376,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	watch := newFailureWatch(e.stderr, f.earlyStop, endEarly)
 	rep, runErr := runner.Run(runCtx, opts, []report.Output{sink, watch})
 	closeErr := sink.Close()
+	cleanup = cleanup && rep != nil && rep.Started == 0 && runErr != nil
 	if runErr != nil {
 		var bad *runner.BadInputError
 		if errors.As(runErr, &bad) {
@@ -590,6 +622,9 @@ func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, err
 		return p, badUsage("--resume: %v", err)
 	}
 	if diffs := mf.Differences(old); len(diffs) > 0 && !f.force {
+		for i, d := range diffs {
+			diffs[i] = flagDiff(d)
+		}
 		return p, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
 	}
 	var keep func(*report.Record) bool // nil: every record stays, read for its key only
@@ -726,6 +761,9 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 		}
 		srv, err := agent.NewToolServer(label, url, c.transport)
 		if err != nil {
+			if !strings.Contains(url, ":") && slices.Contains(servers.Names(), url) {
+				return routes, stops, badUsage("--server %s: want an http:// or https:// URL; did you mean builtin:%s (rollout's built-in %s server)?", s, url, url)
+			}
 			return routes, stops, badUsage("--server: %v", err)
 		}
 		srv.Retry = c.policy
@@ -747,4 +785,163 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 		routes.ByName[name] = srv
 	}
 	return routes, stops, nil
+}
+
+// onceFlag is a string flag that may be given once: a second value is refused, never silently
+// the last one. Its default (from the environment) and a config file's value may be overridden
+// once on the command line (the caller clears given after the config file is read).
+type onceFlag struct {
+	v     *string
+	given bool
+	what  string // "one model endpoint"
+}
+
+func (o *onceFlag) String() string {
+	if o.v == nil {
+		return ""
+	}
+	return *o.v
+}
+
+func (o *onceFlag) Set(v string) error {
+	if o.given {
+		return fmt.Errorf("given twice (%s, then %s): rollout run takes %s", *o.v, v, o.what)
+	}
+	*o.v, o.given = v, true
+	return nil
+}
+
+// checkModelURL refuses a --model-url that is not http(s)://HOST..., builtin:sim or replay:GLOB.
+func checkModelURL(s string) error {
+	if strings.HasPrefix(s, "replay:") || strings.HasPrefix(s, "builtin:") {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		hint := ""
+		if !strings.Contains(s, "://") {
+			hint = fmt.Sprintf(" (did you mean http://%s?)", s)
+		}
+		return badUsage("--model-url %s: want an http:// or https:// URL such as http://localhost:8000/v1, builtin:sim or replay:GLOB%s", s, hint)
+	}
+	return nil
+}
+
+// checkInput refuses an --input that is missing or has no task, and, with the simulator (which
+// reads the file for its plans before the run reads it again), one that is not a regular file.
+func checkInput(path string, sim bool) error {
+	if path == "-" {
+		return nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return badUsage("--input %s: %v", path, errors.Unwrap(err))
+	}
+	if sim && !st.Mode().IsRegular() {
+		return badUsage("--input %s: the simulator (--model-url builtin:sim) reads the tasks' plans before the run reads them, so --input must be a regular file, not a pipe or a device", path)
+	}
+	if !st.Mode().IsRegular() {
+		return nil
+	}
+	n, err := dataset.Count(path)
+	if err != nil {
+		return badUsage("--input %s: %v", path, err)
+	}
+	if n == 0 {
+		return badUsage("--input %s: no tasks", path)
+	}
+	return nil
+}
+
+// flagDiff names a manifest difference ("num_repeats was 1, now 2", "sim.Seed was "1", now
+// "2"") by the flag that sets it ("--num-repeats was 1, now 2", "--sim-seed was 1, now 2").
+func flagDiff(d string) string {
+	key, rest, ok := strings.Cut(d, " was ")
+	if !ok {
+		return d
+	}
+	name := ""
+	if knob, isSim := strings.CutPrefix(key, "sim."); isSim {
+		name = "sim-" + kebab(knob)
+	} else {
+		name = map[string]string{"servers": "server", "tool_mode": "tool-mode", "model_url": "model-url"}[key]
+		if name == "" {
+			name = strings.ReplaceAll(key, "_", "-")
+		}
+	}
+	return "--" + name + " was " + strings.ReplaceAll(rest, `"`, "")
+}
+
+// kebab turns a Go field name into a flag name: HTTP429 → http-429, WrongArgument → wrong-argument.
+func kebab(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		prevLower := i > 0 && (unicode.IsLower(rune(s[i-1])) || unicode.IsDigit(rune(s[i-1])))
+		switch {
+		case unicode.IsUpper(r) && prevLower:
+			b.WriteByte('-')
+		case unicode.IsDigit(r) && i > 0 && !unicode.IsDigit(rune(s[i-1])):
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// envName is the environment variable of a rollout run flag: --num-repeats is ROLLOUT_NUM_REPEATS.
+func envName(flagName string) string {
+	return "ROLLOUT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets each flag of fs (but --config) whose ROLLOUT_ variable is set and not empty.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || f.Name == "config" {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = badUsage("$%s: %v", envName(f.Name), e)
+			}
+		}
+	})
+	return err
+}
+
+// runHelp is rollout run --help.
+var runHelp = commandHelp{
+	usage: "rollout run --input FILE --model-url URL --model NAME --server URL [flags]\n       rollout run --resume --out DIR [flags]",
+	about: `Runs every task of a NeMo Gym JSONL file as multi-step tool-using rollouts: the model behind an
+OpenAI-compatible API calls the tools of the task's resource server, which verifies the result and
+returns a reward. Before it writes anything it checks that the endpoint lists --model and that
+every server answers. Results go to --out: journal.jsonl (crash-safe), rollouts.parquet,
+trajectories.jsonl, summary.json, evaluation.json; the summary goes to stdout, progress and
+failures to stderr (the first failure of each class as it happens).`,
+	groups: []flagGroup{
+		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config"}},
+		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer"}},
+		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
+		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds"}},
+		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
+			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval"}},
+		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",
+			"sim-wrong-argument", "sim-skip-step", "sim-premature-answer", "sim-malformed-tool-call", "sim-http-429", "sim-http-500",
+			"sim-connection-reset", "sim-hang", "sim-retry-after", "sim-tool-count-error-slope", "sim-tool-count-baseline"},
+			brief: "--sim-profile NAME picks an error profile (rollout sim --help lists them); a knob overrides it."},
+	},
+	examples: []string{
+		"rollout run --input data/extraction.jsonl --model-url builtin:sim --server builtin:extraction",
+		"rollout run --input tasks.jsonl --model-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \\",
+		"    --server http://localhost:8001 --num-repeats 4 --out out/qwen",
+		"rollout run --resume --out out/qwen                # finish a stopped run with its own flags",
+		"rollout run --config run.yaml --concurrency 16     # flags from a YAML file; the command line wins",
+	},
+	environment: []string{
+		"OPENAI_BASE_URL   default of --model-url",
+		"OPENAI_API_KEY    sent to the model endpoint as a Bearer token; never written anywhere",
+		"ROLLOUT_<FLAG>    any flag: ROLLOUT_MODEL=Qwen/Qwen3-8B, ROLLOUT_NUM_REPEATS=4, ROLLOUT_SIM_SEED=2;",
+		"                  the command line overrides it, and it overrides --config",
+	},
+	exitCodes: slices.DeleteFunc(slices.Clone(exitCodeHelp), func(l string) bool { return strings.HasPrefix(l, "3 ") }),
 }

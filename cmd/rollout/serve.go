@@ -30,11 +30,11 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
 			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
-	name, err := parseNamed(fs, args)
+	name, err := parseNamed(fs, args, e)
 	if err != nil {
 		return err
 	}

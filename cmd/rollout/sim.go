@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -87,17 +86,14 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	fs.Var(&tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
 	knobs := simKnobs(fs, "")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]\n\n"+
 			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
 			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
 			"and injected errors.\n\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args, e); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return badUsage("sim: unexpected argument %q (task files go after --tasks)", fs.Arg(0))

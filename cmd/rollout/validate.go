@@ -31,21 +31,18 @@ func cmdValidate(ctx context.Context, args []string, e env) error {
 	concurrency := fs.Int("concurrency", 32, "rollouts in flight for --oracle")
 	timeout := fs.Duration("rollout-timeout", time.Minute, "deadline of one --oracle rollout")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]\n\n"+
 			"Lints task files: rows, tools' JSON Schemas, duplicate ids, reference plans. Problems go to\n"+
 			"stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.\n\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	// Files may come before the flags.
 	var files []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		files, args = append(files, args[0]), args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	if err := parseFlags(fs, args, e); err != nil {
+		return err
 	}
 	files = append(files, fs.Args()...)
 	if len(files) == 0 {
