@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -348,4 +349,132 @@ func distinctFailures(classes []string) map[string]bool {
 		}
 	}
 	return m
+}
+
+// Inputs and flags are checked before anything starts: exit 2, one clear first line, and no
+// output directory left behind.
+func TestStartChecks(t *testing.T) {
+	rows := weatherRows(t, 2, "")
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	os.WriteFile(empty, []byte("\n\n"), 0o644)
+	sim := []string{"--model-url", "builtin:sim", "--server", "builtin:extraction"}
+	cases := []struct {
+		name      string
+		args      []string
+		firstLine string
+	}{
+		{"empty input", append([]string{"--input", empty}, sim...), "rollout: --input " + empty + ": no tasks"},
+		{"stdin with the simulator", append([]string{"--input", "/dev/stdin"}, sim...),
+			"rollout: --input /dev/stdin: the simulator (--model-url builtin:sim) reads the tasks' plans before the run reads them, so --input must be a regular file, not a pipe or a device"},
+		{"missing input with the simulator", append([]string{"--input", "/nonexistent.jsonl"}, sim...), "rollout: --input /nonexistent.jsonl: no such file or directory"},
+		{"no --input", sim, "rollout: run: --input FILE is required"},
+		{"model url without a scheme", []string{"--input", rows, "--model-url", "localhost:8000/v1", "--model", "m", "--server", "builtin:extraction"},
+			"rollout: --model-url localhost:8000/v1: want an http:// or https:// URL such as http://localhost:8000/v1, builtin:sim or replay:GLOB (did you mean http://localhost:8000/v1?)"},
+		{"model url twice", []string{"--input", rows, "--model-url", "builtin:sim", "--model-url", "http://127.0.0.1:1/v1"},
+			`rollout: run: invalid value "http://127.0.0.1:1/v1" for flag --model-url: given twice (builtin:sim, then http://127.0.0.1:1/v1): rollout run takes one model endpoint; rollout run --help lists the flags`},
+		{"server name without builtin:", []string{"--input", rows, "--model-url", "builtin:sim", "--server", "extraction"},
+			"rollout: --server extraction: want an http:// or https:// URL; did you mean builtin:extraction (rollout's built-in extraction server)?"},
+		{"concurrency 0", append([]string{"--input", rows, "--concurrency", "0"}, sim...), "rollout: run: --concurrency must be at least 1, got 0"},
+		{"unknown flag", []string{"--concurency", "3"}, "rollout: run: unknown flag --concurency (did you mean --concurrency?); rollout run --help lists the flags"},
+		{"flag without its value", []string{"--input"}, "rollout: run: flag needs an argument: --input; rollout run --help lists the flags"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runProcess(t, nil, append([]string{"run", "--out", out}, tc.args...)...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d", r.code, exitUsage)
+			}
+			if r.stderr != tc.firstLine+"\n" {
+				t.Errorf("stderr:\n got %s\nwant %s (one line)", r.stderr, tc.firstLine)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("--out was created (%v)", err)
+			}
+		})
+	}
+	r := runProcess(t, nil, "rnu")
+	if r.code != exitUsage || r.stderr != "rollout: unknown command \"rnu\" (did you mean run?); rollout help lists the commands\n" {
+		t.Errorf("unknown command: exit %d: %q", r.code, r.stderr)
+	}
+}
+
+// ROLLOUT_<FLAG> sets a flag; the command line overrides it; a bad value names the variable.
+func TestEnvironmentFlags(t *testing.T) {
+	input := headLines(t, extractionData, 3)
+	args := []string{"run", "--input", input, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet"}
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), map[string]string{"ROLLOUT_NUM_REPEATS": "2", "ROLLOUT_OUT": dir}, args...)
+	if r.code != 0 || len(readRecords(t, dir)) != 6 {
+		t.Fatalf("ROLLOUT_NUM_REPEATS=2: exit %d: %s", r.code, r.stderr)
+	}
+	dir = t.TempDir()
+	r = runCLI(t, context.Background(), map[string]string{"ROLLOUT_NUM_REPEATS": "2"}, append(args, "--out", dir, "--num-repeats", "3")...)
+	if r.code != 0 || len(readRecords(t, dir)) != 9 {
+		t.Fatalf("--num-repeats 3 over ROLLOUT_NUM_REPEATS=2: exit %d: %s", r.code, r.stderr)
+	}
+	r = runCLI(t, context.Background(), map[string]string{"ROLLOUT_CONCURRENCY": "many"}, args...)
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `rollout: $ROLLOUT_CONCURRENCY: parse error`) {
+		t.Errorf("ROLLOUT_CONCURRENCY=many: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// rollout run --help: on stdout, every flag in it, in groups, on two screens; the other
+// commands' help on stdout too.
+func TestHelp(t *testing.T) {
+	r := runProcess(t, nil, "run", "--help")
+	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: rollout run --input FILE") {
+		t.Fatalf("exit %d, stderr %q, stdout %.80q", r.code, r.stderr, r.stdout)
+	}
+	if n := strings.Count(r.stdout, "\n"); n > 110 {
+		t.Errorf("rollout run --help is %d lines, want at most 110 (two screens)", n)
+	}
+	for _, section := range []string{"\nInput and output:\n", "\nModel:\n", "\nResource servers:\n", "\nRun control:\n", "\nSimulator ", "\nExamples:\n", "\nEnvironment:\n", "\nExit codes:\n",
+		"  4    more rollouts failed than --fail-on-error allows", "ROLLOUT_<FLAG>"} {
+		if !strings.Contains(r.stdout, section) {
+			t.Errorf("no %q in the help", section)
+		}
+	}
+	for _, cmd := range []string{"serve", "sim", "gen", "validate", "compare", "report"} {
+		r := runProcess(t, nil, cmd, "--help")
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: rollout "+cmd) {
+			t.Errorf("rollout %s --help: exit %d, stderr %q, stdout %.80q", cmd, r.code, r.stderr, r.stdout)
+		}
+	}
+	r = runProcess(t, nil, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "rollout ") || !strings.Contains(r.stdout, ", go1.") {
+		t.Errorf("rollout version: exit %d: %q", r.code, r.stdout)
+	}
+}
+
+// A flag in no group of a command's help is listed under "Other flags": a flag added later is
+// never missing from the help.
+func TestHelpListsUngroupedFlags(t *testing.T) {
+	fs := flag.NewFlagSet("rollout x", flag.ContinueOnError)
+	fs.Int("grouped", 1, "a grouped `N`")
+	fs.Duration("new-flag", 0, "added later, in no group")
+	fs.Bool("sim-a", false, "a knob")
+	h := commandHelp{usage: "rollout x", about: "About x.", groups: []flagGroup{
+		{title: "Group", names: []string{"grouped"}},
+		{title: "Knobs", names: []string{"sim-a"}, brief: "Knobs in brief."},
+	}}
+	var b strings.Builder
+	h.write(&b, fs)
+	want := `Usage: rollout x
+
+About x.
+
+Group:
+  --grouped N               a grouped N (default 1)
+
+Knobs:
+  --sim-a
+  Knobs in brief.
+
+Other flags:
+  --new-flag duration       added later, in no group
+`
+	if b.String() != want {
+		t.Errorf("help:\n%s\nwant:\n%s", b.String(), want)
+	}
 }
