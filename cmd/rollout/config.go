@@ -28,7 +28,8 @@ import (
 //	  - multi
 //	  - {name: multi-20, policy: multi, max-rounds: 20}
 //
-// A key that is not a flag of rollout run is an error naming FILE:LINE. "arms" lists policy
+// A key may be spelled in snake_case as NeMo Gym's configs are (num_repeats: 4). A key that is
+// not a flag of rollout run is an error naming FILE:LINE. "arms" lists policy
 // names, or arms with their own settings: name, policy, max-rounds, tool-mode (native, json). Flags on the command line
 // override the file (a repeated flag such as --server adds to the file's list).
 
@@ -78,7 +79,8 @@ func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
-		key := k.Value
+		// NeMo Gym's snake_case spellings (num_repeats) name the same flags.
+		key := strings.ReplaceAll(k.Value, "_", "-")
 		if seen[key] {
 			return nil, at(k, "%s given twice", key)
 		}
@@ -94,7 +96,7 @@ func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
 		}
 		f := fs.Lookup(key)
 		if f == nil {
-			return nil, at(k, "unknown key %q: the keys are the flags of rollout run (rollout run -h), and arms", key)
+			return nil, at(k, "unknown key %q: the keys are the flags of rollout run (rollout run --help), and arms", k.Value)
 		}
 		var values []*yaml.Node
 		switch v.Kind {
@@ -141,7 +143,7 @@ func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runn
 				if val.Kind != yaml.ScalarNode {
 					return nil, at(val, "arms: %s: want a value", k.Value)
 				}
-				switch k.Value {
+				switch strings.ReplaceAll(k.Value, "_", "-") {
 				case "name":
 					a.Name = val.Value
 				case "policy":

@@ -19,11 +19,11 @@ input: `+input+`
 out: `+dir+`
 model-url: builtin:sim
 server: [builtin:extraction]
-num-repeats: 3
+num_repeats: 3  # NeMo Gym's spelling
 quiet: true
 arms:
   - single
-  - {name: multi-2, policy: multi, max-rounds: 2}
+  - {name: multi-2, policy: multi, max_rounds: 2}
   - multi
   - {name: multi-json, policy: multi, tool-mode: json}
 `), 0o644)
@@ -58,6 +58,8 @@ arms:
 
 	for _, tc := range []struct{ yaml, want string }{
 		{"input: x\nconcurrencyy: 3\n", `run.yaml:2: unknown key "concurrencyy"`},
+		{"input: x\nnum_repeat: 3\n", `run.yaml:2: unknown key "num_repeat"`},
+		{"num_repeats: 2\nnum-repeats: 3\n", `run.yaml:2: num-repeats given twice`},
 		{"arms:\n  - single\n  - {policy: multi, max-round: 3}\n", `run.yaml:3: arms: unknown key "max-round"`},
 		{"arms:\n  - chain\n", `run.yaml:2: arms: unknown arm "chain"`},
 		{"concurrency: many\n", `run.yaml:1: concurrency:`},

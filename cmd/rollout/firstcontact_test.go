@@ -478,3 +478,57 @@ Other flags:
 		t.Errorf("help:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
+
+// rollout run --resume --out DIR alone finishes a run with its own settings (input, arms, steps,
+// simulator knobs, repeats, servers), to the same records as a run never stopped; a flag that
+// may change (concurrency) is taken, one that changes results still needs --force.
+func TestResumeFromManifest(t *testing.T) {
+	input := headLines(t, "../../data/workflow.jsonl", 4)
+	args := []string{"run", "--input", input, "--arms", "single,workflow", "--steps", "../../data/workflow.steps.json", "--num-repeats", "2",
+		"--model-url", "builtin:sim", "--sim-profile", "realistic", "--sim-seed", "3", "--sim-latency", "0", "--server", "builtin:workflow", "--quiet"}
+	whole := t.TempDir()
+	if r := runCLI(t, context.Background(), nil, append(args, "--out", whole)...); r.code != 0 {
+		t.Fatalf("whole run: exit %d: %s", r.code, r.stderr)
+	}
+	dir := t.TempDir()
+	if r := runCLI(t, context.Background(), nil, append(args, "--out", dir)...); r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	// The run stopped after 5 of its 16 records.
+	journal := filepath.Join(dir, report.JournalFile)
+	lines := strings.SplitAfter(readFile(t, journal), "\n")
+	os.WriteFile(journal, []byte(strings.Join(lines[:5], "")), 0o644)
+	os.Remove(filepath.Join(dir, report.ParquetFile))
+
+	r := runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--num-repeats", "3")
+	if r.code != exitUsage || firstLine(r.stderr) != "rollout: --resume: --num-repeats was 2, now 3; pass --force to resume anyway, or choose another --out" {
+		t.Errorf("resume with other repeats: exit %d: %s", r.code, r.stderr)
+	}
+	r = runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--concurrency", "2", "--quiet")
+	if r.code != 0 || !strings.Contains(r.stderr, "5 rollouts already have a record") {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	got, want := readRecords(t, dir), readRecords(t, whole)
+	key := func(r report.Record) string { return fmt.Sprintf("%d/%d/%s", r.TaskIndex, r.RolloutIndex, r.Arm) }
+	rewards := map[string]float64{}
+	for _, r := range want {
+		rewards[key(r)] = r.Reward
+	}
+	if len(got) != 16 || len(want) != 16 {
+		t.Fatalf("%d records resumed, %d whole, want 16", len(got), len(want))
+	}
+	seen := map[string]bool{}
+	for _, r := range got {
+		if seen[key(r)] {
+			t.Errorf("%s: two records", key(r))
+		}
+		seen[key(r)] = true
+		if w, ok := rewards[key(r)]; !ok || w != r.Reward {
+			t.Errorf("%s: reward %v after the resume, %v (present %v) in the run never stopped", key(r), r.Reward, w, ok)
+		}
+	}
+	r = runCLI(t, context.Background(), nil, "run", "--resume", "--out", t.TempDir())
+	if r.code != exitUsage || !strings.Contains(r.stderr, "holds no run to resume (no manifest.json)") {
+		t.Errorf("resume of an empty dir: exit %d: %s", r.code, r.stderr)
+	}
+}

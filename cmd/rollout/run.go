@@ -146,6 +146,17 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err := parseFlags(fs, args, e); err != nil {
 		return err
 	}
+	var resumeSteps *agent.Workflow
+	if f.resume && !f.overwrite {
+		arms, steps, err := resumeDefaults(fs, f.out)
+		if err != nil {
+			return err
+		}
+		if configArms == nil {
+			configArms = arms
+		}
+		resumeSteps = steps
+	}
 	if fs.NArg() > 0 {
 		return badUsage("run: unexpected argument %q", fs.Arg(0))
 	}
@@ -275,6 +286,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return badUsage("--steps: %v", err)
 		}
 		opts.Agent.Workflow = wf
+	} else if resumeSteps != nil {
+		opts.Agent.Workflow = resumeSteps
 	}
 	opts.Arms = configArms
 	if f.arms != "" {

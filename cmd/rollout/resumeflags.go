@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/runner"
+)
+
+// resumeDefaults gives rollout run --resume --out DIR the run's own settings: every flag that
+// changes results and was not given (on the command line, in the environment or in --config)
+// is set from DIR's manifest.json, so that "rollout run --resume --out DIR" alone finishes the
+// run. A flag that was given keeps its value: one that may change (concurrency, timeouts,
+// endpoints' retries) simply does, one that changes results is then refused without --force.
+// It returns the run's arms and workflow steps when they were not given.
+func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *agent.Workflow, err error) {
+	mf, err := report.ReadManifest(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, badUsage("--resume: %s holds no run to resume (no %s)", out, report.ManifestFile)
+	}
+	if err != nil {
+		return nil, nil, badUsage("--resume: %v", err)
+	}
+	var cfg runConfig
+	if err := json.Unmarshal(mf.Config, &cfg); err != nil {
+		return nil, nil, badUsage("--resume: %s/%s: config: %v", out, report.ManifestFile, err)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	set := func(name, value string) {
+		if err == nil && !given[name] {
+			if e := fs.Set(name, value); e != nil {
+				err = badUsage("--resume: %s/%s: --%s %s: %v", out, report.ManifestFile, name, value, e)
+			}
+		}
+	}
+	if mf.Input != "-" {
+		set("input", mf.Input)
+	}
+	set("model-url", cfg.ModelURL)
+	set("model", cfg.Model)
+	if !given["server"] {
+		for _, s := range cfg.Servers {
+			if e := fs.Set("server", s); e != nil && err == nil {
+				err = badUsage("--resume: --server %s: %v", s, e)
+			}
+		}
+	}
+	set("tool-mode", cfg.ToolMode)
+	set("num-repeats", strconv.Itoa(cfg.Repeats))
+	set("limit", strconv.Itoa(cfg.Limit))
+	set("max-rounds", strconv.Itoa(cfg.MaxRounds))
+	set("max-failed-rounds", strconv.Itoa(cfg.MaxFailedRounds))
+	set("max-tokens", strconv.Itoa(cfg.MaxTokens))
+	if cfg.Temperature != nil {
+		set("temperature", strconv.FormatFloat(*cfg.Temperature, 'g', -1, 64))
+	}
+	set("seed", strconv.FormatInt(cfg.Seed, 10))
+	for knob, v := range cfg.Sim {
+		name := "sim-" + kebab(knob)
+		if fs.Lookup(name) == nil {
+			return nil, nil, badUsage("--resume: %s/%s: the simulator's %s has no flag --%s in this version", out, report.ManifestFile, knob, name)
+		}
+		set(name, v)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !given["arms"] && !given["arm"] {
+		for _, a := range cfg.Arms {
+			arm, e := parseArmName(a)
+			if e != nil {
+				return nil, nil, badUsage("--resume: %s/%s: arm %q: %v", out, report.ManifestFile, a, e)
+			}
+			arms = append(arms, arm)
+		}
+	}
+	if !given["steps"] {
+		steps = cfg.Steps
+	}
+	return arms, steps, nil
+}
+
+// parseArmName reads an arm as the manifest names it: NAME=POLICY[,max-rounds=N][,tool-mode=M].
+func parseArmName(s string) (runner.Arm, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return runner.Arm{}, fmt.Errorf("want NAME=POLICY")
+	}
+	parts := strings.Split(rest, ",")
+	a := runner.Arm{Name: name, Policy: parts[0]}
+	for _, p := range parts[1:] {
+		k, v, _ := strings.Cut(p, "=")
+		switch k {
+		case "max-rounds":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return runner.Arm{}, fmt.Errorf("max-rounds %q", v)
+			}
+			a.MaxRounds = n
+		case "tool-mode":
+			a.ToolMode = v
+		default:
+			return runner.Arm{}, fmt.Errorf("unknown setting %q", k)
+		}
+	}
+	return a, nil
+}
