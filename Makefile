@@ -3,12 +3,20 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build run replay data oracle test race vet lint fmt bench bench-quick bench-tools fuzz soak interop clean
+.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools fuzz soak interop clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/rollout
+
+# rollout on the PATH: $(go env GOBIN), else $(go env GOPATH)/bin.
+install:
+	$(GO) install ./cmd/rollout
+
+# One static binary (no cgo, no libc): copy bin/rollout to any Linux machine of the same arch.
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/rollout
 
 # The main job on the built-in defaults: no API key, no network. The
 # extraction tasks (240; arms single and multi) and the workflow tasks (60;
@@ -57,6 +65,12 @@ oracle: build
 
 test: vet
 	$(GO) test -race -count=1 $(PKGS)
+
+# The Parquet files read by an independent reader, apache/arrow-go: built only with this tag,
+# since arrow-go brings ~100 MB of modules (grpc, thrift, flatbuffers) that `make test` need not
+# download. CI runs it.
+arrowcheck:
+	$(GO) test -race -count=1 -tags arrowcheck -run 'Arrow|ParallelPages' ./pkg/report/
 
 race: test
 
