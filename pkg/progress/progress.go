@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
 
@@ -45,7 +45,7 @@ func New(w io.Writer, interval time.Duration) Reporter {
 		return nop{}
 	}
 	if IsTerminal(w) {
-		return &bar{w: w}
+		return newBarReporter(w)
 	}
 	return &Lines{W: w, Interval: interval, start: time.Now()}
 }
@@ -55,47 +55,158 @@ type nop struct{}
 func (nop) Update(Status) {}
 func (nop) Finish(Status) {}
 
-// bar is a progress bar, made at the first update, when the total is
-// known (-1, for stdin, gives a spinner).
+// bar redraws one line on a terminal: count, bar, percent, recent rate, ETA, reward and
+// failures, cut to the terminal's width; at most every 200 ms, and once more at the end, at
+// its final count (100% when the run completed), followed by a newline.
 type bar struct {
-	w    io.Writer
-	b    *progressbar.ProgressBar
-	last time.Time
+	w     io.Writer
+	width func() int // the terminal's columns
+	rate  rateWindow
+	last  time.Time
+	start time.Time
+	now   func() time.Time
 }
 
-func newBar(w io.Writer, total int) *progressbar.ProgressBar {
-	return progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("rollouts"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("rollouts"),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionSetWidth(30),
-	)
+func newBarReporter(w io.Writer) *bar {
+	return &bar{w: w, width: func() int { return termWidth(w) }, now: time.Now}
+}
+
+// termWidth is the terminal's width in columns (80 when it cannot be told).
+func termWidth(w io.Writer) int {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		w = u.Unwrap()
+	}
+	if f, ok := w.(*os.File); ok {
+		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
+			return cols
+		}
+	}
+	return 80
 }
 
 func (b *bar) Update(s Status) {
-	if b.b == nil {
-		b.b = newBar(b.w, s.Total)
+	now := b.now()
+	if b.start.IsZero() {
+		b.start = now
 	}
-	now := time.Now()
-	if now.Sub(b.last) >= 200*time.Millisecond || s.Done == s.Total {
-		b.last = now
-		b.b.Describe(describe(s))
+	b.rate.add(now, s.Done)
+	if now.Sub(b.last) < 200*time.Millisecond {
+		return
 	}
-	_ = b.b.Set(s.Done)
+	b.last = now
+	fmt.Fprintf(b.w, "\r%s\x1b[K", barLine(s, b.rate.perSecond(), now.Sub(b.start), b.width()))
 }
 
 func (b *bar) Finish(s Status) {
-	if b.b == nil {
-		b.b = newBar(b.w, s.Total)
+	now := b.now()
+	if b.start.IsZero() {
+		b.start = now
 	}
-	b.b.Describe(describe(s))
-	_ = b.b.Set(s.Done)
-	_ = b.b.Finish()
+	fmt.Fprintf(b.w, "\r%s\x1b[K\n", barLine(s, overall(s, now.Sub(b.start)), now.Sub(b.start), b.width()))
+}
+
+// barLine is the bar's text for a terminal of width columns: "rollouts 120/240
+// [=======>       ]  50%  12.3/s  eta 10s  reward 0.412, failed 3". The parts that do not fit
+// are left out, from the end, and the bar shrinks to fit.
+func barLine(s Status, rate float64, elapsed time.Duration, width int) string {
+	count := fmt.Sprintf("rollouts %d/%s", s.Done, totalText(s))
+	var tail []string
+	if s.Total > 0 {
+		tail = append(tail, fmt.Sprintf("%3d%%", s.Done*100/s.Total))
+	}
+	tail = append(tail, fmt.Sprintf("%.1f/s", rate))
+	if eta := etaText(s, rate); eta != "" {
+		tail = append(tail, eta)
+	} else {
+		tail = append(tail, "elapsed "+elapsed.Round(time.Second).String())
+	}
+	tail = append(tail, describe(s))
+	width-- // the cursor's column
+	for len(tail) > 0 && len(count)+len(strings.Join(tail, "  "))+2 > width {
+		tail = tail[:len(tail)-1]
+	}
+	rest := strings.Join(tail, "  ")
+	line := count
+	if s.Total > 0 {
+		if barWidth := min(40, width-len(count)-len(rest)-5); barWidth >= 10 {
+			filled := s.Done * barWidth / s.Total
+			bar := strings.Repeat("=", filled)
+			if filled < barWidth {
+				bar += ">" + strings.Repeat(" ", barWidth-filled-1)
+			}
+			line += " [" + bar + "]"
+		}
+	}
+	if rest != "" {
+		line += "  " + rest
+	}
+	if len(line) > width {
+		line = line[:max(width, 0)]
+	}
+	return line
+}
+
+func totalText(s Status) string {
+	if s.Total < 0 {
+		return "?"
+	}
+	return fmt.Sprint(s.Total)
+}
+
+// etaText is "eta 9s" from the recent rate, or "" when it cannot be told.
+func etaText(s Status, rate float64) string {
+	if s.Total < 0 || rate <= 0 || s.Done >= s.Total {
+		return ""
+	}
+	return "eta " + time.Duration(float64(s.Total-s.Done)/rate*float64(time.Second)).Round(time.Second).String()
+}
+
+// rateWindow is the recent rate of completed rollouts: over the samples of the last
+// rateSpan, so that the ETA follows a run that speeds up or slows down (the rate since the
+// start would say 1 s with 9 s left after a slow start).
+type rateWindow struct {
+	samples []sample
+}
+
+type sample struct {
+	at   time.Time
+	done int
+}
+
+const rateSpan = 10 * time.Second
+
+func (r *rateWindow) add(at time.Time, done int) {
+	r.samples = append(r.samples, sample{at, done})
+	// Keep one sample older than the span, as the window's start.
+	i := 0
+	for i+1 < len(r.samples) && at.Sub(r.samples[i+1].at) >= rateSpan {
+		i++
+	}
+	r.samples = r.samples[i:]
+	if len(r.samples) > 4096 { // many records within the span: thin out the middle
+		r.samples = append(r.samples[:1], r.samples[len(r.samples)-2048:]...)
+	}
+}
+
+// overall is the run's mean rate, for its last line.
+func overall(s Status, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Done) / elapsed.Seconds()
+}
+
+// perSecond is the rate over the window (0 before two samples apart in time).
+func (r *rateWindow) perSecond() float64 {
+	if len(r.samples) < 2 {
+		return 0
+	}
+	first, last := r.samples[0], r.samples[len(r.samples)-1]
+	d := last.at.Sub(first.at).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(last.done-first.done) / d
 }
 
 func describe(s Status) string {
@@ -113,6 +224,7 @@ type Lines struct {
 	mu       sync.Mutex
 	start    time.Time
 	last     time.Time
+	rate     rateWindow
 }
 
 // Update prints a line when Interval has passed since the last one.
@@ -126,36 +238,37 @@ func (l *Lines) Update(s Status) {
 	if l.last.IsZero() {
 		l.last = l.start
 	}
+	l.rate.add(now, s.Done)
 	if now.Sub(l.last) < l.Interval {
 		return
 	}
 	l.last = now
-	l.print(s, now)
+	l.print(s, now, false)
 }
 
 // Finish prints the last line.
 func (l *Lines) Finish(s Status) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := time.Now()
 	if l.start.IsZero() {
-		l.start = time.Now()
+		l.start = now
 	}
-	l.print(s, time.Now())
+	l.print(s, now, true)
 }
 
-func (l *Lines) print(s Status, now time.Time) {
+// print prints a status line: with the recent rate and an ETA while the run goes on, with the
+// run's mean rate at the end.
+func (l *Lines) print(s Status, now time.Time, final bool) {
 	el := now.Sub(l.start)
-	rate := 0.0
-	if el > 0 {
-		rate = float64(s.Done) / el.Seconds()
+	rate := l.rate.perSecond()
+	if final {
+		rate = overall(s, el)
 	}
-	total, eta := "?", ""
-	if s.Total >= 0 {
-		total = fmt.Sprint(s.Total)
-		if rate > 0 && s.Done < s.Total {
-			eta = fmt.Sprintf(" eta %s", time.Duration(float64(s.Total-s.Done)/rate*float64(time.Second)).Round(time.Second))
-		}
+	eta := etaText(s, rate)
+	if eta != "" {
+		eta = ", " + eta
 	}
 	fmt.Fprintf(l.W, "rollout: %d/%s done, %.1f rollouts/s, %s%s, elapsed %s\n",
-		s.Done, total, rate, describe(s), eta, el.Round(time.Second))
+		s.Done, totalText(s), rate, describe(s), eta, el.Round(time.Second))
 }

@@ -40,3 +40,77 @@ func TestNilWriterShowsNothing(t *testing.T) {
 	r.Update(Status{Done: 1})
 	r.Finish(Status{Done: 1})
 }
+
+// The ETA comes from the recent rate: after a slow start, it follows the rate of the last
+// seconds, not the mean since the start.
+func TestRateWindowIsRecent(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var r rateWindow
+	for i := range 60 { // a minute at 1 rollout/s
+		r.add(t0.Add(time.Duration(i)*time.Second), i)
+	}
+	for i := range 40 { // then 20 s at 10 rollouts/s (every 0.5 s, 5 more)
+		r.add(t0.Add(59*time.Second+time.Duration(i+1)*500*time.Millisecond), 59+5*(i+1))
+	}
+	if got := r.perSecond(); got != 10 {
+		t.Errorf("recent rate %v, want 10 (the mean since the start would be %.2f)", got, float64(59+200)/79)
+	}
+	s := Status{Done: 259, Total: 359}
+	if got := etaText(s, r.perSecond()); got != "eta 10s" {
+		t.Errorf("eta %q, want eta 10s", got)
+	}
+	if got := etaText(Status{Done: 5, Total: -1}, 3); got != "" {
+		t.Errorf("eta without a total: %q", got)
+	}
+	var one rateWindow
+	one.add(t0, 3)
+	if one.perSecond() != 0 {
+		t.Errorf("one sample gives rate %v, want 0", one.perSecond())
+	}
+}
+
+// The bar's line fits the terminal, says "reward -" until a rollout is scored, and ends at 100%.
+func TestBarLine(t *testing.T) {
+	for _, tc := range []struct {
+		s     Status
+		rate  float64
+		width int
+		want  string
+	}{
+		{Status{Done: 0, Total: 240}, 0, 120, "rollouts 0/240 [>                                       ]    0%  0.0/s  elapsed 3s  reward -, failed 0"},
+		{Status{Done: 120, Total: 240, Scored: 100, MeanReward: 0.4123, Failed: 20}, 12, 120,
+			"rollouts 120/240 [====================>                   ]   50%  12.0/s  eta 10s  reward 0.412, failed 20"},
+		{Status{Done: 240, Total: 240, Scored: 240, MeanReward: 0.5}, 20, 120, "rollouts 240/240 [========================================]  100%  20.0/s  elapsed 3s  reward 0.500, failed 0"},
+		{Status{Done: 120, Total: 240, Scored: 100, MeanReward: 0.4123, Failed: 20}, 12, 60, "rollouts 120/240 [========>        ]   50%  12.0/s  eta 10s"},
+		{Status{Done: 120, Total: 240}, 12, 30, "rollouts 120/240   50%"},
+		{Status{Done: 7, Total: -1}, 2, 80, "rollouts 7/?  2.0/s  elapsed 3s  reward -, failed 0"},
+	} {
+		got := barLine(tc.s, tc.rate, 3*time.Second, tc.width)
+		if got != tc.want {
+			t.Errorf("width %d:\n got %q\nwant %q", tc.width, got, tc.want)
+		}
+		if len(got) >= tc.width {
+			t.Errorf("width %d: line of %d bytes", tc.width, len(got))
+		}
+	}
+}
+
+// On a terminal the bar redraws in place and its last draw, at the end, stays with a newline.
+func TestBarFinishes(t *testing.T) {
+	var buf bytes.Buffer
+	t0 := time.Unix(1000, 0)
+	now := t0
+	b := &bar{w: &buf, width: func() int { return 100 }, now: func() time.Time { return now }}
+	for i := 1; i <= 10; i++ {
+		now = t0.Add(time.Duration(i) * time.Second)
+		b.Update(Status{Done: i, Total: 10, Scored: i, MeanReward: 1})
+	}
+	b.Finish(Status{Done: 10, Total: 10, Scored: 10, MeanReward: 1})
+	out := buf.String()
+	if !strings.HasSuffix(out, "\rrollouts 10/10 [=================================]  100%  1.1/s  elapsed 9s  reward 1.000, failed 0\x1b[K\n") {
+		t.Errorf("last draw: %q", out[strings.LastIndex(out, "\r"):])
+	}
+	if strings.Count(out, "\n") != 1 {
+		t.Errorf("%d newlines, want 1 (the bar redraws in place)", strings.Count(out, "\n"))
+	}
+}
