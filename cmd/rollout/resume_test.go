@@ -111,12 +111,13 @@ func TestRunResume(t *testing.T) {
 		}
 	}
 	// Without --retry-failed a resume has nothing to do; with it, the failures run again
-	// (the model is fixed: --force, since the knob changed).
+	// (the model is fixed: --sim-http-500 0, with --force since the knob changed; a knob not
+	// given keeps the run's value).
 	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--sim-http-500", "1")...)
 	if r.code != exitFailures || !strings.Contains(r.stderr, "10 rollouts already have a record") { // the run's rollouts all failed
 		t.Errorf("plain resume: exit %d: %s", r.code, r.stderr)
 	}
-	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed", "--force")...)
+	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed", "--force", "--sim-http-500", "0")...)
 	if r.code != 0 {
 		t.Fatalf("retry-failed: exit %d: %s", r.code, r.stderr)
 	}

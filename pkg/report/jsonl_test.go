@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,6 +82,10 @@ func TestTrajectoryWriter(t *testing.T) {
 			"rollout_index": json.Number(itoa(r.Record.RolloutIndex)),
 			"arm":           r.Record.Arm,
 			"task_id":       r.Record.TaskID,
+			"reward":        json.Number(strconv.FormatFloat(r.Record.Reward, 'f', -1, 64)),
+			"has_reward":    r.Record.HasReward,
+			"termination":   r.Record.Termination,
+			"failure_class": r.Record.FailureClass,
 			"trajectory":    nil,
 		}
 		if r.Trajectory != nil {

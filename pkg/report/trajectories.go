@@ -12,9 +12,11 @@ import (
 // TrajectoryWriter writes one JSON line per result to the trajectories
 // file (DESIGN §6), keyed like the record:
 //
-//	{"task_index":0,"rollout_index":0,"arm":"single","task_id":"t0","trajectory":{...}}
+//	{"task_index":0,"rollout_index":0,"arm":"single","task_id":"t0","reward":1,"has_reward":true,
+//	 "termination":"completed","failure_class":"","trajectory":{...}}
 //
-// "trajectory" is null when the result has none. The file is opened for
+// The line carries the record's reward and ending, so that a trajectory can be read without a
+// join with the Parquet file. "trajectory" is null when the result has none. The file is opened for
 // appending, so a resumed run adds to it.
 type TrajectoryWriter struct {
 	file *jsonlFile
@@ -30,6 +32,10 @@ type trajectoryLine struct {
 	RolloutIndex int64           `json:"rollout_index"`
 	Arm          string          `json:"arm"`
 	TaskID       string          `json:"task_id"`
+	Reward       float64         `json:"reward"`
+	HasReward    bool            `json:"has_reward"`
+	Termination  string          `json:"termination"`
+	FailureClass string          `json:"failure_class"`
 	Trajectory   json.RawMessage `json:"trajectory"`
 }
 
@@ -66,6 +72,10 @@ func (t *TrajectoryWriter) Write(r *Result) error {
 		RolloutIndex: r.Record.RolloutIndex,
 		Arm:          r.Record.Arm,
 		TaskID:       r.Record.TaskID,
+		Reward:       r.Record.Reward,
+		HasReward:    r.Record.HasReward,
+		Termination:  r.Record.Termination,
+		FailureClass: r.Record.FailureClass,
 		Trajectory:   traj,
 	})
 	if err != nil {
@@ -97,11 +107,21 @@ func (t *TrajectoryWriter) appendLine(dst []byte, r *Result, traj json.RawMessag
 	dst = jsonw.AppendString(dst, r.Record.Arm)
 	dst = append(dst, `,"task_id":`...)
 	dst = jsonw.AppendString(dst, r.Record.TaskID)
+	dst = append(dst, `,"reward":`...)
+	var ok bool
+	if dst, ok = appendJSONFloat(dst, r.Record.Reward); !ok {
+		return dst, false
+	}
+	dst = append(dst, `,"has_reward":`...)
+	dst = strconv.AppendBool(dst, r.Record.HasReward)
+	dst = append(dst, `,"termination":`...)
+	dst = jsonw.AppendString(dst, r.Record.Termination)
+	dst = append(dst, `,"failure_class":`...)
+	dst = jsonw.AppendString(dst, r.Record.FailureClass)
 	dst = append(dst, `,"trajectory":`...)
 	if traj == nil {
 		dst = append(dst, "null"...)
 	} else {
-		var ok bool
 		if dst, ok = appendCompact(dst, traj); !ok {
 			return dst, false
 		}
