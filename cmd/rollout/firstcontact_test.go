@@ -532,3 +532,62 @@ func TestResumeFromManifest(t *testing.T) {
 		t.Errorf("resume of an empty dir: exit %d: %s", r.code, r.stderr)
 	}
 }
+
+// rollout show prints one rollout: its record's reward (as the Parquet file has it) and
+// components, then its transcript; a wrong task, or a task run by several arms without --arm,
+// is one line naming what to pass.
+func TestShow(t *testing.T) {
+	input := headLines(t, extractionData, 2)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--arms", "single,multi", "--model-url", "builtin:sim",
+		"--server", "builtin:extraction", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	var rec report.Record
+	for _, x := range readRecords(t, dir) {
+		if x.TaskIndex == 0 && x.Arm == "multi" {
+			rec = x
+		}
+	}
+	r = runProcess(t, nil, "show", dir, "--task", rec.TaskID, "--arm", "multi")
+	if r.code != 0 {
+		t.Fatalf("show: exit %d: %s", r.code, r.stderr)
+	}
+	lines := strings.Split(r.stdout, "\n")
+	if want := "task " + rec.TaskID + " (index 0) · repeat 0 · arm multi · model rollout-sim · server extraction"; lines[0] != want {
+		t.Errorf("first line:\n got %s\nwant %s", lines[0], want)
+	}
+	if want := fmt.Sprintf("reward %g (", rec.Reward); !strings.HasPrefix(lines[2], want) {
+		t.Errorf("reward line %q, want it to start %q", lines[2], want)
+	}
+	for k, v := range rec.RewardComponents {
+		if !strings.Contains(lines[2], fmt.Sprintf("%s %g", k, v)) {
+			t.Errorf("reward line %q lacks component %s %g", lines[2], k, v)
+		}
+	}
+	for _, want := range []string{"\n[system]\n", "\n[user]\n", "  → list_sources({", "\n[tool list_sources → HTTP 200, ", "\n[tool submit_answer → HTTP 200, ", "\nended: " + rec.Termination + "\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("no %q in:\n%s", want, r.stdout)
+		}
+	}
+	// By index, as well as by id.
+	if r2 := runProcess(t, nil, "show", dir, "--task", "0", "--arm", "multi"); r2.stdout != r.stdout {
+		t.Errorf("--task 0 shows another rollout than --task %s", rec.TaskID)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"show", dir, "--task", rec.TaskID}, "rollout: show: task " + rec.TaskID + " repeat 0 was run by several arms (multi, single): choose one with --arm\n"},
+		{[]string{"show", dir, "--task", "extraction-001"}, `rollout: show: no rollout of task "extraction-001" in ` + dir + " (did you mean extraction-0001 or extraction-0002?)\n"},
+		{[]string{"show", dir, "--task", rec.TaskID, "--arm", "multi", "--repeat", "3"}, "rollout: show: task " + rec.TaskID + " has no rollout with --repeat 3 --arm multi in " + dir + " (arms multi, single)\n"},
+		{[]string{"show", dir}, "rollout: show: --task ID is required\n"},
+		{[]string{"show", filepath.Join(dir, "none"), "--task", "x"}, "rollout: show: " + filepath.Join(dir, "none") + " holds no run (no such file or directory)\n"},
+	} {
+		r := runProcess(t, nil, tc.args...)
+		if r.code != exitUsage || r.stderr != tc.want {
+			t.Errorf("%v: exit %d, stderr:\n got %q\nwant %q", tc.args[2:], r.code, r.stderr, tc.want)
+		}
+	}
+}

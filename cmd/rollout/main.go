@@ -65,6 +65,7 @@ Usage:
   rollout compare RUN_A RUN_B | RUN --arms A,B [--format text|json|markdown]
   rollout gen NAME [--seed N] [--n N] [--out FILE]
   rollout report DIR|FILE... [--group-by FIELD] [--format text|json|markdown] [flags]
+  rollout show DIR --task ID [--repeat K] [--arm ARM]
   rollout version
   rollout help [COMMAND]
 
@@ -116,6 +117,8 @@ func run(ctx context.Context, args []string, e env) int {
 		err = cmdCompare(ctx, args[1:], e)
 	case "report":
 		err = cmdReport(ctx, args[1:], e)
+	case "show":
+		err = cmdShow(ctx, args[1:], e)
 	case "version", "--version":
 		fmt.Fprintln(e.stdout, versionString())
 		return exitOK

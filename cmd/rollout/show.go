@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// cmdShow prints one rollout of a run: its record (reward and components, termination,
+// failure) and its transcript (messages, tool calls with their status and latency, results).
+func cmdShow(_ context.Context, args []string, e env) error {
+	fs := flag.NewFlagSet("rollout show", flag.ContinueOnError)
+	task := fs.String("task", "", "the task's `ID` (its id field, or its 0-based index in the input)")
+	repeat := fs.Int("repeat", 0, "which repeat of the task (`K`, from 0)")
+	arm := fs.String("arm", "", "the `ARM`, when the run has several")
+	width := fs.Int("max-text", 2000, "show at most `N` bytes of each message (0: all)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: rollout show DIR --task ID [--repeat K] [--arm ARM]\n\n"+
+			"Prints one rollout of the run in DIR: its reward and reward components, termination and\n"+
+			"failure (from journal.jsonl), then its transcript (from trajectories.jsonl): every message,\n"+
+			"each tool call with its arguments, status and latency, and the tool's result.\n\n"+
+			"Example:\n  rollout show out/extraction --task extraction-0013 --arm multi\n\n")
+		printFlags(fs.Output(), fs)
+	}
+	dir, err := parseNamed(fs, args, e)
+	if err != nil {
+		return err
+	}
+	if dir == "" {
+		return badUsage("show: which run directory? rollout show DIR --task ID")
+	}
+	if *task == "" {
+		return badUsage("show: --task ID is required")
+	}
+	journal := filepath.Join(dir, report.JournalFile)
+	if _, err := os.Stat(journal); err != nil {
+		return badUsage("show: %s holds no run (%v)", dir, errors.Unwrap(err))
+	}
+	// The records of the task: by id, or by index when no id matches.
+	var recs []report.Record
+	ids := map[string]bool{}
+	err = report.ScanJournal(journal, func(r *report.Record) error {
+		ids[r.TaskID] = true
+		if r.TaskID == *task || fmt.Sprint(r.TaskIndex) == *task {
+			recs = append(recs, *r)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("show: %w", err)
+	}
+	if len(recs) == 0 {
+		msg := fmt.Sprintf("show: no rollout of task %q in %s", *task, dir)
+		if near := closest(*task, slices.Sorted(maps.Keys(ids))); len(near) > 0 {
+			msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(near, " or "))
+		}
+		return badUsage("%s", msg)
+	}
+	arms := map[string]bool{}
+	var rec *report.Record
+	for i := range recs {
+		r := &recs[i]
+		arms[r.Arm] = true
+		if int(r.RolloutIndex) == *repeat && (*arm == "" || r.Arm == *arm) {
+			if rec != nil {
+				return badUsage("show: task %s repeat %d was run by several arms (%s): choose one with --arm", *task, *repeat, strings.Join(slices.Sorted(maps.Keys(arms)), ", "))
+			}
+			rec = r
+		}
+	}
+	if rec == nil {
+		return badUsage("show: task %s has no rollout with --repeat %d%s in %s (arms %s)", *task, *repeat, map[bool]string{true: " --arm " + *arm}[*arm != ""], dir,
+			strings.Join(slices.Sorted(maps.Keys(arms)), ", "))
+	}
+	traj, err := findTrajectory(filepath.Join(dir, report.TrajectoriesFile), rec)
+	if err != nil {
+		return fmt.Errorf("show: %w", err)
+	}
+	return printRollout(e.stdout, rec, traj, *width)
+}
+
+// findTrajectory reads the trajectory of rec from the trajectories file (nil when it has none).
+func findTrajectory(path string, rec *report.Record) (*agent.Trajectory, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	for n := 1; sc.Scan(); n++ {
+		var line struct {
+			TaskIndex    int64             `json:"task_index"`
+			RolloutIndex int64             `json:"rollout_index"`
+			Arm          string            `json:"arm"`
+			Trajectory   *agent.Trajectory `json:"trajectory"`
+		}
+		// The key comes first on the line: a cheap check before the whole line is decoded.
+		prefix := fmt.Sprintf(`{"task_index":%d,"rollout_index":%d,`, rec.TaskIndex, rec.RolloutIndex)
+		if !strings.HasPrefix(sc.Text(), prefix) {
+			continue
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
+		}
+		if line.Arm == rec.Arm {
+			return line.Trajectory, nil
+		}
+	}
+	return nil, sc.Err()
+}
+
+// printRollout writes a rollout for people: the record, then the transcript.
+func printRollout(w io.Writer, r *report.Record, tr *agent.Trajectory, max int) error {
+	bw := bufio.NewWriter(w)
+	clip := func(s string) string {
+		if max > 0 {
+			return report.Clip(s, max)
+		}
+		return strings.TrimSpace(s)
+	}
+	fmt.Fprintf(bw, "task %s (index %d) · repeat %d · arm %s · model %s · server %s\n", r.TaskID, r.TaskIndex, r.RolloutIndex, r.Arm, r.Model, r.Agent)
+	fmt.Fprintf(bw, "source %s:%d · seed %d · started %s · %.0f ms · %d attempts\n", r.SourceFile, r.SourceLine, r.Seed, r.StartedAt.Format("2006-01-02 15:04:05Z"), r.LatencyMs, r.Attempts)
+	if r.HasReward && r.FailureClass == "" {
+		fmt.Fprintf(bw, "reward %g", r.Reward)
+		if len(r.RewardComponents) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(r.RewardComponents)) {
+				parts = append(parts, fmt.Sprintf("%s %g", k, r.RewardComponents[k]))
+			}
+			fmt.Fprintf(bw, " (%s)", strings.Join(parts, ", "))
+		}
+		fmt.Fprintln(bw)
+	} else {
+		fmt.Fprintf(bw, "reward - (failed: %s)\n", r.FailureClass)
+	}
+	fmt.Fprintf(bw, "termination %s · %d rounds · %d tool calls, %d failed · %d prompt + %d completion tokens\n",
+		orDash(r.Termination), r.Rounds, r.ToolCalls, r.ToolErrors, r.PromptTokens, r.CompletionTokens)
+	if r.Error != "" {
+		fmt.Fprintf(bw, "error %s\n", r.Error)
+	}
+	if tr == nil {
+		fmt.Fprintln(bw, "\n(no transcript: the rollout has no trajectory line)")
+		return bw.Flush()
+	}
+	// Each tool call's status and latency, by call id, from the rounds.
+	calls := map[string]agent.ToolCall{}
+	for _, rd := range tr.Rounds {
+		for _, c := range rd.ToolCalls {
+			calls[c.CallID] = c
+		}
+	}
+	fmt.Fprintln(bw)
+	for _, m := range tr.Messages {
+		switch {
+		case m.Role == "tool":
+			c, ok := calls[m.ToolCallID]
+			head := "tool " + m.Name
+			if ok {
+				head = fmt.Sprintf("tool %s → %s, %.1f ms", c.Name, callStatus(c), c.LatencyMs)
+			}
+			fmt.Fprintf(bw, "[%s]\n%s\n\n", head, indent(clip(m.Content)))
+		default:
+			fmt.Fprintf(bw, "[%s]\n", m.Role)
+			if strings.TrimSpace(m.Content) != "" {
+				fmt.Fprintf(bw, "%s\n", indent(clip(m.Content)))
+			}
+			for _, part := range m.MultiContent {
+				if part.Text != "" {
+					fmt.Fprintf(bw, "%s\n", indent(clip(part.Text)))
+				}
+			}
+			if m.ReasoningContent != "" {
+				fmt.Fprintf(bw, "  (reasoning) %s\n", clip(m.ReasoningContent))
+			}
+			for _, tc := range m.ToolCalls {
+				fmt.Fprintf(bw, "  → %s(%s)\n", tc.Function.Name, clip(tc.Function.Arguments))
+			}
+			fmt.Fprintln(bw)
+		}
+	}
+	fmt.Fprintf(bw, "ended: %s", orDash(string(tr.Termination)))
+	if tr.Error != "" {
+		fmt.Fprintf(bw, " (%s)", tr.Error)
+	}
+	fmt.Fprintln(bw)
+	return bw.Flush()
+}
+
+func callStatus(c agent.ToolCall) string {
+	switch {
+	case c.TimedOut:
+		return "timed out"
+	case c.Unreachable:
+		return "unreachable"
+	case c.Status != 0 && c.Failed:
+		return fmt.Sprintf("HTTP %d, failed", c.Status)
+	case c.Status != 0:
+		return fmt.Sprintf("HTTP %d", c.Status)
+	case c.Failed:
+		return "failed"
+	}
+	return "ok"
+}
+
+func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
