@@ -591,3 +591,19 @@ func TestShow(t *testing.T) {
 		}
 	}
 }
+
+// A row that offers no tools while its reference_plan calls some is named, FILE:LINE, before the
+// run starts; the run goes on.
+func TestWarnRowWithoutTools(t *testing.T) {
+	src := strings.Split(strings.TrimSpace(readFile(t, headLines(t, extractionData, 3))), "\n")
+	src[1] = mutateRow(t, src[1], func(row map[string]any) {
+		delete(row["responses_create_params"].(map[string]any), "tools")
+	})
+	input := filepath.Join(t.TempDir(), "rows.jsonl")
+	os.WriteFile(input, []byte(strings.Join(src, "\n")+"\n"), 0o644)
+	r := runProcess(t, nil, "run", "--input", input, "--out", t.TempDir(), "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--fail-on-error", "1")
+	want := "rollout: " + input + ":2: warning: the row offers no tools (responses_create_params.tools) but its reference_plan calls "
+	if r.code != 0 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "warning:") != 1 {
+		t.Errorf("exit %d, stderr:\n%s\nwant it to start %q", r.code, r.stderr, want)
+	}
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/plan"
 	"github.com/rollout-dev/rollout/pkg/progress"
 	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -318,6 +319,19 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	if err := runner.CheckInput(&opts); err != nil {
 		return usageError{err}
+	}
+	if f.input != "-" {
+		warns, err := toolWarnings(f.input, f.limit)
+		if err != nil {
+			return badUsage("--input %s: %v", f.input, err)
+		}
+		for i, w := range warns {
+			if i == 5 {
+				fmt.Fprintf(e.stderr, "rollout: ... and %d more rows without tools\n", len(warns)-5)
+				break
+			}
+			fmt.Fprintf(e.stderr, "rollout: %s\n", w)
+		}
 	}
 	if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
 		return badUsage("--out %s: not a directory", f.out)
@@ -957,4 +971,48 @@ failures to stderr (the first failure of each class as it happens).`,
 		"                  the command line overrides it, and it overrides --config",
 	},
 	exitCodes: slices.DeleteFunc(slices.Clone(exitCodeHelp), func(l string) bool { return strings.HasPrefix(l, "3 ") }),
+}
+
+// toolWarnLimit bounds the rows toolWarnings reads, so that a huge input does not pay a second
+// pass over it before the run starts.
+const toolWarnLimit = 10000
+
+// toolWarnings names the rows (among the first toolWarnLimit, or limit when smaller) that offer
+// the model no tools while their reference_plan calls some: the model cannot make those calls.
+func toolWarnings(path string, limit int) ([]string, error) {
+	rd, err := dataset.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	if limit <= 0 || limit > toolWarnLimit {
+		limit = toolWarnLimit
+	}
+	var warns []string
+	err = dataset.Each(rd, dataset.Options{Limit: limit}, func(t *dataset.Task, _ int) error {
+		if t.Err != nil || t.Params == nil || len(t.Params.Tools) > 0 {
+			return nil
+		}
+		for _, fl := range t.Fields {
+			if fl.Key != plan.Field {
+				continue
+			}
+			p, err := plan.Parse(fl.Value)
+			if err != nil {
+				return nil // the run reports a bad plan where it matters
+			}
+			var names []string
+			for _, round := range p.Rounds {
+				for _, c := range round {
+					if !slices.Contains(names, c.Name) {
+						names = append(names, c.Name)
+					}
+				}
+			}
+			warns = append(warns, fmt.Sprintf("%s:%d: warning: the row offers no tools (responses_create_params.tools) but its reference_plan calls %s: the model cannot make those calls",
+				t.File, t.Line, listSome(names, 3)))
+		}
+		return nil
+	})
+	return warns, err
 }
