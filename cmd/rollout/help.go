@@ -211,3 +211,28 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "Flags:")
 	fs.VisitAll(func(f *flag.Flag) { writeFlag(w, f) })
 }
+
+// renameFlags rewrites the old names of flags in args (--seed, -seed=1, ...) to their new ones,
+// so that old command lines keep working while the help names only the new flags. Arguments
+// after "--" are left alone.
+func renameFlags(args []string, renames map[string]string) []string {
+	out := make([]string, len(args))
+	copy(out, args)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		dashes := len(a) - len(strings.TrimLeft(a, "-"))
+		if dashes == 0 || dashes > 2 {
+			continue
+		}
+		name, value, hasValue := strings.Cut(a[dashes:], "=")
+		if to, ok := renames[name]; ok {
+			out[i] = "--" + to
+			if hasValue {
+				out[i] += "=" + value
+			}
+		}
+	}
+	return out
+}

@@ -19,7 +19,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
 	options := statsFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--seed N]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--bootstrap-seed N]\n\n"+
 			"Prints the statistics of runs: mean reward with its task-clustered standard error and a 95%% CI\n"+
 			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
@@ -123,7 +123,7 @@ func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, 
 	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out (and as failed tries for pass@k)")
 	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k and pass^k, when its reward is at least this")
 	format := fs.String("format", "text", "output: text, json or markdown")
-	seed := fs.Uint64("seed", 0, "seed of the bootstrap: the same records and seed give the same interval")
+	seed := fs.Uint64("bootstrap-seed", 0, "seed `N` of the bootstrap: the same records and seed give the same interval (--seed before)")
 	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% confidence interval, tasks resampled as clusters (0: no interval)")
 	common := fs.Bool("pass-k-common-tasks", false, "average pass@k and pass^k of every k over the same tasks: those with at least the largest k scored rollouts (by default each k is over the tasks with at least k)")
 	return func() (report.StatsOptions, string, error) {
@@ -149,6 +149,10 @@ func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, 
 
 // parsePaths parses args whose paths and flags may come in any order; it returns the paths.
 func parsePaths(fs *flag.FlagSet, args []string, e env) ([]string, error) {
+	// --seed was the bootstrap's seed; in rollout run it is the model's. The old name still works.
+	if fs.Lookup("bootstrap-seed") != nil {
+		args = renameFlags(args, map[string]string{"seed": "bootstrap-seed"})
+	}
 	var paths []string
 	for {
 		for len(args) > 0 && !strings.HasPrefix(args[0], "-") {

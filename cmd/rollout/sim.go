@@ -84,12 +84,22 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	var tasks taskFiles
 	fs.Var(&tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
-	knobs := simKnobs(fs, "")
+	// The knobs have the names they have in rollout run (--sim-seed, --sim-latency, ...); the
+	// names without sim- that rollout sim took before still work.
+	knobs := simKnobs(fs, "sim-")
+	legacy := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if old, ok := strings.CutPrefix(f.Name, "sim-"); ok {
+			legacy[old] = f.Name
+		}
+	})
+	args = renameFlags(args, legacy)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [knobs]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]\n\n"+
 			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
 			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
-			"and injected errors.\n\n")
+			"and injected errors. The knobs are the --sim-* flags of rollout run.\n\n"+
+			"Example:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n\n")
 		printFlags(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args, e); err != nil {
