@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -605,5 +606,15 @@ func TestWarnRowWithoutTools(t *testing.T) {
 	want := "rollout: " + input + ":2: warning: the row offers no tools (responses_create_params.tools) but its reference_plan calls "
 	if r.code != 0 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "warning:") != 1 {
 		t.Errorf("exit %d, stderr:\n%s\nwant it to start %q", r.code, r.stderr, want)
+	}
+}
+
+// Old flag names keep working, rewritten to the new ones; values and "--" are left alone.
+func TestRenameFlags(t *testing.T) {
+	renames := map[string]string{"seed": "bootstrap-seed", "latency": "sim-latency"}
+	got := renameFlags([]string{"run", "--seed", "3", "-seed=4", "--latency=5ms", "---seed", "--seeds", "seed", "--", "--seed"}, renames)
+	want := []string{"run", "--bootstrap-seed", "3", "--bootstrap-seed=4", "--sim-latency=5ms", "---seed", "--seeds", "seed", "--", "--seed"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }

@@ -172,6 +172,10 @@ func TestReportGroupsMatchRecords(t *testing.T) {
 	}
 	// Another seed moves the interval, not the point estimates.
 	other := runCLI(t, context.Background(), nil, "report", dir, "--group-by", "difficulty", "--format", "json", "--seed", "99")
+	// --bootstrap-seed is its name; --seed, its old one, still works.
+	if renamed := runCLI(t, context.Background(), nil, "report", dir, "--group-by", "difficulty", "--format", "json", "--bootstrap-seed", "99"); renamed.stdout != other.stdout || renamed.code != 0 {
+		t.Errorf("--bootstrap-seed 99 and --seed 99 differ: exit %d: %s", renamed.code, renamed.stderr)
+	}
 	var ev2 report.Evaluation
 	if err := json.Unmarshal([]byte(other.stdout), &ev2); err != nil || ev2.Overall.MeanReward != ev.Overall.MeanReward || ev2.Options.Seed != 99 {
 		t.Errorf("--seed 99: %v %+v", err, ev2.Overall)
