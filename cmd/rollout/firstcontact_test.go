@@ -427,8 +427,8 @@ func TestHelp(t *testing.T) {
 	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: rollout run --input FILE") {
 		t.Fatalf("exit %d, stderr %q, stdout %.80q", r.code, r.stderr, r.stdout)
 	}
-	if n := strings.Count(r.stdout, "\n"); n > 110 {
-		t.Errorf("rollout run --help is %d lines, want at most 110 (two screens)", n)
+	if n := strings.Count(r.stdout, "\n"); n > 100 {
+		t.Errorf("rollout run --help is %d lines, want at most 100 (two screens)", n)
 	}
 	for _, section := range []string{"\nInput and output:\n", "\nModel:\n", "\nResource servers:\n", "\nRun control:\n", "\nSimulator ", "\nExamples:\n", "\nEnvironment:\n", "\nExit codes:\n",
 		"  4    more rollouts failed than --fail-on-error allows", "ROLLOUT_<FLAG>"} {

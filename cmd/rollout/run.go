@@ -87,46 +87,46 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
 	f.modelURL = e.getenv("OPENAI_BASE_URL")
 	modelURLFlag := &onceFlag{v: &f.modelURL, what: "one model endpoint"}
-	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (http://localhost:8000/v1), builtin:sim (the simulator) or replay:GLOB (NeMo Gym rollout files)")
+	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim or replay:GLOB")
 	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
-	fs.Var(&f.servers, "server", "resource server: `URL` for every row, NAME=URL for rows whose agent_ref.name is NAME, builtin:NAME (repeatable)")
+	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
 	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "`N` rollouts in flight")
 	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
 	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
 	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
-	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end a rollout as tool_error after `N` rounds in a row whose tool calls all failed")
+	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end as tool_error after `N` rounds of failed tool calls")
 	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls (`N`) in one answer; more end it as invalid_output")
-	fs.IntVar(&f.maxTokens, "max-tokens", 0, "most tokens (`N`) per model call, over the rows' max_output_tokens (0: the rows')")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "most tokens (`N`) per model call (0: the rows' max_output_tokens)")
 	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature `T`, over the rows' (-1: the rows')")
 	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
-	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) one rollout may make in all its calls (-1: only --retries per call)")
-	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read, in `BYTES` (a longer one is a model_error)")
+	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) of one rollout in all (-1: no budget)")
+	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read (`BYTES`)")
 	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
 	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
 	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline `D` of one resource-server call (0: none)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long (`D`) running rollouts may finish")
-	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often (`D`) a status line is printed when stderr is not a terminal")
-	fs.StringVar(&f.sessionStore, "session-store", "memory", "session `STORE` of the builtin: servers: memory or redis://HOST:PORT/DB")
+	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "status line period `D` off a terminal")
+	fs.StringVar(&f.sessionStore, "session-store", "memory", "builtin: servers' `STORE`: memory or redis://HOST:PORT/DB")
 	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session `D` after its last write")
-	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify to every server (rollout serve's take it, NeMo Gym's do not; always on for builtin:)")
+	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: servers)")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records to `FILE` (refused if it exists, unless --overwrite)")
-	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task and repeat with the same seeds: single, multi, workflow or a list (single,multi)")
+	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task: single, multi, workflow, or a list")
 	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (data/workflow.steps.json)")
-	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "`MODE`: native (the endpoint's tool calling) or json (one JSON object per answer, for endpoints without it)")
-	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's `NAME` in the records, for a run of one multi-step arm")
-	fs.BoolVar(&f.strict, "strict", false, "refuse to start if any row is malformed (else such rows become bad_task records)")
+	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "`MODE`: native tool calling, or json answers")
+	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's `NAME` in the records, with one multi arm")
+	fs.BoolVar(&f.strict, "strict", false, "refuse to start if a row is malformed (else: bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
-	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out (after a crash, kill or Ctrl-C) with its flags: run the rollouts without a record")
-	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or a flag that changes results differs")
-	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: also run again the failed rollouts (every class but bad_task)")
+	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out, with its own flags: run what has no record")
+	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or results' flags differ")
+	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: run the failed rollouts again too (all but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
-	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the checks before the start (GET --model-url/models lists --model; every --server answers)")
+	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the endpoint, model and server checks")
 	f.failOnError = failureLimit{0.05}
-	fs.Var(&f.failOnError, "fail-on-error", "exit 4 when more rollouts failed than a `RATE` below 1 (0.05: 5%) or a count (10)")
-	fs.IntVar(&f.earlyStop, "early-stop", 20, "stop, and exit 4, when the first `N` rollouts all fail with one infrastructure class (0: never)")
+	fs.Var(&f.failOnError, "fail-on-error", "exit 4 past this failed `RATE` (<1) or count")
+	fs.IntVar(&f.earlyStop, "early-stop", 20, "exit 4 when the first `N` rollouts all fail alike (0: never)")
 	simOptions := simKnobs(fs, "sim-")
-	fs.String("config", "", "a YAML `FILE` of flags by name (and arms with their settings); the command line overrides it")
+	fs.String("config", "", "a YAML `FILE` of flags by name, and arms")
 	// A config file sets the flags first; the command line overrides it.
 	var configArms []runner.Arm
 	if path, err := configArg(args); err != nil {
@@ -949,7 +949,7 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer"}},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
-		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds"}},
+		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval"}},
 		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",
