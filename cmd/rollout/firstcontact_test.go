@@ -529,7 +529,7 @@ func TestResumeFromManifest(t *testing.T) {
 		}
 	}
 	r = runCLI(t, context.Background(), nil, "run", "--resume", "--out", t.TempDir())
-	if r.code != exitUsage || !strings.Contains(r.stderr, "holds no run to resume (no manifest.json)") {
+	if r.code != exitUsage || !strings.Contains(r.stderr, "holds no run to resume (no manifest.json, no records)") {
 		t.Errorf("resume of an empty dir: exit %d: %s", r.code, r.stderr)
 	}
 }
@@ -616,5 +616,41 @@ func TestRenameFlags(t *testing.T) {
 	want := []string{"run", "--bootstrap-seed", "3", "--bootstrap-seed=4", "--sim-latency=5ms", "---seed", "--seeds", "seed", "--", "--seed"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// A manifest's difference is named by its flag; the other differences are left as they are.
+func TestFlagDiff(t *testing.T) {
+	for in, want := range map[string]string{
+		"num_repeats was 1, now 2":                     "--num-repeats was 1, now 2",
+		`sim.Seed was "1", now "2"`:                    "--sim-seed was 1, now 2",
+		`sim.HTTP429 was unset, now "0.1"`:             "--sim-http-429 was unset, now 0.1",
+		`sim.ToolCountErrorSlope was unset, now "0.2"`: "--sim-tool-count-error-slope was unset, now 0.2",
+		"servers was [a], now [b]":                     "--server was [a], now [b]",
+		"--jsonl-out was unset, now /x/ng.jsonl":       "--jsonl-out was unset, now /x/ng.jsonl",
+		"the input differs: a.jsonl (sha256 0123456789ab) was run, this is b.jsonl (sha256 ba9876543210)": "the input differs: a.jsonl (sha256 0123456789ab) was run, this is b.jsonl (sha256 ba9876543210)",
+	} {
+		if got := flagDiff(in); got != want {
+			t.Errorf("flagDiff(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A model URL with a password is not kept in the manifest: a resume must be given it again.
+func TestResumeAsksForSecretURL(t *testing.T) {
+	m := newFakeModel(t, weatherModel)
+	withSecret := strings.Replace(m.URL, "http://", "http://user:pass1234@", 1) + "/v1"
+	dir := t.TempDir()
+	args := []string{"run", "--input", weatherRows(t, 2, ""), "--out", dir, "--model-url", withSecret, "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--quiet"}
+	if r := runCLI(t, context.Background(), nil, args...); r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	r := runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir)
+	if want := "rollout: --resume: the run's --model-url held a password or query values, which manifest.json does not keep: give --model-url again\n"; r.code != exitUsage || r.stderr != want {
+		t.Errorf("exit %d, stderr %q, want %q", r.code, r.stderr, want)
+	}
+	if r := runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--model-url", withSecret, "--quiet"); r.code != 0 || !strings.Contains(r.stderr, "2 rollouts already have a record") {
+		t.Errorf("resume with --model-url: exit %d: %s", r.code, r.stderr)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,10 @@ import (
 func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *agent.Workflow, err error) {
 	mf, err := report.ReadManifest(out)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, badUsage("--resume: %s holds no run to resume (no %s)", out, report.ManifestFile)
+		if lineCount(filepath.Join(out, report.JournalFile)) > 0 {
+			return nil, nil, nil // records without a manifest: the flags given must say what the run was
+		}
+		return nil, nil, badUsage("--resume: %s holds no run to resume (no %s, no records)", out, report.ManifestFile)
 	}
 	if err != nil {
 		return nil, nil, badUsage("--resume: %v", err)
@@ -44,9 +48,24 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	if mf.Input != "-" {
 		set("input", mf.Input)
 	}
-	set("model-url", cfg.ModelURL)
+	if mf.JSONLOut != "" {
+		set("jsonl-out", mf.JSONLOut)
+	}
+	// A URL whose secrets the manifest does not keep must be given again.
+	if u := cfg.ModelURL; u != agent.RedactURL(u) || strings.Contains(u, "REDACTED") {
+		if !given["model-url"] {
+			return nil, nil, badUsage("--resume: the run's --model-url held a password or query values, which %s does not keep: give --model-url again", report.ManifestFile)
+		}
+	} else {
+		set("model-url", u)
+	}
 	set("model", cfg.Model)
 	if !given["server"] {
+		for _, s := range cfg.Servers {
+			if strings.Contains(serverURL(s), "REDACTED") {
+				return nil, nil, badUsage("--resume: the run's --server %s held a password or query values, which %s does not keep: give the --server flags again", s, report.ManifestFile)
+			}
+		}
 		for _, s := range cfg.Servers {
 			if e := fs.Set("server", s); e != nil && err == nil {
 				err = badUsage("--resume: --server %s: %v", s, e)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -884,8 +885,8 @@ func checkInput(path string, sim bool) error {
 // "2"") by the flag that sets it ("--num-repeats was 1, now 2", "--sim-seed was 1, now 2").
 func flagDiff(d string) string {
 	key, rest, ok := strings.Cut(d, " was ")
-	if !ok {
-		return d
+	if !ok || !configKey.MatchString(key) {
+		return d // "the input differs: ...", "--jsonl-out was ...": already in a person's words
 	}
 	name := ""
 	if knob, isSim := strings.CutPrefix(key, "sim."); isSim {
@@ -898,6 +899,9 @@ func flagDiff(d string) string {
 	}
 	return "--" + name + " was " + strings.ReplaceAll(rest, `"`, "")
 }
+
+// configKey is a runConfig member's name, or sim.Knob.
+var configKey = regexp.MustCompile(`^[a-z_]+(\.[A-Za-z0-9]+)?$`)
 
 // kebab turns a Go field name into a flag name: HTTP429 → http-429, WrongArgument → wrong-argument.
 func kebab(s string) string {
