@@ -136,6 +136,28 @@ func TestPreflight(t *testing.T) {
 			t.Errorf("exit %d, stderr:\n got %s\nwant %s", r.code, r.stderr, want)
 		}
 	})
+	// A model URL's password and query reach GET /models (the query apart from the path) and
+	// are not shown.
+	t.Run("url with a password and a query", func(t *testing.T) {
+		var seen string
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			user, pass, _ := r.BasicAuth()
+			seen = r.URL.Path + " " + r.URL.Query().Get("api-key") + " " + user + ":" + pass
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(testdataFile(t, "vllm_models.json"))
+		}))
+		defer s.Close()
+		host := strings.TrimPrefix(s.URL, "http://")
+		r := runCLI(t, context.Background(), nil, "run", "--input", rows, "--out", t.TempDir(), "--model-url", "http://u:pw-secret-99999999@"+host+"/v1?api-key=qk-secret-88888888",
+			"--model", "Qwen3-8B", "--server", server)
+		want := "rollout: --model Qwen3-8B: http://REDACTED@" + host + "/v1 does not serve it; it serves Qwen/Qwen3-8B (did you mean Qwen/Qwen3-8B?)\n"
+		if r.code != exitUsage || r.stderr != want {
+			t.Errorf("exit %d, stderr:\n got %s\nwant %s", r.code, r.stderr, want)
+		}
+		if seen != "/v1/models qk-secret-88888888 u:pw-secret-99999999" {
+			t.Errorf("the endpoint saw %q", seen)
+		}
+	})
 	// --no-preflight skips it: the run starts and its rollouts fail (below).
 	r := runCLI(t, context.Background(), nil, "run", "--input", rows, "--out", t.TempDir(), "--model-url", html+"/v1", "--model", "m",
 		"--server", server, "--no-preflight", "--retries", "0", "--quiet")

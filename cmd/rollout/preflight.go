@@ -24,22 +24,32 @@ import (
 // preflightTimeout bounds each request of the preflight.
 const preflightTimeout = 10 * time.Second
 
-// preflightModel checks, before a run writes anything, that base is an OpenAI-compatible API
-// that serves model: GET {base}/models answers a model list, and the list names model (when it
-// names any). Its error is one line naming the flag, the URL and the cause.
+// preflightModel checks, before a run writes anything, that base (--model-url without its
+// query, which client sends with every request) is an OpenAI-compatible API that serves model:
+// GET {base}/models answers a model list, and the list names model (when it names any). Its
+// error is one line naming the flag, the URL and the cause.
 //
-// An endpoint that echoes the API key in its answer cannot make the error show it.
-func preflightModel(ctx context.Context, client *http.Client, base, apiKey, model string) error {
+// The URL's password and query values are not shown, and an endpoint that echoes the API key
+// or them in its answer cannot make the error show them.
+func preflightModel(ctx context.Context, client *http.Client, base, apiKey, model string, secrets []string) error {
 	err := checkModel(ctx, client, base, apiKey, model)
-	if err != nil && len(apiKey) >= agent.MinSecretLength && strings.Contains(err.Error(), apiKey) {
-		return badUsage("%s", strings.ReplaceAll(err.Error(), apiKey, agent.Redacted))
+	if err == nil {
+		return nil
 	}
-	return err
+	msg := err.Error()
+	for _, s := range secrets {
+		if len(s) >= agent.MinSecretLength {
+			msg = strings.ReplaceAll(msg, s, agent.Redacted)
+		}
+	}
+	return badUsage("%s", msg)
 }
 
-func checkModel(ctx context.Context, client *http.Client, base, apiKey, model string) error {
-	u := strings.TrimRight(base, "/") + "/models"
+func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model string) error {
+	u := strings.TrimRight(rawBase, "/") + "/models"
+	base, shown := agent.RedactURL(rawBase), agent.RedactURL(u)
 	body, resp, err := preflightGet(ctx, client, u, apiKey)
+	u = shown
 	if err != nil {
 		return badUsage("--model-url %s: cannot reach the model endpoint: %v", base, err)
 	}
@@ -84,13 +94,13 @@ func preflightServers(ctx context.Context, client *http.Client, routes runner.Se
 		return nil
 	}
 	if routes.Default != nil {
-		if err := check(routes.Default.Base(), routes.Default.Base()); err != nil {
+		if err := check(agent.RedactURL(routes.Default.Base()), routes.Default.Base()); err != nil {
 			return err
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(routes.ByName)) {
 		srv := routes.ByName[name]
-		if err := check(name+"="+srv.Base(), srv.Base()); err != nil {
+		if err := check(name+"="+agent.RedactURL(srv.Base()), srv.Base()); err != nil {
 			return err
 		}
 	}

@@ -340,7 +340,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if !f.noPreflight {
 		client := &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}
 		if local == nil {
-			if err := preflightModel(ctx, client, modelURL, apiKey, modelName); err != nil {
+			client := &http.Client{Transport: agent.QueryTransport(transport, endpoint.Query), CheckRedirect: retry.NoRedirect}
+			if err := preflightModel(ctx, client, endpoint.Base, apiKey, modelName, secrets); err != nil {
 				return err
 			}
 		}

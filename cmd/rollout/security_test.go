@@ -491,7 +491,7 @@ func TestSecurityModelURLCredentials(t *testing.T) {
 	out := t.TempDir()
 	jsonl := filepath.Join(t.TempDir(), "ng.jsonl")
 	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, ""), "--out", out, "--jsonl-out", jsonl,
-		"--model-url", modelURL, "--model", "m", "--server", "builtin:example_single_tool_call", "--quiet")
+		"--model-url", modelURL, "--model", "m", "--server", "builtin:example_single_tool_call", "--quiet", "--no-preflight") // TestPreflight checks its URL
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -99,7 +99,9 @@ func TestSoak(t *testing.T) {
 
 	out := filepath.Join(dir, "out")
 	runArgs := append([]string{"run", "--input", input, "--num-repeats", strconv.Itoa(reps), "--out", out, "--overwrite",
-		"--model-url", simProc.url, "--model", "rollout-sim", "--server", serveProc.url, "--progress-interval", "10s"}, runLimits...)
+		"--model-url", simProc.url, "--model", "rollout-sim", "--server", serveProc.url, "--progress-interval", "10s",
+		// The soak injects faults on purpose: what it checks is one record per rollout, not the failure rate.
+		"--fail-on-error", "0.5"}, runLimits...)
 	t.Logf("rollout %s", strings.Join(simArgs, " "))
 	t.Logf("rollout %s", strings.Join(serveArgs, " "))
 	t.Logf("rollout %s", strings.Join(runArgs, " "))
