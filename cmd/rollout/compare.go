@@ -26,6 +26,7 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"every record has one (any order of the task files), else by their index in the task file;\n"+
 			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
 			"directory or a .parquet file or journal.\n\n")
+		fmt.Fprint(fs.Output(), "Examples:\n  rollout compare out/extraction --arms single,multi\n  rollout compare out/qwen out/llama --format markdown\n\n")
 		printFlags(fs.Output(), fs)
 	}
 	paths, err := parsePaths(fs, args, e)

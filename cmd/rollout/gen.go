@@ -47,6 +47,7 @@ func cmdGen(_ context.Context, args []string, e env) error {
 			fmt.Fprintf(fs.Output(), "  %-11s %s (default --n %d)\n", name, generators[name].summary, generators[name].defN)
 		}
 		fmt.Fprintln(fs.Output())
+		fmt.Fprint(fs.Output(), "Examples:\n  rollout gen extraction --seed 1 --out data/extraction.jsonl\n  rollout gen workflow --n 10 | head -1\n\n")
 		printFlags(fs.Output(), fs)
 	}
 	name, err := parseNamed(fs, args, e)

@@ -25,6 +25,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
+		fmt.Fprint(fs.Output(), "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n\n")
 		printFlags(fs.Output(), fs)
 	}
 	paths, err := parsePaths(fs, args, e)

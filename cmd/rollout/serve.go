@@ -32,6 +32,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
 			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
+		fmt.Fprint(fs.Output(), "Examples:\n  rollout serve extraction --addr 127.0.0.1:9000\n  rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001\n\n")
 		printFlags(fs.Output(), fs)
 	}
 	name, err := parseNamed(fs, args, e)

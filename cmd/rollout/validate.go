@@ -34,6 +34,7 @@ func cmdValidate(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(fs.Output(), "Usage: rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]\n\n"+
 			"Lints task files: rows, tools' JSON Schemas, duplicate ids, reference plans. Problems go to\n"+
 			"stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.\n\n")
+		fmt.Fprint(fs.Output(), "Examples:\n  rollout validate data/extraction.jsonl\n  rollout validate data/workflow.jsonl --oracle --server builtin:workflow\n\n")
 		printFlags(fs.Output(), fs)
 	}
 	// Files may come before the flags.
