@@ -27,7 +27,7 @@ func TestFaultsReproducibleAcrossArms(t *testing.T) {
 		dir := t.TempDir()
 		r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
 			"--server", "builtin:extraction", "--arms", "single,multi", "--num-repeats", "3", "--concurrency", "64",
-			"--sim-http-500", "0.35", "--retries", "1", "--retry-budget", "2", "--quiet")
+			"--sim-http-500", "0.35", "--retries", "1", "--retry-budget", "2", "--quiet", "--fail-on-error", "0.9") // the faults are the point
 		if r.code != 0 {
 			t.Fatalf("run: exit %d: %s", r.code, r.stderr)
 		}
@@ -93,7 +93,7 @@ func TestRetryFailedRunsModelErrors(t *testing.T) {
 	dir := t.TempDir()
 	base := []string{"run", "--input", input, "--out", dir, "--model-url", m.URL + "/v1", "--model", "m",
 		"--server", "builtin:example_single_tool_call", "--quiet"}
-	if r := runCLI(t, context.Background(), nil, base...); r.code != 0 {
+	if r := runCLI(t, context.Background(), nil, base...); r.code != exitFailures { // every rollout failed
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	classes := func() []string {
@@ -112,7 +112,7 @@ func TestRetryFailedRunsModelErrors(t *testing.T) {
 		t.Errorf("summary: scored %d failed %d; want 0 and 4", sum.Scored, sum.Failed)
 	}
 	broken.Store(false)
-	if r := runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed")...); r.code != 0 {
+	if r := runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed", "--fail-on-error", "1")...); r.code != 0 { // the bad task stays
 		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
 	}
 	if got := classes(); !slices.Equal(got, []string{"", "", "", report.FailBadTask}) {
@@ -136,7 +136,7 @@ func TestTrajectoryEndsLikeTheRecord(t *testing.T) {
 	dir := t.TempDir()
 	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, ""), "--out", dir, "--model-url", "builtin:sim",
 		"--server", srv.URL, "--quiet")
-	if r.code != 0 {
+	if r.code != exitFailures { // every rollout failed
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	terms := map[int64]string{}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -134,6 +135,24 @@ func TestPreflight(t *testing.T) {
 		want := "rollout: --model-url " + s.URL + "/v1: GET " + s.URL + "/v1/models answered 401 Unauthorized: Incorrect API key provided: Bearer [REDACTED]: the endpoint wants an API key (set OPENAI_API_KEY)"
 		if r.code != exitUsage || firstLine(r.stderr) != want {
 			t.Errorf("exit %d, stderr:\n got %s\nwant %s", r.code, r.stderr, want)
+		}
+	})
+	// llama-server with one model answers any model name: its list does not have to name it.
+	t.Run("llama-server with one model", func(t *testing.T) {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/models" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(testdataFile(t, "llamacpp_models.json"))
+		}))
+		defer s.Close()
+		// The preflight passes; the run then fails at its first model call (exit 4, not 2).
+		r := runCLI(t, context.Background(), nil, "run", "--input", rows, "--out", t.TempDir(), "--model-url", s.URL+"/v1",
+			"--model", "noise", "--server", server, "--retries", "0", "--quiet")
+		if r.code != exitFailures || !strings.HasPrefix(r.stderr, "rollout: first ") {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
 		}
 	})
 	// A model URL's password and query reach GET /models (the query apart from the path) and
@@ -332,7 +351,7 @@ func TestFailureWatch(t *testing.T) {
 		{"all alike", []string{"model_unavailable", "model_unavailable", "model_unavailable"}, true},
 		{"two classes", []string{"model_unavailable", "resource_server", "model_unavailable"}, false},
 		{"one success", []string{"model_unavailable", "", "model_unavailable"}, false},
-		{"not infrastructure", []string{"model_error", "model_error", "model_error"}, false},
+		{"not infrastructure", []string{"bad_task", "bad_task", "bad_task"}, false},
 		{"cancelled", []string{"cancelled", "cancelled", "cancelled"}, false},
 		{"fewer than N", []string{"timeout", "timeout"}, false},
 		{"after the first N", []string{"", "", "", "timeout", "timeout", "timeout"}, false},
@@ -674,5 +693,27 @@ func TestResumeAsksForSecretURL(t *testing.T) {
 	}
 	if r := runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--model-url", withSecret, "--quiet"); r.code != 0 || !strings.Contains(r.stderr, "2 rollouts already have a record") {
 		t.Errorf("resume with --model-url: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// Ctrl-C while the preflight waits for a silent endpoint: exit 130 and nothing written.
+func TestInterruptDuringPreflight(t *testing.T) {
+	silent, accepted := testnet.Silent(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for accepted() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, ctx, nil, "run", "--input", weatherRows(t, 2, ""), "--out", out, "--model-url", silent+"/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call")
+	if r.code != exitInterrupted || r.stderr != "rollout: interrupted before the run started: nothing was written\n" {
+		t.Errorf("exit %d: %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("--out was created (%v)", err)
 	}
 }

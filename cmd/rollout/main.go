@@ -152,6 +152,10 @@ func badUsage(format string, args ...any) error {
 // errInterrupted: the run stopped on a signal; its results are written.
 var errInterrupted = errors.New("interrupted: running rollouts were drained and written; rollouts not started have no record")
 
+// errInterruptedEarly: the run was interrupted before it started (in the preflight); nothing
+// was written.
+var errInterruptedEarly = errors.New("interrupted before the run started: nothing was written")
+
 // errHelp: -h was asked; the usage is printed.
 var errHelp = errors.New("help")
 
@@ -167,7 +171,7 @@ func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case errors.As(err, &u):
 		return exitUsage
-	case errors.Is(err, errInterrupted):
+	case errors.Is(err, errInterrupted), errors.Is(err, errInterruptedEarly):
 		return exitInterrupted
 	case errors.Is(err, errCheckFailed):
 		return exitChecks

@@ -33,8 +33,8 @@ const preflightTimeout = 10 * time.Second
 // or them in its answer cannot make the error show them.
 func preflightModel(ctx context.Context, client *http.Client, base, apiKey, model string, secrets []string) error {
 	err := checkModel(ctx, client, base, apiKey, model)
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, errInterruptedEarly) {
+		return err
 	}
 	msg := err.Error()
 	for _, s := range secrets {
@@ -50,6 +50,9 @@ func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model
 	base, shown := agent.RedactURL(rawBase), agent.RedactURL(u)
 	body, resp, err := preflightGet(ctx, client, u, apiKey)
 	u = shown
+	if ctx.Err() != nil {
+		return errInterruptedEarly
+	}
 	if err != nil {
 		return badUsage("--model-url %s: cannot reach the model endpoint: %v", base, err)
 	}
@@ -64,7 +67,8 @@ func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model
 	}
 	var list struct {
 		Data *[]struct {
-			ID string `json:"id"`
+			ID      string `json:"id"`
+			OwnedBy string `json:"owned_by"`
 		} `json:"data"`
 	}
 	if json.Unmarshal(body, &list) != nil || list.Data == nil {
@@ -75,6 +79,11 @@ func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model
 		ids = append(ids, m.ID)
 	}
 	if len(ids) == 0 || slices.Contains(ids, model) {
+		return nil
+	}
+	// llama.cpp's llama-server with one model (-m FILE) lists it by its file or --alias, and
+	// answers a request for any model name with it.
+	if d := *list.Data; len(d) == 1 && d[0].OwnedBy == "llamacpp" {
 		return nil
 	}
 	msg := fmt.Sprintf("--model %s: %s does not serve it; it serves %s", model, base, listSome(ids, 5))
@@ -88,7 +97,11 @@ func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model
 // servers answer 404 at their root).
 func preflightServers(ctx context.Context, client *http.Client, routes runner.Servers) error {
 	check := func(flagValue, base string) error {
-		if _, _, err := preflightGet(ctx, client, base, ""); err != nil {
+		_, _, err := preflightGet(ctx, client, base, "")
+		if ctx.Err() != nil {
+			return errInterruptedEarly
+		}
+		if err != nil {
 			return badUsage("--server %s: cannot reach the resource server: %v", flagValue, err)
 		}
 		return nil

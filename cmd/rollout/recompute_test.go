@@ -355,7 +355,7 @@ func TestRecomputeFromParquet(t *testing.T) {
 	runArgs := func(input, out string) []string {
 		return []string{"run", "--input", input, "--out", out, "--model-url", "builtin:sim", "--server", server,
 			"--arms", "single,multi", "--num-repeats", fmt.Sprint(repeats), "--concurrency", "16",
-			"--sim-http-500", "0.15", "--retries", "0", "--quiet"}
+			"--sim-http-500", "0.15", "--retries", "0", "--quiet", "--fail-on-error", "0.9"} // the failures are the point
 	}
 	dirA, dirB := t.TempDir(), t.TempDir()
 	inputA := taskRows(t, tasks, nil, false)
