@@ -16,8 +16,8 @@ import (
 
 // failureWatch is an output that tells the terminal about failures while the run goes on: the
 // first failure of each class is printed on stderr at once, with its error text (the URL and the
-// endpoint's own message), and when the first earlyN rollouts all fail with the same
-// infrastructure class it calls stop, so that a run against a dead endpoint does not retry to
+// endpoint's own message), and when the first earlyN rollouts all fail with the same class that
+// --retry-failed runs again (report.InfraFailure, cancelled aside) it calls stop, so that a run against a dead endpoint does not retry to
 // the end of its input. Like every output it is written to by one goroutine.
 type failureWatch struct {
 	w      io.Writer
@@ -27,7 +27,7 @@ type failureWatch struct {
 
 	seen map[string]bool
 	n    int    // records seen
-	same string // the infrastructure class every record so far has failed with ("" once one did not)
+	same string // the class every record so far has failed with ("" once one did not)
 
 	stopped bool // stop was called: the first earlyN rollouts all failed with class same
 }
