@@ -471,6 +471,11 @@ func TestHelp(t *testing.T) {
 	if n := strings.Count(r.stdout, "\n"); n > 100 {
 		t.Errorf("rollout run --help is %d lines, want at most 100 (two screens)", n)
 	}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if len([]rune(line)) > 100 {
+			t.Errorf("a line of %d columns, over 100: %s", len([]rune(line)), line)
+		}
+	}
 	for _, section := range []string{"\nInput and output:\n", "\nModel:\n", "\nResource servers:\n", "\nRun control:\n", "\nSimulator ", "\nExamples:\n", "\nEnvironment:\n", "\nExit codes:\n",
 		"  4    more rollouts failed than --fail-on-error allows", "ROLLOUT_<FLAG>"} {
 		if !strings.Contains(r.stdout, section) {

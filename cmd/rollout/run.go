@@ -972,7 +972,7 @@ failures to stderr (the first failure of each class as it happens).`,
 	environment: []string{
 		"OPENAI_BASE_URL   default of --model-url",
 		"OPENAI_API_KEY    sent to the model endpoint as a Bearer token; never written anywhere",
-		"ROLLOUT_<FLAG>    any flag: ROLLOUT_MODEL=Qwen/Qwen3-8B, ROLLOUT_NUM_REPEATS=4, ROLLOUT_SIM_SEED=2;",
+		"ROLLOUT_<FLAG>    any flag: ROLLOUT_NUM_REPEATS=4, ROLLOUT_SIM_SEED=2, ROLLOUT_CONCURRENCY=16;",
 		"                  the command line overrides it, and it overrides --config",
 	},
 	exitCodes: slices.DeleteFunc(slices.Clone(exitCodeHelp), func(l string) bool { return strings.HasPrefix(l, "3 ") }),
