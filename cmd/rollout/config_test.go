@@ -31,6 +31,10 @@ arms:
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
+	// The simulator does not speak JSON mode: said before the run, once.
+	if want := "rollout: warning: tool-mode json (arm multi-json): the simulator answers with native tool calls only, so those rollouts end as invalid_output\n"; !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "warning:") != 1 {
+		t.Errorf("stderr does not start with the JSON-mode warning:\n%s", r.stderr)
+	}
 	recs := readRecords(t, dir)
 	if len(recs) != 6*2*4 {
 		t.Fatalf("%d records, want 48 (6 tasks × 2 repeats, the command line's, × 4 arms)", len(recs))

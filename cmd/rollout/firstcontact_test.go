@@ -435,6 +435,20 @@ func TestStartChecks(t *testing.T) {
 			}
 		})
 	}
+	// An empty stdin is known to be empty only once read: the same error, and no --out left.
+	stdinOut := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(buildRollout(t), "run", "--input", "-", "--out", stdinOut, "--model-url", "http://127.0.0.1:1/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--no-preflight")
+	cmd.Stdin = strings.NewReader("\n")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitUsage || stderr.String() != "rollout: --input -: no tasks\n" {
+		t.Errorf("empty stdin: exit %d: %q", code, stderr.String())
+	}
+	if _, err := os.Stat(stdinOut); !os.IsNotExist(err) {
+		t.Errorf("empty stdin: --out was created (%v)", err)
+	}
 	r := runProcess(t, nil, "rnu")
 	if r.code != exitUsage || r.stderr != "rollout: unknown command \"rnu\" (did you mean run?); rollout help lists the commands\n" {
 		t.Errorf("unknown command: exit %d: %q", r.code, r.stderr)

@@ -405,7 +405,12 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	watch := newFailureWatch(e.stderr, f.earlyStop, endEarly)
 	rep, runErr := runner.Run(runCtx, opts, []report.Output{sink, watch})
 	closeErr := sink.Close()
-	cleanup = cleanup && rep != nil && rep.Started == 0 && runErr != nil
+	// An input read from stdin is only known to be empty now: no rollout, no earlier record.
+	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.resumed
+	cleanup = cleanup && rep != nil && rep.Started == 0 && (runErr != nil || noTasks)
+	if noTasks {
+		return badUsage("--input %s: no tasks", f.input)
+	}
 	if runErr != nil {
 		var bad *runner.BadInputError
 		if errors.As(runErr, &bad) {

@@ -98,6 +98,9 @@ func (b *bar) Update(s Status) {
 }
 
 func (b *bar) Finish(s Status) {
+	if s.Done == 0 && b.start.IsZero() {
+		return // nothing ran, nothing was drawn
+	}
 	now := b.now()
 	if b.start.IsZero() {
 		b.start = now
@@ -246,10 +249,13 @@ func (l *Lines) Update(s Status) {
 	l.print(s, now, false)
 }
 
-// Finish prints the last line.
+// Finish prints the last line (none when nothing ran).
 func (l *Lines) Finish(s Status) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if s.Done == 0 {
+		return
+	}
 	now := time.Now()
 	if l.start.IsZero() {
 		l.start = now

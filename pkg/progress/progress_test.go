@@ -35,6 +35,16 @@ func TestLinesOffTerminal(t *testing.T) {
 	}
 }
 
+// A run in which nothing ran ends without a status line.
+func TestNothingRanPrintsNothing(t *testing.T) {
+	var b bytes.Buffer
+	New(&b, time.Hour).Finish(Status{Done: 0, Total: -1})
+	(&bar{w: &b, width: func() int { return 80 }, now: time.Now}).Finish(Status{Done: 0, Total: 5})
+	if b.Len() != 0 {
+		t.Errorf("printed %q", b.String())
+	}
+}
+
 func TestNilWriterShowsNothing(t *testing.T) {
 	r := New(nil, time.Second)
 	r.Update(Status{Done: 1})
