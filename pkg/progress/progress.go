@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
 
@@ -55,9 +56,12 @@ type nop struct{}
 func (nop) Update(Status) {}
 func (nop) Finish(Status) {}
 
-// bar redraws one line on a terminal: count, bar, percent, recent rate, ETA, reward and
-// failures, cut to the terminal's width; at most every 200 ms, and once more at the end, at
-// its final count (100% when the run completed), followed by a newline.
+// bar is schollz/progressbar's bar on a terminal ("  50% |█████     | (120/240) 12.0/s  eta 10s
+// reward 0.412, failed 20"), with our tail after the count: the recent rate, the ETA from it,
+// the mean reward ("-" until a rollout is scored) and the failures. It redraws at most every
+// 200 ms, and once more at the end at its final count (100% when the run completed), followed
+// by a newline. What does not fit the terminal's width is left out from the end, and the bar
+// shrinks to fit.
 type bar struct {
 	w     io.Writer
 	width func() int // the terminal's columns
@@ -65,6 +69,8 @@ type bar struct {
 	last  time.Time
 	start time.Time
 	now   func() time.Time
+	pb    *progressbar.ProgressBar
+	barW  int // the bar's width in columns, set when it is made
 }
 
 func newBarReporter(w io.Writer) *bar {
@@ -94,7 +100,7 @@ func (b *bar) Update(s Status) {
 		return
 	}
 	b.last = now
-	fmt.Fprintf(b.w, "\r%s\x1b[K", barLine(s, b.rate.perSecond(), now.Sub(b.start), b.width()))
+	b.draw(s, b.rate.perSecond(), now)
 }
 
 func (b *bar) Finish(s Status) {
@@ -105,48 +111,57 @@ func (b *bar) Finish(s Status) {
 	if b.start.IsZero() {
 		b.start = now
 	}
-	fmt.Fprintf(b.w, "\r%s\x1b[K\n", barLine(s, overall(s, now.Sub(b.start)), now.Sub(b.start), b.width()))
+	b.draw(s, overall(s, now.Sub(b.start)), now)
+	b.pb.Exit()
+	fmt.Fprintln(b.w)
 }
 
-// barLine is the bar's text for a terminal of width columns: "rollouts 120/240
-// [=======>       ]  50%  12.3/s  eta 10s  reward 0.412, failed 3". The parts that do not fit
-// are left out, from the end, and the bar shrinks to fit.
-func barLine(s Status, rate float64, elapsed time.Duration, width int) string {
-	count := fmt.Sprintf("rollouts %d/%s", s.Done, totalText(s))
-	var tail []string
-	if s.Total > 0 {
-		tail = append(tail, fmt.Sprintf("%3d%%", s.Done*100/s.Total))
+// Widths of the bar's parts other than the tail: the percent ("100% "), the bar's frame
+// ("|" twice and a space), the count ("(240/240) ") and the cursor's column.
+const barFrame = 5 + 3 + 1
+
+// draw renders s: the bar is made at the first draw, when the total is known (-1, for stdin,
+// gives a spinner), as wide as the terminal leaves room for.
+func (b *bar) draw(s Status, rate float64, now time.Time) {
+	width := b.width()
+	count := len(fmt.Sprintf("(%d/%s) ", s.Done, totalText(s)))
+	if b.pb == nil {
+		b.barW = min(40, max(10, width-barFrame-count-len("0.0/s  eta 10s  reward 0.000, failed 0")))
+		b.pb = progressbar.NewOptions(s.Total,
+			progressbar.OptionSetWriter(b.w),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(false), // the ETA is ours, from the recent rate
+			progressbar.OptionSetElapsedTime(false),
+			progressbar.OptionSetWidth(b.barW),
+			progressbar.OptionThrottle(0), // throttled here, so that the last draw always shows
+			progressbar.OptionShowDescriptionAtLineEnd(),
+		)
 	}
-	tail = append(tail, fmt.Sprintf("%.1f/s", rate))
+	room := width - barFrame - count
+	if s.Total > 0 {
+		room -= b.barW
+	}
+	b.pb.Describe(fit(tail(s, rate, now.Sub(b.start)), room))
+	b.pb.Set(s.Done)
+}
+
+// tail is the bar's text after the count: rate, ETA (or the elapsed time), reward, failures.
+func tail(s Status, rate float64, elapsed time.Duration) []string {
+	parts := []string{fmt.Sprintf("%.1f/s", rate)}
 	if eta := etaText(s, rate); eta != "" {
-		tail = append(tail, eta)
+		parts = append(parts, eta)
 	} else {
-		tail = append(tail, "elapsed "+elapsed.Round(time.Second).String())
+		parts = append(parts, "elapsed "+elapsed.Round(time.Second).String())
 	}
-	tail = append(tail, describe(s))
-	width-- // the cursor's column
-	for len(tail) > 0 && len(count)+len(strings.Join(tail, "  "))+2 > width {
-		tail = tail[:len(tail)-1]
+	return append(parts, describe(s))
+}
+
+// fit joins parts with two spaces, leaving out parts from the end until the text fits width.
+func fit(parts []string, width int) string {
+	for len(parts) > 0 && len(strings.Join(parts, "  ")) > width {
+		parts = parts[:len(parts)-1]
 	}
-	rest := strings.Join(tail, "  ")
-	line := count
-	if s.Total > 0 {
-		if barWidth := min(40, width-len(count)-len(rest)-5); barWidth >= 10 {
-			filled := s.Done * barWidth / s.Total
-			bar := strings.Repeat("=", filled)
-			if filled < barWidth {
-				bar += ">" + strings.Repeat(" ", barWidth-filled-1)
-			}
-			line += " [" + bar + "]"
-		}
-	}
-	if rest != "" {
-		line += "  " + rest
-	}
-	if len(line) > width {
-		line = line[:max(width, 0)]
-	}
-	return line
+	return strings.Join(parts, "  ")
 }
 
 func totalText(s Status) string {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Off a terminal, progress is plain lines: none before the interval has
@@ -79,6 +80,14 @@ func TestRateWindowIsRecent(t *testing.T) {
 	}
 }
 
+// lastDraw is what a terminal shows after out: the text after the last carriage return that
+// is followed by something (progressbar clears a line with spaces before each draw).
+func lastDraw(out string) string {
+	out = strings.TrimRight(out, "\n")
+	i := strings.LastIndex(out, "\r")
+	return strings.TrimRight(out[i+1:], " ")
+}
+
 // The bar's line fits the terminal, says "reward -" until a rollout is scored, and ends at 100%.
 func TestBarLine(t *testing.T) {
 	for _, tc := range []struct {
@@ -87,40 +96,54 @@ func TestBarLine(t *testing.T) {
 		width int
 		want  string
 	}{
-		{Status{Done: 0, Total: 240}, 0, 120, "rollouts 0/240 [>                                       ]    0%  0.0/s  elapsed 3s  reward -, failed 0"},
+		{Status{Done: 0, Total: 240}, 0, 120, "  0% |                                        | (0/240) 0.0/s  elapsed 3s  reward -, failed 0"},
 		{Status{Done: 120, Total: 240, Scored: 100, MeanReward: 0.4123, Failed: 20}, 12, 120,
-			"rollouts 120/240 [====================>                   ]   50%  12.0/s  eta 10s  reward 0.412, failed 20"},
-		{Status{Done: 240, Total: 240, Scored: 240, MeanReward: 0.5}, 20, 120, "rollouts 240/240 [========================================]  100%  20.0/s  elapsed 3s  reward 0.500, failed 0"},
-		{Status{Done: 120, Total: 240, Scored: 100, MeanReward: 0.4123, Failed: 20}, 12, 60, "rollouts 120/240 [========>        ]   50%  12.0/s  eta 10s"},
-		{Status{Done: 120, Total: 240}, 12, 30, "rollouts 120/240   50%"},
-		{Status{Done: 7, Total: -1}, 2, 80, "rollouts 7/?  2.0/s  elapsed 3s  reward -, failed 0"},
+			" 50% |████████████████████                    | (120/240) 12.0/s  eta 10s  reward 0.412, failed 20"},
+		{Status{Done: 240, Total: 240, Scored: 240, MeanReward: 0.5}, 20, 120, "100% |████████████████████████████████████████| (240/240) 20.0/s  elapsed 3s  reward 0.500, failed 0"},
+		{Status{Done: 120, Total: 240, Scored: 100, MeanReward: 0.4123, Failed: 20}, 12, 60, " 50% |█████     | (120/240) 12.0/s  eta 10s"},
+		{Status{Done: 120, Total: 240}, 12, 30, " 50% |█████     | (120/240)"},
+		{Status{Done: 7, Total: -1}, 2, 80, "| (7/-) 2.0/s  elapsed 3s  reward -, failed 0"},
 	} {
-		got := barLine(tc.s, tc.rate, 3*time.Second, tc.width)
-		if got != tc.want {
+		var buf bytes.Buffer
+		t0 := time.Unix(1000, 0)
+		b := &bar{w: &buf, width: func() int { return tc.width }, now: func() time.Time { return t0 }, start: t0.Add(-3 * time.Second)}
+		b.draw(tc.s, tc.rate, t0)
+		got := lastDraw(buf.String())
+		if !strings.HasSuffix(got, tc.want) || len(got)-len(tc.want) > 1 {
 			t.Errorf("width %d:\n got %q\nwant %q", tc.width, got, tc.want)
 		}
-		if len(got) >= tc.width {
-			t.Errorf("width %d: line of %d bytes", tc.width, len(got))
+		if n := utf8.RuneCountInString(got); n >= tc.width {
+			t.Errorf("width %d: line of %d columns: %q", tc.width, n, got)
 		}
 	}
 }
 
 // On a terminal the bar redraws in place and its last draw, at the end, stays with a newline.
 func TestBarFinishes(t *testing.T) {
-	var buf bytes.Buffer
-	t0 := time.Unix(1000, 0)
-	now := t0
-	b := &bar{w: &buf, width: func() int { return 100 }, now: func() time.Time { return now }}
-	for i := 1; i <= 10; i++ {
-		now = t0.Add(time.Duration(i) * time.Second)
-		b.Update(Status{Done: i, Total: 10, Scored: i, MeanReward: 1})
-	}
-	b.Finish(Status{Done: 10, Total: 10, Scored: 10, MeanReward: 1})
-	out := buf.String()
-	if !strings.HasSuffix(out, "\rrollouts 10/10 [=================================]  100%  1.1/s  elapsed 9s  reward 1.000, failed 0\x1b[K\n") {
-		t.Errorf("last draw: %q", out[strings.LastIndex(out, "\r"):])
-	}
-	if strings.Count(out, "\n") != 1 {
-		t.Errorf("%d newlines, want 1 (the bar redraws in place)", strings.Count(out, "\n"))
+	for _, tc := range []struct {
+		last Status
+		want string
+	}{
+		{Status{Done: 10, Total: 10, Scored: 10, MeanReward: 1}, "100% |████████████████████████████████████████| (10/10) 1.0/s  elapsed 10s  reward 1.000, failed 0"},
+		// Interrupted: the last draw keeps the count reached, not a full bar.
+		{Status{Done: 7, Total: 10, Scored: 7, MeanReward: 1}, " 70% |████████████████████████████            | (7/10) 1.0/s  eta 3s  reward 1.000, failed 0"},
+	} {
+		var buf bytes.Buffer
+		t0 := time.Unix(1000, 0)
+		now := t0
+		b := &bar{w: &buf, width: func() int { return 120 }, now: func() time.Time { return now }}
+		for i := 1; i <= tc.last.Done; i++ {
+			now = t0.Add(time.Duration(i) * time.Second)
+			b.Update(Status{Done: i, Total: 10, Scored: i, MeanReward: 1})
+		}
+		now = now.Add(time.Second)
+		b.Finish(tc.last)
+		out := buf.String()
+		if !strings.HasSuffix(out, "\n") || strings.Count(out, "\n") != 1 {
+			t.Errorf("%d newlines, want 1 at the end (the bar redraws in place): %q", strings.Count(out, "\n"), out)
+		}
+		if got := lastDraw(out); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("last draw:\n got %q\nwant %q", got, tc.want)
+		}
 	}
 }
