@@ -107,7 +107,7 @@ func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]field, error
 	return []field{{"count", n}}, nil
 }
 
-func (c *counter) verify(ctx context.Context, sid string, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (c *counter) verify(_ context.Context, st sessionState, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
 	var expected *big.Int
 	if raw, ok := required(req, "expected_count", []any{"body"}, errs); ok {
 		expected, _ = laxInt(raw, []any{"body", "expected_count"}, errs)
@@ -115,10 +115,7 @@ func (c *counter) verify(ctx context.Context, sid string, req *object, _ []outpu
 	if len(*errs) > 0 {
 		return nil, nil
 	}
-	state, ok, err := c.store.Get(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
+	state, ok := st.data, st.found
 	reward := 0.0
 	if n, parsed := new(big.Int).SetString(string(state), 10); ok && parsed && n.Cmp(expected) == 0 {
 		reward = 1.0

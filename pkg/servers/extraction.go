@@ -468,7 +468,7 @@ func extractionParseWorld(raw json.RawMessage, errs *validationErrors) (extracti
 	return w, len(*errs) == 0
 }
 
-func (x *extraction) verify(ctx context.Context, sid string, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
+func (x *extraction) verify(_ context.Context, st sessionState, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
 	loc := []any{"body"}
 	var expected, minefield []float64
 	var steps []string
@@ -531,17 +531,14 @@ func (x *extraction) verify(ctx context.Context, sid string, req *object, output
 		}
 	}
 
-	state, found, err := x.store.Get(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
+	found := st.found
 	done := map[string]bool{}
 	if found {
-		var st extractionState
-		if err := json.Unmarshal(state, &st); err != nil {
+		var state extractionState
+		if err := json.Unmarshal(st.data, &state); err != nil {
 			return nil, &pyError{"ValueError", "corrupt extraction session state: " + err.Error()}
 		}
-		done = st.Done
+		done = state.Done
 	}
 	var missing []string
 	for _, s := range extractionDistinctStrings(steps) {

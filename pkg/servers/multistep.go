@@ -90,7 +90,7 @@ func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byt
 
 func (m *multiStep) seedSession(context.Context, string, *object) error { return nil }
 
-func (m *multiStep) verify(_ context.Context, _ string, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
+func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
 	loc := []any{"body"}
 	if raw, ok := required(req, "id", loc, errs); ok {
 		laxInt(raw, at(loc, "id"), errs)

@@ -145,8 +145,20 @@ type resourceServer interface {
 	// verify scores a trajectory. It first validates its own fields of the request into errs;
 	// when errs is then not empty (the handler's checks of responses_create_params and response
 	// are already in it) it returns at once with nothing. Otherwise it returns the fields to add
-	// to the echoed request, "reward" first, or the error the Python would raise.
-	verify(ctx context.Context, sid string, req *object, output []outputItem, errs *validationErrors) ([]field, error)
+	// to the echoed request, "reward" first, or the error the Python would raise. A stateful
+	// server scores st, the session's state as the handler read it (see sessionState); it never
+	// reads the store again.
+	verify(ctx context.Context, st sessionState, req *object, output []outputItem, errs *validationErrors) ([]field, error)
+}
+
+// sessionState is the state of the session of a /verify, read from the store once by the handler
+// (stateful servers only; the zero value for the others). The check that a seeded session was
+// not lost and the score use this one read: with two, the store could lose the state in between
+// (a Redis restarted empty), the check pass and the score find nothing, and a lost session would
+// be scored 0 with a 200 instead of answered 409 session_not_found.
+type sessionState struct {
+	data  []byte
+	found bool // false: the session has no state (and was not seeded: a lost seeded one is a 409)
 }
 
 // toolFunc serves one tool. body is the raw request body (the model's arguments). It returns the
@@ -216,16 +228,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		if stateful && strings.HasPrefix(sid, seededPrefix) {
-			if _, found, err := h.store.Get(r.Context(), sid); err != nil {
+		var st sessionState
+		if stateful {
+			// One read, for the lost-session check and the score (sessionState).
+			data, found, err := h.store.Get(r.Context(), sid)
+			if err != nil {
 				writeError(w, err)
 				return
-			} else if lostSession(sid, found) {
+			}
+			if lostSession(sid, found) {
 				writeError(w, errSessionLost)
 				return
 			}
+			st = sessionState{data: data, found: found}
 		}
-		h.serveVerify(w, r.Context(), sid, body)
+		h.serveVerify(w, r.Context(), st, body)
 		return
 	case "/end_session":
 		// rollout's extension to the protocol: the client is done with the session; its state
@@ -264,7 +281,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, pythonJSON(marshalFields(fields)))
 }
 
-func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, sid string, body []byte) {
+func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, st sessionState, body []byte) {
 	req, err := parseBodyObject(body)
 	if err != nil {
 		writeError(w, err)
@@ -272,7 +289,7 @@ func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, sid st
 	}
 	var errs validationErrors
 	output := validateVerifyRequest(req, &errs)
-	extra, err := h.impl.verify(ctx, sid, req, output, &errs)
+	extra, err := h.impl.verify(ctx, st, req, output, &errs)
 	switch {
 	case len(errs) > 0:
 		writeError(w, errs)

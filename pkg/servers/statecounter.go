@@ -205,7 +205,7 @@ func (c *stateCounter) reset(ctx context.Context, sid string, _ []byte) ([]field
 	return []field{{"success", true}, {"count", n}}, nil
 }
 
-func (c *stateCounter) verify(ctx context.Context, sid string, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (c *stateCounter) verify(_ context.Context, st sessionState, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
 	var expected *big.Int
 	if raw, ok := required(req, "expected_count", []any{"body"}, errs); ok {
 		expected, _ = laxInt(raw, []any{"body", "expected_count"}, errs)
@@ -213,10 +213,7 @@ func (c *stateCounter) verify(ctx context.Context, sid string, req *object, _ []
 	if len(*errs) > 0 {
 		return nil, nil
 	}
-	data, ok, err := c.store.Get(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
+	data, ok := st.data, st.found
 	if !ok {
 		return []field{
 			{"reward", pyFloat(0)},

@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -353,5 +354,94 @@ func wantReward(t *testing.T, c *counterClient, row string, reward float64) {
 	t.Helper()
 	if m := c.mustWant(t, http.StatusOK, "/verify", counterVerify(row)); m["reward"] != reward {
 		t.Errorf("verify = %v, want reward %v", m, reward)
+	}
+}
+
+// losingStore is a session store whose Redis restarts, empty, right after its armed-th read of
+// a session's state: the store loses the state at that point of a request.
+type losingStore struct {
+	session.Store
+	reads atomic.Int64 // reads left before the restart; 0 or less: disarmed
+	lose  func()
+}
+
+func (s *losingStore) Get(ctx context.Context, id string) ([]byte, bool, error) {
+	state, ok, err := s.Store.Get(ctx, id)
+	if s.reads.Add(-1) == 0 {
+		s.lose()
+	}
+	return state, ok, err
+}
+
+// A verify of a seeded session is scored on the state it read, or answered 409
+// session_not_found: the state lost while the verify runs (the Redis restarts empty after the
+// first or the second read of the session) never makes it score 0 with a 200. The verify used to
+// check that the state exists with one read and score it with another: a restart in between
+// scored a rollout that did everything right 0, reason session_not_found, with no failure class
+// (internal/soak TestSoakMixed, about 1 run in 10).
+func TestSharedStoreRestartDuringVerify(t *testing.T) {
+	counterPlay := func(t *testing.T, s *testSession) []byte {
+		s.mustPost("/seed_session", []byte(counterRow(5, 8)))
+		s.mustPost("/increment_counter", []byte(`{"count":3}`))
+		return []byte(counterVerify(counterRow(5, 8)))
+	}
+	cases := []struct {
+		name string
+		play func(t *testing.T, s *testSession) []byte // seeds, plays, returns the verify body
+	}{
+		{"counter", counterPlay},
+		{"example_session_state_mgmt", counterPlay},
+		{"extraction", func(t *testing.T, s *testSession) []byte {
+			r := extractionRows(t)[5]
+			s.mustPost("/seed_session", r.raw)
+			return withResponse(t, r.raw, playExtraction(t, s, r, playOptions{skip: -1}))
+		}},
+		{"workflow", func(t *testing.T, s *testSession) []byte {
+			row := workflowRows(t, 1, 1)[0]
+			seedWorkflow(t, s, row)
+			resp, _ := workflowPlay(t, s, row, nil)
+			return withResponse(t, row, resp)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			redis := redistest.StartServer(t)
+			store := &losingStore{Store: openRedisStore(t, redis.URL, session.Options{Prefix: c.name})}
+			store.lose = func() {
+				if err := redis.Restart(); err != nil {
+					t.Error(err)
+				}
+			}
+			h, err := New(c.name, Options{Store: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			for _, after := range []int64{1, 2} {
+				s := newSession(t, srv)
+				body := c.play(t, s)
+				store.reads.Store(after)
+				code, out := s.post("/verify", body)
+				store.reads.Store(0)
+				var m map[string]any
+				if err := json.Unmarshal(out, &m); err != nil {
+					t.Fatalf("verify answered %d %s: %v", code, out, err)
+				}
+				switch {
+				case code == http.StatusConflict && m["error"] == "session_not_found":
+				case code == http.StatusOK && m["reward"] == 1.0:
+				default:
+					t.Errorf("state lost after read %d of the verify: %d, reward %v, reason %v, error %v; want reward 1 or 409 session_not_found",
+						after, code, m["reward"], m["reason"], m["error"])
+				}
+				if after == 1 {
+					// The restart did lose the state: the session's next verify is a 409.
+					if code, out := s.post("/verify", body); code != http.StatusConflict {
+						t.Errorf("verify after the restart: %d %.200s, want 409", code, out)
+					}
+				}
+			}
+		})
 	}
 }

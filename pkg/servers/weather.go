@@ -45,6 +45,6 @@ func getWeather(_ context.Context, _ string, body []byte) ([]field, error) {
 
 func (weather) seedSession(context.Context, string, *object) error { return nil }
 
-func (weather) verify(context.Context, string, *object, []outputItem, *validationErrors) ([]field, error) {
+func (weather) verify(context.Context, sessionState, *object, []outputItem, *validationErrors) ([]field, error) {
 	return []field{{"reward", pyFloat(1.0)}}, nil
 }

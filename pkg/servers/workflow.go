@@ -1121,15 +1121,12 @@ func parseWorkflowRequirements(req *object, errs *validationErrors) []workflowRe
 	return out
 }
 
-func (wf *workflow) verify(ctx context.Context, sid string, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (wf *workflow) verify(_ context.Context, st sessionState, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
 	want := parseWorkflowRequirements(req, errs)
 	if len(*errs) > 0 {
 		return nil, nil
 	}
-	raw, ok, err := wf.store.Get(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
+	raw, ok := st.data, st.found
 	v := workflowVerdict{reason: "session_not_found"}
 	if ok {
 		var st workflowState
