@@ -32,6 +32,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/session"
 	"github.com/rollout-dev/rollout/pkg/sim"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // serverFlags collects repeated --server URL | NAME=URL.
@@ -793,7 +794,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 		if label == "" {
 			label = agent.RedactURL(url) // the records' agent column: no credentials
 		}
-		srv, err := agent.NewToolServer(label, url, c.transport)
+		srv, err := toolclient.New(label, url, c.transport)
 		if err != nil {
 			if !strings.Contains(url, ":") && slices.Contains(servers.Names(), url) {
 				return routes, stops, badUsage("--server %s: want an http:// or https:// URL; did you mean builtin:%s (rollout's built-in %s server)?", s, url, url)
@@ -811,7 +812,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 			continue
 		}
 		if routes.ByName == nil {
-			routes.ByName = map[string]*agent.ToolServer{}
+			routes.ByName = map[string]*toolclient.Server{}
 		}
 		if _, dup := routes.ByName[name]; dup {
 			return routes, stops, badUsage("--server: %q given twice", name)

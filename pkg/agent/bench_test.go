@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/rollout-dev/rollout/internal/benchutil"
 	"io"
 	"net"
 	"net/http"
@@ -19,11 +18,14 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rollout-dev/rollout/internal/benchutil"
+
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // The benchmarks of one rollout's hot paths: building a round's request, converting the
@@ -158,7 +160,7 @@ func BenchmarkAnswer(b *testing.B) {
 		rd := agent.NewRound(&resp, 0, time.Millisecond)
 		hist := agent.HistoryMessage(&resp.Choices[0].Message, 0)
 		for _, tc := range hist.ToolCalls {
-			if _, err := agent.ToolArguments(tc.Function.Name, tc.Function.Arguments); err != nil {
+			if _, err := toolclient.Arguments(tc.Function.Name, tc.Function.Arguments); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -218,8 +220,8 @@ func (m *memModel) CreateChatCompletion(_ context.Context, req openai.ChatComple
 // memTools answers every tool call with benchToolOutput, without HTTP.
 type memTools struct{}
 
-func (memTools) CallTool(_ context.Context, name, arguments string) agent.ToolResult {
-	return agent.ToolResult{Output: benchToolOutput, Status: 200}
+func (memTools) CallTool(_ context.Context, name, arguments string) toolclient.Result {
+	return toolclient.Result{Output: benchToolOutput, Status: 200}
 }
 
 // BenchmarkLoop runs 3-round rollouts through Config.Run with a model and tools in memory:
@@ -309,7 +311,7 @@ func modelHandler() http.Handler {
 func BenchmarkToolCall(b *testing.B) {
 	srv := httptest.NewServer(toolHandler())
 	defer srv.Close()
-	ts, err := agent.NewToolServer("bench", srv.URL, benchTransport())
+	ts, err := toolclient.New("bench", srv.URL, benchTransport())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -376,7 +378,7 @@ func benchRollouts(b *testing.B, modelURL, toolURL string, parallelism int) {
 	// As rollout run builds them: one model client and one tool server for the run.
 	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: retry.DefaultPolicy, AttemptTimeout: 5 * time.Minute}
 	c := benchConfig(b, agent.RedactModel(agent.NewOpenAIModel(modelURL+"/v1", "", doer), ""))
-	ts, err := agent.NewToolServer("bench", toolURL, transport)
+	ts, err := toolclient.New("bench", toolURL, transport)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -458,7 +460,7 @@ func TestConnectionsAreReused(t *testing.T) {
 	defer transport.CloseIdleConnections()
 	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: retry.DefaultPolicy}
 	c := benchConfig(t, agent.NewOpenAIModel(model.URL+"/v1", "", doer))
-	ts, err := agent.NewToolServer("bench", tools.URL, transport)
+	ts, err := toolclient.New("bench", tools.URL, transport)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +509,7 @@ func TestConnectionsAreReusedAfterLongAnswers(t *testing.T) {
 	defer transport.CloseIdleConnections()
 	doer := &retry.Doer{Client: &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}, Policy: retry.DefaultPolicy}
 	m := agent.NewOpenAIModel(model.URL+"/v1", "", doer)
-	ts, err := agent.NewToolServer("bench", tools.URL, transport)
+	ts, err := toolclient.New("bench", tools.URL, transport)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 var (
 	NewRound       = newRound
 	HistoryMessage = historyMessage
-	ToolArguments  = toolArguments
 )
 
 // MultiRequest is the request of every round of a multi-step rollout, without its messages.

@@ -16,6 +16,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // fastPolicy retries like the real thing, with tiny delays.
@@ -349,9 +350,9 @@ func (f *fakeResource) toolPaths() []string {
 	return out
 }
 
-func (f *fakeResource) server(t *testing.T) *agent.ToolServer {
+func (f *fakeResource) server(t *testing.T) *toolclient.Server {
 	t.Helper()
-	s, err := agent.NewToolServer("fake", f.srv.URL, http.DefaultTransport)
+	s, err := toolclient.New("fake", f.srv.URL, http.DefaultTransport)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func (f *fakeResource) server(t *testing.T) *agent.ToolServer {
 }
 
 // session opens and seeds a session with the row.
-func (f *fakeResource) session(t *testing.T, task *dataset.Task) *agent.Session {
+func (f *fakeResource) session(t *testing.T, task *dataset.Task) *toolclient.Session {
 	t.Helper()
 	sess := f.server(t).NewSession()
 	if err := sess.Seed(context.Background(), task.Raw); err != nil {

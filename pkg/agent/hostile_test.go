@@ -16,10 +16,11 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // Hostile answers from the model endpoint and the resource server, through the real clients
-// (go-openai over a retry.Doer, agent.Session) on loopback: each gives that rollout a clear,
+// (go-openai over a retry.Doer, toolclient.Session) on loopback: each gives that rollout a clear,
 // specific error and failure class, bounded memory and time.
 
 // streamBody writes n bytes of filler after head, in 1 MiB writes, and counts what the
@@ -186,8 +187,8 @@ func TestRunHugeToolAnswer(t *testing.T) {
 		t.Fatalf("termination %q rounds %d (%s)", tr.Termination, len(tr.Rounds), tr.Error)
 	}
 	tc := tr.Rounds[0].ToolCalls[0]
-	marker := fmt.Sprintf("\n[truncated at %d bytes: the answer of big was longer]", agent.DefaultMaxBodyBytes)
-	if !tc.Failed || tc.Status != 200 || len(tc.Output) != agent.DefaultMaxBodyBytes+len(marker) || !strings.HasSuffix(tc.Output, marker) {
+	marker := fmt.Sprintf("\n[truncated at %d bytes: the answer of big was longer]", toolclient.DefaultMaxBodyBytes)
+	if !tc.Failed || tc.Status != 200 || len(tc.Output) != toolclient.DefaultMaxBodyBytes+len(marker) || !strings.HasSuffix(tc.Output, marker) {
 		t.Fatalf("tool call: failed %v status %d output %d bytes ending %q", tc.Failed, tc.Status, len(tc.Output), tc.Output[max(0, len(tc.Output)-80):])
 	}
 	if n := written.Load(); n > 48<<20 {
@@ -286,7 +287,7 @@ func TestModelSilentServerAttemptTimeout(t *testing.T) {
 // timeout after MaxFailedRounds rounds.
 func TestResourceSilentServerCallTimeout(t *testing.T) {
 	url, _ := silentServer(t)
-	srv, err := agent.NewToolServer("silent", url, http.DefaultTransport)
+	srv, err := toolclient.New("silent", url, http.DefaultTransport)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func TestResourceSilentServerCallTimeout(t *testing.T) {
 		t.Fatalf("seed attempts %d, want %d", counter.Attempts(), fastPolicy.MaxAttempts)
 	}
 
-	var res agent.ToolResult
+	var res toolclient.Result
 	within(t, 10*time.Second, func() { res = srv.NewSession().CallTool(ctx, "get_count", `{}`) })
 	if !res.Failed || !res.Unreachable || !res.TimedOut || !strings.HasPrefix(res.Output, "Error: tool get_count failed: no answer within the call timeout of 100ms: ") {
 		t.Fatalf("tool: %+v", res)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // Termination is how the agent loop ended (DESIGN §5).
@@ -124,9 +125,9 @@ func (t *Trajectory) ToolCalls() (calls, failed int, names []string) {
 	return calls, failed, names
 }
 
-// Tools is what a rollout calls tools through; *Session implements it.
+// Tools is what a rollout calls tools through; *toolclient.Session implements it.
 type Tools interface {
-	CallTool(ctx context.Context, name, arguments string) ToolResult
+	CallTool(ctx context.Context, name, arguments string) toolclient.Result
 }
 
 // Config is the agent's settings; it is shared by all rollouts of a run.
@@ -283,10 +284,10 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		for _, tc := range hist.ToolCalls {
 			call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
 			start := time.Now()
-			var res ToolResult
+			var res toolclient.Result
 			if !offered[call.Name] {
 				// Never sent: the server would not know it, or worse, would.
-				res = ToolResult{Output: unknownTool(call.Name, p.Tools), Failed: true}
+				res = toolclient.Result{Output: unknownTool(call.Name, p.Tools), Failed: true}
 			} else {
 				res = tools.CallTool(ctx, call.Name, call.Arguments)
 			}

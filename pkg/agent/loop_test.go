@@ -11,6 +11,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // One tool call, then an answer: the call reaches the resource server with
@@ -364,7 +365,7 @@ func TestRunResourceServerDown(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	srv, err := agent.NewToolServer("down", "http://"+addr, http.DefaultTransport)
+	srv, err := toolclient.New("down", "http://"+addr, http.DefaultTransport)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 	"github.com/rollout-dev/rollout/pkg/verify"
 )
 
@@ -261,7 +262,7 @@ func TestCallToolRefusesNames(t *testing.T) {
 		t.Errorf("request sent to %s", r.URL)
 	}))
 	defer srv.Close()
-	ts, err := agent.NewToolServer("x", srv.URL+"/base/", nil)
+	ts, err := toolclient.New("x", srv.URL+"/base/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestToolServerBasePath(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	ts, err := agent.NewToolServer("x", srv.URL+"/gym/weather/", nil)
+	ts, err := toolclient.New("x", srv.URL+"/gym/weather/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,12 +303,12 @@ func TestToolServerBasePath(t *testing.T) {
 
 func TestNewToolServerValidates(t *testing.T) {
 	for _, base := range []string{"", "localhost:8000", "ftp://x", "http://", "http://x/?a=1", "http://x/#f", "://bad"} {
-		if _, err := agent.NewToolServer("x", base, nil); err == nil {
+		if _, err := toolclient.New("x", base, nil); err == nil {
 			t.Errorf("%q accepted", base)
 		}
 	}
 	for _, base := range []string{"http://127.0.0.1:8000", "https://gym.example/v1/"} {
-		if _, err := agent.NewToolServer("x", base, nil); err != nil {
+		if _, err := toolclient.New("x", base, nil); err != nil {
 			t.Errorf("%q: %v", base, err)
 		}
 	}
@@ -333,7 +334,7 @@ func TestSessionEnd(t *testing.T) {
 		io.WriteString(w, `{}`)
 	}))
 	defer srv.Close()
-	ts, err := agent.NewToolServer("s", srv.URL, srv.Client().Transport)
+	ts, err := toolclient.New("s", srv.URL, srv.Client().Transport)
 	if err != nil {
 		t.Fatal(err)
 	}

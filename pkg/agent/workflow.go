@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // PolicyWorkflow: seed 003's multi-step workflow. The rollout goes through the steps of
@@ -605,10 +606,10 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 		for _, tc := range calls {
 			call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
 			start := time.Now()
-			var res ToolResult
+			var res toolclient.Result
 			if !allowed[call.Name] {
 				// Never sent: another step's tool, or no tool of the task at all.
-				res = ToolResult{Output: notInStep(call.Name, st, r.workflow, r.p.Tools), Failed: true}
+				res = toolclient.Result{Output: notInStep(call.Name, st, r.workflow, r.p.Tools), Failed: true}
 				trace.RefusedCalls++
 			} else {
 				res = r.tools.CallTool(ctx, call.Name, call.Arguments)
@@ -736,7 +737,7 @@ type validationIssue struct {
 // readValidation reads a validation tool's answer: it passed when the call succeeded and the
 // answer is a JSON object with "valid": true. Errors are read from "errors": objects with
 // property (or field, path) and message (or msg, error), or strings.
-func readValidation(res ToolResult) validationAnswer {
+func readValidation(res toolclient.Result) validationAnswer {
 	v := validationAnswer{output: res.Output, status: res.Status}
 	var body struct {
 		Valid  *bool             `json:"valid"`

@@ -19,6 +19,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/sim"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 	"github.com/rollout-dev/rollout/pkg/verify"
 )
 
@@ -526,7 +527,7 @@ func TestWorkflowEndToEndSimulator(t *testing.T) {
 	defer wsrv.Close()
 	resSrv := httptest.NewServer(wsrv)
 	defer resSrv.Close()
-	toolSrv, err := agent.NewToolServer("workflow", resSrv.URL, http.DefaultTransport)
+	toolSrv, err := toolclient.New("workflow", resSrv.URL, http.DefaultTransport)
 	if err != nil {
 		t.Fatal(err)
 	}

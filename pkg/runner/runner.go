@@ -27,6 +27,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/progress"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 	"github.com/rollout-dev/rollout/pkg/verify"
 )
 
@@ -171,8 +172,8 @@ func (o *Options) Validate() error {
 // Servers routes a task to a resource server: by its agent_ref.name, else
 // the default one.
 type Servers struct {
-	Default *agent.ToolServer
-	ByName  map[string]*agent.ToolServer
+	Default *toolclient.Server
+	ByName  map[string]*toolclient.Server
 	// Warn, when set, is told once per agent_ref.name that matches none of the named servers
 	// while a default one takes its rows (a typo in NAME=URL would send them to the wrong
 	// server without a word).
@@ -181,7 +182,7 @@ type Servers struct {
 }
 
 // For returns the server of a task and the agent name for its record.
-func (s Servers) For(t *dataset.Task) (*agent.ToolServer, string, error) {
+func (s Servers) For(t *dataset.Task) (*toolclient.Server, string, error) {
 	if t.AgentRef != nil {
 		if srv, ok := s.ByName[t.AgentRef.Name]; ok {
 			return srv, t.AgentRef.Name, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // memOutput keeps results in memory.
@@ -133,7 +134,7 @@ func writeRows(t testing.TB, n int) string {
 
 func options(t testing.TB, modelURL, serverURL string, rows string, concurrency int) Options {
 	tr := NewTransport(concurrency)
-	srv, err := agent.NewToolServer("notes", serverURL, tr)
+	srv, err := toolclient.New("notes", serverURL, tr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,16 +202,16 @@ func TestSeedIsPerKeyAndStable(t *testing.T) {
 }
 
 func TestServersRouting(t *testing.T) {
-	a, _ := agent.NewToolServer("a", "http://127.0.0.1:1", nil)
-	b, _ := agent.NewToolServer("b", "http://127.0.0.1:2", nil)
-	def, _ := agent.NewToolServer("default", "http://127.0.0.1:3", nil)
-	named := Servers{ByName: map[string]*agent.ToolServer{"a": a, "b": b}}
+	a, _ := toolclient.New("a", "http://127.0.0.1:1", nil)
+	b, _ := toolclient.New("b", "http://127.0.0.1:2", nil)
+	def, _ := toolclient.New("default", "http://127.0.0.1:3", nil)
+	named := Servers{ByName: map[string]*toolclient.Server{"a": a, "b": b}}
 	withDefault := Servers{Default: def, ByName: named.ByName}
 	ref := func(name string) *dataset.Task { return &dataset.Task{AgentRef: &dataset.AgentRef{Name: name}} }
 	cases := []struct {
 		s      Servers
 		t      *dataset.Task
-		want   *agent.ToolServer
+		want   *toolclient.Server
 		agent  string
 		errHas string
 	}{
@@ -230,7 +231,7 @@ func TestServersRouting(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	base := func() Options {
-		return Options{Input: "x", Servers: Servers{Default: &agent.ToolServer{}}, Agent: agent.Config{Model: agent.NewOpenAIModel("http://x", "", http.DefaultClient), ModelName: "m"}}
+		return Options{Input: "x", Servers: Servers{Default: &toolclient.Server{}}, Agent: agent.Config{Model: agent.NewOpenAIModel("http://x", "", http.DefaultClient), ModelName: "m"}}
 	}
 	o := base()
 	if err := o.Validate(); err != nil || o.Concurrency != DefaultConcurrency || o.Repeats != 1 || o.Arm != DefaultArm || o.Agent.MaxRounds != agent.DefaultMaxRounds {

@@ -23,6 +23,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
 // ---- fixtures ----
@@ -1031,8 +1032,8 @@ func TestRunnerLoopPlaysPlan(t *testing.T) {
 
 type toolsFunc func(name, args string) string
 
-func (f toolsFunc) CallTool(_ context.Context, name, args string) agent.ToolResult {
-	return agent.ToolResult{Output: f(name, args), Status: 200}
+func (f toolsFunc) CallTool(_ context.Context, name, args string) toolclient.Result {
+	return toolclient.Result{Output: f(name, args), Status: 200}
 }
 
 // ---- latency ----

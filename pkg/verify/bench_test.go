@@ -2,7 +2,6 @@ package verify_test
 
 import (
 	"context"
-	"github.com/rollout-dev/rollout/internal/benchutil"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/internal/benchutil"
+
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 	"github.com/rollout-dev/rollout/pkg/verify"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkRemote(b *testing.B) {
 		w.Write(benchAnswer)
 	}))
 	defer srv.Close()
-	ts, err := agent.NewToolServer("v", srv.URL, nil)
+	ts, err := toolclient.New("v", srv.URL, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/testnet"
-	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 	"github.com/rollout-dev/rollout/pkg/verify"
 )
 
@@ -74,7 +74,7 @@ func TestParseHostileAnswers(t *testing.T) {
 }
 
 // serverAnswering is a verify endpoint behind a session, with fast retries.
-func serverAnswering(t *testing.T, h http.HandlerFunc) (*agent.ToolServer, func() int) {
+func serverAnswering(t *testing.T, h http.HandlerFunc) (*toolclient.Server, func() int) {
 	t.Helper()
 	var mu sync.Mutex
 	n := 0
@@ -86,7 +86,7 @@ func serverAnswering(t *testing.T, h http.HandlerFunc) (*agent.ToolServer, func(
 		h(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	ts, err := agent.NewToolServer("v", srv.URL, nil)
+	ts, err := toolclient.New("v", srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestRemoteHugeAnswer(t *testing.T) {
 // context.DeadlineExceeded (the runner classes it timeout), in bounded time.
 func TestRemoteSilentServerTimesOut(t *testing.T) {
 	url, _ := testnet.Silent(t)
-	ts, err := agent.NewToolServer("v", url, nil)
+	ts, err := toolclient.New("v", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type Result struct {
 }
 
 // Poster sends a POST to a resource server within a rollout's session;
-// agent.Session implements it through PostJSON.
+// toolclient.Session implements it through PostVerify.
 type Poster interface {
 	PostVerify(ctx context.Context, body []byte) (status int, answer []byte, err error)
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
 	"github.com/rollout-dev/rollout/pkg/verify"
 )
 
@@ -102,7 +102,7 @@ func TestParseErrorShort(t *testing.T) {
 }
 
 // verifyServer answers /verify with code and body, counting calls.
-func verifyServer(t *testing.T, code int, body string) (*agent.Session, func() int) {
+func verifyServer(t *testing.T, code int, body string) (*toolclient.Session, func() int) {
 	var mu sync.Mutex
 	n := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +117,7 @@ func verifyServer(t *testing.T, code int, body string) (*agent.Session, func() i
 		io.WriteString(w, body)
 	}))
 	t.Cleanup(srv.Close)
-	ts, err := agent.NewToolServer("v", srv.URL, nil)
+	ts, err := toolclient.New("v", srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestRemote4xxNotRetried(t *testing.T) {
 
 // A transport failure is a verify error without a status.
 func TestRemoteUnreachable(t *testing.T) {
-	ts, err := agent.NewToolServer("v", "http://127.0.0.1:1", nil)
+	ts, err := toolclient.New("v", "http://127.0.0.1:1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

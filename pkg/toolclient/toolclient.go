@@ -1,4 +1,4 @@
-package agent
+package toolclient
 
 import (
 	"bytes"
@@ -24,9 +24,9 @@ import (
 // DefaultMaxBodyBytes caps what is read of one resource-server answer.
 const DefaultMaxBodyBytes = 16 << 20
 
-// ToolServer is a resource server at a base URL (NeMo Gym protocol). It is
+// Server is a resource server at a base URL (NeMo Gym protocol). It is
 // shared by all rollouts; each rollout opens its own Session.
-type ToolServer struct {
+type Server struct {
 	Name string
 	base *url.URL
 	// Transport is shared by all sessions, so that connections are reused.
@@ -50,11 +50,11 @@ type ToolServer struct {
 	urlCount atomic.Int32
 }
 
-// maxCachedURLs bounds ToolServer.urls: names come from the model.
+// maxCachedURLs bounds Server.urls: names come from the model.
 const maxCachedURLs = 1024
 
-// NewToolServer checks base and returns a resource-server client.
-func NewToolServer(name, base string, transport http.RoundTripper) (*ToolServer, error) {
+// New checks base and returns a resource-server client.
+func New(name, base string, transport http.RoundTripper) (*Server, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("server %q: %w", base, err)
@@ -66,29 +66,29 @@ func NewToolServer(name, base string, transport http.RoundTripper) (*ToolServer,
 		return nil, fmt.Errorf("server %q: a base URL has no query or fragment", base)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
-	return &ToolServer{Name: name, base: u, Transport: transport, Retry: retry.DefaultPolicy}, nil
+	return &Server{Name: name, base: u, Transport: transport, Retry: retry.DefaultPolicy}, nil
 }
 
 // Base is the server's base URL.
-func (s *ToolServer) Base() string { return s.base.String() }
+func (s *Server) Base() string { return s.base.String() }
 
 // Session is one rollout's conversation with a resource server: its own
 // cookie jar, never shared, carried through seed_session, every tool call
 // and verify.
 type Session struct {
-	srv    *ToolServer
+	srv    *Server
 	client *http.Client
 	doer   *retry.Doer
 }
 
 // NewSession opens a session with an empty cookie jar.
-func (s *ToolServer) NewSession() *Session {
+func (s *Server) NewSession() *Session {
 	jar, _ := cookiejar.New(nil) // never fails with nil options
 	c := &http.Client{Transport: s.Transport, Jar: jar, CheckRedirect: retry.NoRedirect}
 	return &Session{srv: s, client: c, doer: &retry.Doer{Client: c, Policy: s.Retry}}
 }
 
-func (s *ToolServer) maxBody() int64 {
+func (s *Server) maxBody() int64 {
 	if s.MaxBodyBytes <= 0 {
 		return DefaultMaxBodyBytes
 	}
@@ -160,7 +160,7 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 }
 
 // url is the URL of an endpoint: base/path.
-func (s *ToolServer) url(path string) string {
+func (s *Server) url(path string) string {
 	if u, ok := s.urls.Load(path); ok {
 		return u.(string)
 	}
@@ -216,8 +216,8 @@ func (s *Session) Seed(ctx context.Context, row []byte) error {
 	return nil
 }
 
-// ToolResult is the outcome of one tool call.
-type ToolResult struct {
+// Result is the outcome of one tool call.
+type Result struct {
 	// Output is shown to the model: the server's answer as text, also on
 	// 4xx/5xx, or an error message when the call could not be made.
 	Output string
@@ -235,24 +235,24 @@ type ToolResult struct {
 // the server: the model gets an error message instead. An answer longer
 // than MaxBodyBytes is cut, marked "[truncated at N bytes: ...]" for the
 // model, and the call counts as failed: the model saw an incomplete answer.
-func (s *Session) CallTool(ctx context.Context, name, arguments string) ToolResult {
+func (s *Session) CallTool(ctx context.Context, name, arguments string) Result {
 	if err := checkToolName(name); err != nil {
-		return ToolResult{Output: "Error: " + err.Error(), Failed: true}
+		return Result{Output: "Error: " + err.Error(), Failed: true}
 	}
-	args, err := toolArguments(name, arguments)
+	args, err := Arguments(name, arguments)
 	if err != nil {
-		return ToolResult{Output: "Error: " + err.Error(), Failed: true}
+		return Result{Output: "Error: " + err.Error(), Failed: true}
 	}
 	a, err := s.Post(ctx, name, args, false)
 	if err != nil {
-		res := ToolResult{Output: fmt.Sprintf("Error: tool %s failed: %v", name, err), Failed: true, Unreachable: a == nil,
+		res := Result{Output: fmt.Sprintf("Error: tool %s failed: %v", name, err), Failed: true, Unreachable: a == nil,
 			TimedOut: errors.Is(err, context.DeadlineExceeded)}
 		if a != nil {
 			res.Status = a.Status
 		}
 		return res
 	}
-	res := ToolResult{Output: string(a.Body), Status: a.Status, Failed: a.Status/100 != 2}
+	res := Result{Output: string(a.Body), Status: a.Status, Failed: a.Status/100 != 2}
 	if a.Truncated {
 		res.Output += fmt.Sprintf("\n[truncated at %d bytes: the answer of %s was longer]", len(a.Body), name)
 		res.Failed = true
@@ -260,10 +260,10 @@ func (s *Session) CallTool(ctx context.Context, name, arguments string) ToolResu
 	return res
 }
 
-// toolArguments is the body a tool call sends: the model's arguments when
+// Arguments is the body a tool call sends: the model's arguments when
 // they are one JSON object (valid UTF-8, surrounding white space trimmed),
 // "{}" when they are empty; otherwise an error to show the model.
-func toolArguments(name, arguments string) ([]byte, error) {
+func Arguments(name, arguments string) ([]byte, error) {
 	args := strings.TrimSpace(arguments)
 	if args == "" {
 		return []byte("{}"), nil // a call without arguments
@@ -300,7 +300,7 @@ func checkToolName(name string) error {
 }
 
 // End tells the server the session is over (POST /end_session) when the server takes it
-// (ToolServer.EndSession); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
+// (Server.EndSession); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
 // a few seconds, and run even when ctx is already cancelled, so that an interrupted rollout still
 // frees its state. Its error is for logs only; the rollout's result does not depend on it.
 func (s *Session) End(ctx context.Context) error {
