@@ -30,7 +30,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/servers"
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 	"github.com/rollout-dev/rollout/pkg/sim"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
@@ -110,7 +110,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long (`D`) running rollouts may finish")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "status line period `D` off a terminal")
 	fs.StringVar(&f.sessionStore, "session-store", "memory", "builtin: servers' `STORE`: memory or redis://HOST:PORT/DB")
-	fs.DurationVar(&f.sessionTTL, "session-ttl", session.DefaultTTL, "builtin: servers drop a session `D` after its last write")
+	fs.DurationVar(&f.sessionTTL, "session-ttl", store.DefaultTTL, "builtin: servers drop a session `D` after its last write")
 	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: servers)")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records to `FILE` (refused if it exists, unless --overwrite)")
 	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task: single, multi, workflow, or a list")

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/report"
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // ---- the API key is never written ----
@@ -47,7 +47,7 @@ type recorder struct {
 
 func newRecorder(t *testing.T, name string) *recorder {
 	t.Helper()
-	b, err := newBuiltin(context.Background(), name, "memory", session.DefaultTTL)
+	b, err := newBuiltin(context.Background(), name, "memory", store.DefaultTTL)
 	if err != nil {
 		t.Fatal(err)
 	}

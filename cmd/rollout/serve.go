@@ -12,7 +12,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/chaos"
 	"github.com/rollout-dev/rollout/pkg/servers"
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // cmdServe runs a built-in resource server until interrupted.
@@ -21,7 +21,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	fs.SetOutput(e.stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	storeURL := fs.String("session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")
-	ttl := fs.Duration("session-ttl", session.DefaultTTL, "drop a session this long after its last write")
+	ttl := fs.Duration("session-ttl", store.DefaultTTL, "drop a session this long after its last write")
 	var co chaos.Options
 	fs.Int64Var(&co.Seed, "chaos-seed", 0, "seed of the injected faults: the same seed and requests get the same faults")
 	fs.Float64Var(&co.FailRate, "chaos-fail-rate", 0, "probability per request of an injected HTTP 500 with a JSON body (a retry draws again)")
@@ -137,7 +137,7 @@ func startBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration)
 // builtinServer is a built-in resource server with the session store it owns.
 type builtinServer struct {
 	*servers.Server
-	store session.Store
+	store store.Store
 }
 
 func (b builtinServer) Close() error {
@@ -151,14 +151,14 @@ func newBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (
 	if !slices.Contains(servers.Names(), name) {
 		return nil, fmt.Errorf("unknown built-in server %q (built-in: %s)", name, strings.Join(servers.Names(), ", "))
 	}
-	store, err := session.Open(ctx, storeURL, session.Options{Prefix: name, TTL: ttl})
+	st, err := store.Open(ctx, storeURL, store.Options{Prefix: name, TTL: ttl})
 	if err != nil {
 		return nil, err
 	}
-	srv, err := servers.New(name, servers.Options{Store: store})
+	srv, err := servers.New(name, servers.Options{Store: st})
 	if err != nil {
-		store.Close()
+		st.Close()
 		return nil, err
 	}
-	return &builtinServer{Server: srv, store: store}, nil
+	return &builtinServer{Server: srv, store: st}, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/servers"
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 	"github.com/rollout-dev/rollout/pkg/validate"
 )
 
@@ -77,7 +77,7 @@ func cmdValidate(ctx context.Context, args []string, e env) error {
 			}
 		}
 		transport := runner.NewTransport(*concurrency)
-		routes, stops, err := buildServers(ctx, use, serverSetup{store: "memory", ttl: session.DefaultTTL, toolTimeout: *timeout, transport: transport, policy: retry.DefaultPolicy})
+		routes, stops, err := buildServers(ctx, use, serverSetup{store: "memory", ttl: store.DefaultTTL, toolTimeout: *timeout, transport: transport, policy: retry.DefaultPolicy})
 		if err != nil {
 			runAll(stops)
 			return err

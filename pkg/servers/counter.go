@@ -5,7 +5,7 @@ import (
 	"math/big"
 	"strconv"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 func init() {
@@ -25,10 +25,10 @@ func init() {
 // State lives in the server's session store (memory or Redis): it expires TTL after the
 // session's last write, or at once on POST /end_session.
 type counter struct {
-	store session.Store
+	store store.Store
 }
 
-func newCounter(_ string, store session.Store) resourceServer { return &counter{store: store} }
+func newCounter(_ string, st store.Store) resourceServer { return &counter{store: st} }
 
 func (c *counter) tool(name string) (toolFunc, bool) {
 	switch name {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 func init() {
@@ -56,7 +56,7 @@ func init() {
 // "session_not_found".
 type extraction struct {
 	name  string
-	store session.Store
+	store store.Store
 
 	// worlds caches parsed worlds by the SHA-256 of their JSON: a session's state holds its
 	// world's JSON (so that servers sharing a store can serve each other's sessions), and a
@@ -68,8 +68,8 @@ type extraction struct {
 // extractionWorldCacheSize bounds the cache; when it is full it starts over.
 const extractionWorldCacheSize = 4096
 
-func newExtraction(name string, store session.Store) resourceServer {
-	return &extraction{name: name, store: store, worlds: map[[sha256.Size]byte]*extractionWorld{}}
+func newExtraction(name string, st store.Store) resourceServer {
+	return &extraction{name: name, store: st, worlds: map[[sha256.Size]byte]*extractionWorld{}}
 }
 
 // Kinds and statuses of the world.

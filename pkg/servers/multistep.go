@@ -7,7 +7,7 @@ import (
 	"math/big"
 	"strings"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 func init() {
@@ -35,7 +35,7 @@ type multiStep struct {
 	name string
 }
 
-func newMultiStep(name string, _ session.Store) resourceServer { return &multiStep{name: name} }
+func newMultiStep(name string, _ store.Store) resourceServer { return &multiStep{name: name} }
 
 func (m *multiStep) tool(name string) (toolFunc, bool) {
 	switch name {

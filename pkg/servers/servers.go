@@ -36,7 +36,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // maxBodyBytes bounds every request body. /verify carries whole trajectories, so it is generous.
@@ -51,7 +51,7 @@ type builtin struct {
 	// class is the Python class name; with the name it forms the session cookie name, as NeMo
 	// Gym's get_session_middleware_key does ("<Class>___<name>").
 	class string
-	make  func(name string, store session.Store) resourceServer
+	make  func(name string, st store.Store) resourceServer
 }
 
 // builtins is the registry, filled by each server's file with register in an init function.
@@ -81,9 +81,9 @@ type Options struct {
 	// Store keeps the sessions' state. Servers sharing one store (e.g. Redis) share their
 	// sessions and accept each other's cookies. nil means a new in-memory store of the server's
 	// own, closed by Server.Close.
-	Store session.Store
+	Store store.Store
 	// TTL is the session lifetime after its last write for the store New opens when Store is
-	// nil; 0 means session.DefaultTTL.
+	// nil; 0 means store.DefaultTTL.
 	TTL time.Duration
 }
 
@@ -108,16 +108,16 @@ func New(name string, opts Options) (*Server, error) {
 		if b.name != name {
 			continue
 		}
-		store, own := opts.Store, false
-		if store == nil {
-			store, own = session.NewMemory(session.Options{Prefix: name, TTL: opts.TTL}), true
+		st, own := opts.Store, false
+		if st == nil {
+			st, own = store.NewMemory(store.Options{Prefix: name, TTL: opts.TTL}), true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		key, err := store.Secret(ctx, "cookie:"+name)
+		key, err := st.Secret(ctx, "cookie:"+name)
 		if err != nil {
 			if own {
-				store.Close()
+				st.Close()
 			}
 			return nil, fmt.Errorf("servers: %s: session key: %w", name, err)
 		}
@@ -128,8 +128,8 @@ func New(name string, opts Options) (*Server, error) {
 			cookieSuffix: cookieSuffix(cookieName),
 			key:          key,
 			macs:         &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }},
-			store:        store,
-			impl:         b.make(b.name, store),
+			store:        st,
+			impl:         b.make(b.name, st),
 		}, ownStore: own}, nil
 	}
 	return nil, fmt.Errorf("servers: unknown resource server %q (built-in: %s)", name, strings.Join(Names(), ", "))
@@ -173,7 +173,7 @@ type handler struct {
 	cookieSuffix string
 	key          []byte
 	macs         *sync.Pool // of HMAC-SHA256 hashes keyed with key
-	store        session.Store
+	store        store.Store
 	impl         resourceServer
 }
 

@@ -7,7 +7,7 @@ import (
 	"math/big"
 	"net/http"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 func init() {
@@ -48,14 +48,14 @@ func init() {
 // Cleanup. Every write refreshes the session's TTL in the store, so abandoned state expires TTL
 // after its last call; POST /end_session deletes it at once.
 type stateCounter struct {
-	store session.Store
+	store store.Store
 }
 
 // stateCounterHistory bounds the history kept in a session's state.
 const stateCounterHistory = 32
 
-func newStateCounter(_ string, store session.Store) resourceServer {
-	return &stateCounter{store: store}
+func newStateCounter(_ string, st store.Store) resourceServer {
+	return &stateCounter{store: st}
 }
 
 // counterState is a session's state as stored (JSON).

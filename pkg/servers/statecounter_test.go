@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // ---- helpers for the "counter" server (shared with store_test.go) ----
@@ -224,9 +224,9 @@ func TestStateCounterHappyPath(t *testing.T) {
 }
 
 func TestStateCounterHistoryIsBounded(t *testing.T) {
-	store := session.NewMemory(session.Options{})
-	defer store.Close()
-	_, srv := startCounter(t, Options{Store: store})
+	mem := store.NewMemory(store.Options{})
+	defer mem.Close()
+	_, srv := startCounter(t, Options{Store: mem})
 	c := newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(0, make([]int, 0)); err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestStateCounterHistoryIsBounded(t *testing.T) {
 		c.mustWant(t, http.StatusOK, "/increment_counter", `{"count":1}`)
 	}
 	sid, _, _ := strings.Cut(c.cookie(counterCookie), ".")
-	data, ok, err := store.Get(context.Background(), sid)
+	data, ok, err := mem.Get(context.Background(), sid)
 	if err != nil || !ok {
 		t.Fatalf("state: %v %v", ok, err)
 	}
@@ -294,9 +294,9 @@ func TestStateCounterSessionIsolation(t *testing.T) {
 }
 
 func TestStateCounterMissingState(t *testing.T) {
-	store := session.NewMemory(session.Options{})
-	defer store.Close()
-	_, srv := startCounter(t, Options{Store: store})
+	mem := store.NewMemory(store.Options{})
+	defer mem.Close()
+	_, srv := startCounter(t, Options{Store: mem})
 	c := newCounterClient(t, srv.URL, nil)
 
 	// Never seeded: every tool says why, and none creates state.
@@ -308,7 +308,7 @@ func TestStateCounterMissingState(t *testing.T) {
 	} {
 		wantNotFound(t, c, call[0], call[1])
 	}
-	if n := store.Len(); n != 0 {
+	if n := mem.Len(); n != 0 {
 		t.Errorf("tool calls on a missing session created %d sessions", n)
 	}
 	wantVerify(t, c, counterRow(0, 0), map[string]any{
@@ -330,7 +330,7 @@ func TestStateCounterMissingState(t *testing.T) {
 
 	// Corrupt state is a 500, not a crash or a silent reset.
 	sid, _, _ := strings.Cut(c.cookie(counterCookie), ".")
-	_ = store.Update(context.Background(), sid, func([]byte, bool) ([]byte, error) { return []byte("garbage"), nil })
+	_ = mem.Update(context.Background(), sid, func([]byte, bool) ([]byte, error) { return []byte("garbage"), nil })
 	if code, out, _ := c.post("/get_counter_value", `{}`); code != http.StatusInternalServerError {
 		t.Errorf("get_counter_value on corrupt state = %d %s", code, out)
 	}
@@ -419,9 +419,9 @@ func TestStateCounterBadArguments(t *testing.T) {
 }
 
 func TestStateCounterEndSession(t *testing.T) {
-	store := session.NewMemory(session.Options{})
-	defer store.Close()
-	_, srv := startCounter(t, Options{Store: store})
+	mem := store.NewMemory(store.Options{})
+	defer mem.Close()
+	_, srv := startCounter(t, Options{Store: mem})
 	c, other := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(5, []int{3}); err != nil {
 		t.Fatal(err)
@@ -433,7 +433,7 @@ func TestStateCounterEndSession(t *testing.T) {
 	if code, out, _ := c.post("/end_session", ``); code != http.StatusOK || string(out) != "{}" {
 		t.Fatalf("end_session = %d %s", code, out)
 	}
-	if n := store.Len(); n != 1 {
+	if n := mem.Len(); n != 1 {
 		t.Errorf("%d sessions after end_session, want 1 (the other)", n)
 	}
 	wantVerify(t, c, counterRow(5, 8), map[string]any{"reward": 0.0, "reason": "session_not_found"})

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/redistest"
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // Several instances of one server behind one address, sharing a Redis session store: any
@@ -51,11 +51,11 @@ func (rr *roundRobin) order() []int {
 }
 
 // openRedisStore opens a store on the test's Redis with the given options.
-func openRedisStore(t testing.TB, url string, opts session.Options) session.Store {
+func openRedisStore(t testing.TB, url string, opts store.Options) store.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := session.Open(ctx, url, opts)
+	s, err := store.Open(ctx, url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func redisPair(t *testing.T, url, name string, ttl time.Duration) (*roundRobin, 
 	t.Helper()
 	var hs []http.Handler
 	for range 2 {
-		h, err := New(name, Options{Store: openRedisStore(t, url, session.Options{Prefix: name, TTL: ttl})})
+		h, err := New(name, Options{Store: openRedisStore(t, url, store.Options{Prefix: name, TTL: ttl})})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@ package servers
 import (
 	"context"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 func init() {
@@ -15,7 +15,7 @@ func init() {
 // answers reward 1.0. Stateless.
 type weather struct{}
 
-func newWeather(string, session.Store) resourceServer { return weather{} }
+func newWeather(string, store.Store) resourceServer { return weather{} }
 
 func (weather) tool(name string) (toolFunc, bool) {
 	if name == "get_weather" {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/rollout-dev/rollout/pkg/session"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 func init() {
@@ -61,11 +61,11 @@ func init() {
 // A session the server does not know scores 0 with reason "session_not_found".
 type workflow struct {
 	name  string
-	store session.Store
+	store store.Store
 }
 
-func newWorkflow(name string, store session.Store) resourceServer {
-	return &workflow{name: name, store: store}
+func newWorkflow(name string, st store.Store) resourceServer {
+	return &workflow{name: name, store: st}
 }
 
 // The workflow's steps, numbered as in seed 003.

@@ -1,4 +1,4 @@
-// Package session is the session store of rollout's built-in resource servers: the state a
+// Package store is the session store of rollout's built-in resource servers: the state a
 // server keeps for one rollout (one cookie session) between seed_session, its tool calls and
 // verify.
 //
@@ -12,7 +12,7 @@
 // State is opaque bytes (the servers keep JSON). Every write refreshes the session's TTL, so a
 // session lives TTL after its last write; an abandoned session is dropped when its TTL runs out,
 // and a finished one can be dropped at once with Delete.
-package session
+package store
 
 import (
 	"context"
