@@ -28,9 +28,9 @@ type counter struct {
 	store store.Store
 }
 
-func newCounter(_ string, st store.Store) resourceServer { return &counter{store: st} }
+func newCounter(_ string, st store.Store) ResourceServer { return &counter{store: st} }
 
-func (c *counter) tool(name string) (toolFunc, bool) {
+func (c *counter) tool(name string) (ToolFunc, bool) {
 	switch name {
 	case "increment_counter":
 		return c.increment, true
@@ -47,13 +47,13 @@ func (c *counter) tool(name string) (toolFunc, bool) {
 func (c *counter) update(ctx context.Context, sid string, seeding bool, def *big.Int, fn func(n *big.Int)) (*big.Int, error) {
 	var out *big.Int
 	err := c.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
-		if !seeding && lostSession(sid, ok) {
-			return nil, errSessionLost
+		if !seeding && LostSession(sid, ok) {
+			return nil, ErrSessionLost
 		}
 		n := new(big.Int).Set(def)
 		if ok {
 			if _, parsed := n.SetString(string(old), 10); !parsed {
-				return nil, &pyError{"ValueError", "corrupt counter state " + strconv.Quote(string(old))}
+				return nil, &PyError{"ValueError", "corrupt counter state " + strconv.Quote(string(old))}
 			}
 		}
 		if fn != nil {
@@ -65,11 +65,11 @@ func (c *counter) update(ctx context.Context, sid string, seeding bool, def *big
 	return out, err
 }
 
-func (c *counter) seedSession(ctx context.Context, sid string, row *object) error {
+func (c *counter) seedSession(ctx context.Context, sid string, row *Object) error {
 	initial := new(big.Int)
-	if raw, ok := row.get("initial_count"); ok {
-		var errs validationErrors
-		n, ok := laxInt(raw, []any{"body", "initial_count"}, &errs)
+	if raw, ok := row.Get("initial_count"); ok {
+		var errs ValidationErrors
+		n, ok := LaxInt(raw, []any{"body", "initial_count"}, &errs)
 		if !ok {
 			return errs
 		}
@@ -79,15 +79,15 @@ func (c *counter) seedSession(ctx context.Context, sid string, row *object) erro
 	return err
 }
 
-func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]field, error) {
-	args, err := parseBodyObject(body)
+func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]Field, error) {
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	var count *big.Int
-	if raw, ok := required(args, "count", []any{"body"}, &errs); ok {
-		count, _ = laxInt(raw, []any{"body", "count"}, &errs)
+	if raw, ok := Required(args, "count", []any{"body"}, &errs); ok {
+		count, _ = LaxInt(raw, []any{"body", "count"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
@@ -95,30 +95,30 @@ func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]fie
 	if _, err := c.update(ctx, sid, false, new(big.Int), func(n *big.Int) { n.Add(n, count) }); err != nil {
 		return nil, err
 	}
-	return []field{{"success", true}}, nil
+	return []Field{{"success", true}}, nil
 }
 
 // get takes no arguments; like the FastAPI route without a body model, it ignores the body.
-func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]field, error) {
+func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]Field, error) {
 	n, err := c.update(ctx, sid, false, new(big.Int), nil)
 	if err != nil {
 		return nil, err
 	}
-	return []field{{"count", n}}, nil
+	return []Field{{"count", n}}, nil
 }
 
-func (c *counter) verify(_ context.Context, st sessionState, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (c *counter) verify(_ context.Context, st SessionState, req *Object, _ []OutputItem, errs *ValidationErrors) ([]Field, error) {
 	var expected *big.Int
-	if raw, ok := required(req, "expected_count", []any{"body"}, errs); ok {
-		expected, _ = laxInt(raw, []any{"body", "expected_count"}, errs)
+	if raw, ok := Required(req, "expected_count", []any{"body"}, errs); ok {
+		expected, _ = LaxInt(raw, []any{"body", "expected_count"}, errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
 	}
-	state, ok := st.data, st.found
+	state, ok := st.Data, st.Found
 	reward := 0.0
 	if n, parsed := new(big.Int).SetString(string(state), 10); ok && parsed && n.Cmp(expected) == 0 {
 		reward = 1.0
 	}
-	return []field{{"reward", pyFloat(reward)}}, nil
+	return []Field{{"reward", PyFloat(reward)}}, nil
 }

@@ -68,7 +68,7 @@ type extraction struct {
 // extractionWorldCacheSize bounds the cache; when it is full it starts over.
 const extractionWorldCacheSize = 4096
 
-func newExtraction(name string, st store.Store) resourceServer {
+func newExtraction(name string, st store.Store) ResourceServer {
 	return &extraction{name: name, store: st, worlds: map[[sha256.Size]byte]*extractionWorld{}}
 }
 
@@ -113,7 +113,7 @@ type extractionState struct {
 func (x *extraction) decodeState(data []byte) (*extractionState, *extractionWorld, error) {
 	var st extractionState
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, nil, &pyError{"ValueError", "corrupt extraction session state: " + err.Error()}
+		return nil, nil, &PyError{"ValueError", "corrupt extraction session state: " + err.Error()}
 	}
 	if st.Done == nil {
 		st.Done = map[string]bool{}
@@ -127,7 +127,7 @@ func (x *extraction) decodeState(data []byte) (*extractionState, *extractionWorl
 	}
 	w = new(extractionWorld)
 	if err := json.Unmarshal(st.World, w); err != nil {
-		return nil, nil, &pyError{"ValueError", "corrupt extraction session state: " + err.Error()}
+		return nil, nil, &PyError{"ValueError", "corrupt extraction session state: " + err.Error()}
 	}
 	x.mu.Lock()
 	if len(x.worlds) >= extractionWorldCacheSize {
@@ -145,7 +145,7 @@ func extractionStepFetched(source, id string) string { return "fetched:" + sourc
 func extractionStepRead(valueKey string) string      { return "read:" + valueKey }
 
 // extractionStatusError is a tool error answered with its own status and a FastAPI HTTPException
-// body {"detail": …} (see statusBodyError): 409 for a session never seeded, 404 for a region,
+// body {"detail": …} (see StatusBodyError): 409 for a session never seeded, 404 for a region,
 // source, record or value_key the world does not have.
 type extractionStatusError struct {
 	status int
@@ -154,8 +154,8 @@ type extractionStatusError struct {
 
 func (e *extractionStatusError) Error() string { return http.StatusText(e.status) + ": " + e.detail }
 
-func (e *extractionStatusError) statusBody() (int, []byte) {
-	return e.status, marshalFields([]field{{"detail", e.detail}})
+func (e *extractionStatusError) StatusBody() (int, []byte) {
+	return e.status, MarshalFields([]Field{{"detail", e.detail}})
 }
 
 var errExtractionNotSeeded = &extractionStatusError{http.StatusConflict,
@@ -166,7 +166,7 @@ func extractionNotFound(format string, args ...any) error {
 	return &extractionStatusError{http.StatusNotFound, fmt.Sprintf(format, args...)}
 }
 
-func (x *extraction) tool(name string) (toolFunc, bool) {
+func (x *extraction) tool(name string) (ToolFunc, bool) {
 	switch name {
 	case "list_sources":
 		return x.listSources, true
@@ -184,8 +184,8 @@ func (x *extraction) tool(name string) (toolFunc, bool) {
 
 // withState runs fn on the session's world (read only) and its steps done, and stores the steps
 // fn left (which also refreshes the session's TTL). A session never seeded is refused.
-func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extractionWorld, done map[string]bool) ([]field, error)) ([]field, error) {
-	var out []field
+func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extractionWorld, done map[string]bool) ([]Field, error)) ([]Field, error) {
+	var out []Field
 	err := x.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
 		if !ok {
 			return nil, errExtractionNotSeeded
@@ -207,27 +207,27 @@ func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extra
 // extractionArgs parses a tool's arguments and its required string arguments (pydantic's str:
 // only a JSON string). nullable names optional arguments that may be absent or null.
 func extractionArgs(body []byte, names []string, nullable []string) (map[string]string, map[string]bool, error) {
-	args, err := parseBodyObject(body)
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, nil, err
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	vals := map[string]string{}
 	set := map[string]bool{}
 	for _, n := range names {
-		if raw, ok := required(args, n, []any{"body"}, &errs); ok {
-			if s, ok := laxString(raw, []any{"body", n}, &errs); ok {
+		if raw, ok := Required(args, n, []any{"body"}, &errs); ok {
+			if s, ok := LaxString(raw, []any{"body", n}, &errs); ok {
 				vals[n] = s
 				set[n] = true
 			}
 		}
 	}
 	for _, n := range nullable {
-		raw, ok := args.get(n)
-		if !ok || isNull(raw) {
+		raw, ok := args.Get(n)
+		if !ok || IsNull(raw) {
 			continue
 		}
-		if s, ok := laxString(raw, []any{"body", n}, &errs); ok {
+		if s, ok := LaxString(raw, []any{"body", n}, &errs); ok {
 			vals[n] = s
 			set[n] = true
 		}
@@ -247,13 +247,13 @@ func (w *extractionWorld) source(name string) (extractionSource, bool) {
 	return extractionSource{}, false
 }
 
-func (x *extraction) listSources(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (x *extraction) listSources(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	args, _, err := extractionArgs(body, []string{"region"}, nil)
 	if err != nil {
 		return nil, err
 	}
 	want := strings.TrimSpace(args["region"])
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
 		region := ""
 		for _, r := range w.Regions {
 			if strings.EqualFold(r, want) {
@@ -274,18 +274,18 @@ func (x *extraction) listSources(ctx context.Context, sid string, body []byte) (
 				done[extractionStepListed(s.Name)] = true
 			}
 		}
-		return []field{{"region", region}, {"sources", sources}}, nil
+		return []Field{{"region", region}, {"sources", sources}}, nil
 	})
 }
 
-func (x *extraction) findRecordIDs(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (x *extraction) findRecordIDs(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	args, set, err := extractionArgs(body, []string{"source", "product"}, []string{"quarter"})
 	if err != nil {
 		return nil, err
 	}
 	product := strings.TrimSpace(args["product"])
 	quarter := strings.TrimSpace(args["quarter"])
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
 		if _, ok := w.source(args["source"]); !ok {
 			return nil, extractionNotFound("Unknown source %q; use a source name from list_sources.", args["source"])
 		}
@@ -293,23 +293,23 @@ func (x *extraction) findRecordIDs(ctx context.Context, sid string, body []byte)
 		for _, id := range ids {
 			done[extractionStepFound(args["source"], id)] = true
 		}
-		return []field{{"source", args["source"]}, {"ids", ids}}, nil
+		return []Field{{"source", args["source"]}, {"ids", ids}}, nil
 	})
 }
 
-func (x *extraction) getRecord(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (x *extraction) getRecord(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	args, _, err := extractionArgs(body, []string{"source", "id"}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
 		if _, ok := w.source(args["source"]); !ok {
 			return nil, extractionNotFound("Unknown source %q; use a source name from list_sources.", args["source"])
 		}
 		for _, r := range w.Records {
 			if r.Source == args["source"] && r.ID == args["id"] {
 				done[extractionStepFetched(r.Source, r.ID)] = true
-				return []field{{"source", r.Source}, {"id", r.ID}, {"product", r.Product}, {"quarter", r.Quarter},
+				return []Field{{"source", r.Source}, {"id", r.ID}, {"product", r.Product}, {"quarter", r.Quarter},
 					{"status", r.Status}, {"value_key", r.ValueKey}}, nil
 			}
 		}
@@ -317,55 +317,55 @@ func (x *extraction) getRecord(ctx context.Context, sid string, body []byte) ([]
 	})
 }
 
-func (x *extraction) readValue(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (x *extraction) readValue(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	args, _, err := extractionArgs(body, []string{"value_key"}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
 		for _, r := range w.Records {
 			if r.ValueKey == args["value_key"] {
 				done[extractionStepRead(r.ValueKey)] = true
-				return []field{{"value_key", r.ValueKey}, {"value", r.Value}}, nil
+				return []Field{{"value_key", r.ValueKey}, {"value", r.Value}}, nil
 			}
 		}
 		return nil, extractionNotFound("Unknown value_key %q; use the value_key of a record from get_record.", args["value_key"])
 	})
 }
 
-func (x *extraction) submitAnswer(ctx context.Context, sid string, body []byte) ([]field, error) {
-	args, err := parseBodyObject(body)
+func (x *extraction) submitAnswer(ctx context.Context, sid string, body []byte) ([]Field, error) {
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	var values []float64
-	if raw, ok := required(args, "values", []any{"body"}, &errs); ok {
+	if raw, ok := Required(args, "values", []any{"body"}, &errs); ok {
 		values, _ = extractionNumbers(raw, []any{"body", "values"}, false, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return x.withState(ctx, sid, func(*extractionWorld, map[string]bool) ([]field, error) {
-		return []field{{"success", true}, {"count", len(values)}}, nil
+	return x.withState(ctx, sid, func(*extractionWorld, map[string]bool) ([]Field, error) {
+		return []Field{{"success", true}, {"count", len(values)}}, nil
 	})
 }
 
 // extractionNumbers validates raw as a list of numbers. With lax, numeric strings and booleans
 // pass as pydantic's lax float would have them; without, only JSON numbers do.
-func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *validationErrors) ([]float64, bool) {
-	items, ok := laxList(raw, loc, errs)
+func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *ValidationErrors) ([]float64, bool) {
+	items, ok := LaxList(raw, loc, errs)
 	if !ok {
 		return nil, false
 	}
 	out := make([]float64, len(items))
 	for i, it := range items {
-		iloc := at(loc, i)
-		switch k := jsonKind(it); {
+		iloc := At(loc, i)
+		switch k := JSONKind(it); {
 		case k == '0':
 			f, err := strconv.ParseFloat(strings.TrimSpace(string(it)), 64)
 			if err != nil {
-				errs.add("float_parsing", iloc, "Input should be a finite number", it)
+				errs.Add("float_parsing", iloc, "Input should be a finite number", it)
 				ok = false
 			}
 			out[i] = f
@@ -374,7 +374,7 @@ func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *validatio
 				out[i] = 1
 			}
 		case lax && k == '"':
-			if laxFloat(it, iloc, errs) {
+			if LaxFloat(it, iloc, errs) {
 				var s string
 				_ = json.Unmarshal(it, &s)
 				out[i], _ = strconv.ParseFloat(strings.TrimSpace(s), 64)
@@ -382,7 +382,7 @@ func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *validatio
 				ok = false
 			}
 		default:
-			errs.add("float_type", iloc, "Input should be a valid number", it)
+			errs.Add("float_type", iloc, "Input should be a valid number", it)
 			ok = false
 		}
 	}
@@ -390,9 +390,9 @@ func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *validatio
 }
 
 // seedSession loads the row's world into a fresh session state (seeding again starts over).
-func (x *extraction) seedSession(ctx context.Context, sid string, row *object) error {
-	var errs validationErrors
-	raw, ok := required(row, "world", []any{"body"}, &errs)
+func (x *extraction) seedSession(ctx context.Context, sid string, row *Object) error {
+	var errs ValidationErrors
+	raw, ok := Required(row, "world", []any{"body"}, &errs)
 	if !ok {
 		return errs
 	}
@@ -414,19 +414,19 @@ func (x *extraction) seedSession(ctx context.Context, sid string, row *object) e
 // extractionParseWorld decodes and checks a row's world: every source named once with a region
 // and a kind, every record in a known source with an id unique in its source, a value_key unique
 // in the world and a numeric value. Regions default to the sources' regions.
-func extractionParseWorld(raw json.RawMessage, errs *validationErrors) (extractionWorld, bool) {
+func extractionParseWorld(raw json.RawMessage, errs *ValidationErrors) (extractionWorld, bool) {
 	loc := []any{"body", "world"}
 	var w extractionWorld
-	if jsonKind(raw) != '{' {
-		errs.add("model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", raw)
+	if JSONKind(raw) != '{' {
+		errs.Add("model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", raw)
 		return w, false
 	}
 	if err := json.Unmarshal(raw, &w); err != nil {
-		errs.add("value_error", loc, "Value error, "+err.Error(), raw)
+		errs.Add("value_error", loc, "Value error, "+err.Error(), raw)
 		return w, false
 	}
 	bad := func(l []any, msg string, input any) {
-		errs.add("value_error", at(loc, l...), "Value error, "+msg, input)
+		errs.Add("value_error", At(loc, l...), "Value error, "+msg, input)
 	}
 	regions := map[string]bool{}
 	for _, r := range w.Regions {
@@ -468,23 +468,23 @@ func extractionParseWorld(raw json.RawMessage, errs *validationErrors) (extracti
 	return w, len(*errs) == 0
 }
 
-func (x *extraction) verify(_ context.Context, st sessionState, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
+func (x *extraction) verify(_ context.Context, st SessionState, req *Object, output []OutputItem, errs *ValidationErrors) ([]Field, error) {
 	loc := []any{"body"}
 	var expected, minefield []float64
 	var steps []string
-	if raw, ok := required(req, "expected_values", loc, errs); ok {
+	if raw, ok := Required(req, "expected_values", loc, errs); ok {
 		var listOK bool
-		if expected, listOK = extractionNumbers(raw, at(loc, "expected_values"), true, errs); listOK && len(expected) == 0 {
-			*errs = append(*errs, fieldError{Type: "too_short", Loc: at(loc, "expected_values"),
+		if expected, listOK = extractionNumbers(raw, At(loc, "expected_values"), true, errs); listOK && len(expected) == 0 {
+			*errs = append(*errs, FieldError{Type: "too_short", Loc: At(loc, "expected_values"),
 				Msg: "List should have at least 1 item after validation, not 0", Input: raw,
 				Ctx: map[string]any{"field_type": "List", "min_length": 1, "actual_length": 0}})
 		}
 	}
-	if raw, ok := required(req, "minefield_values", loc, errs); ok {
-		minefield, _ = extractionNumbers(raw, at(loc, "minefield_values"), true, errs)
+	if raw, ok := Required(req, "minefield_values", loc, errs); ok {
+		minefield, _ = extractionNumbers(raw, At(loc, "minefield_values"), true, errs)
 	}
-	if raw, ok := required(req, "required_steps", loc, errs); ok {
-		steps, _ = laxStringList(raw, at(loc, "required_steps"), errs)
+	if raw, ok := Required(req, "required_steps", loc, errs); ok {
+		steps, _ = LaxStringList(raw, At(loc, "required_steps"), errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
@@ -499,15 +499,15 @@ func (x *extraction) verify(_ context.Context, st sessionState, req *object, out
 			continue
 		}
 		answered = true
-		args, err := parseBodyObject([]byte(it.Arguments))
+		args, err := ParseBody([]byte(it.Arguments))
 		if err != nil {
 			break
 		}
-		raw, ok := args.get("values")
+		raw, ok := args.Get("values")
 		if !ok {
 			break
 		}
-		var ignore validationErrors
+		var ignore ValidationErrors
 		if vals, ok := extractionNumbers(raw, nil, false, &ignore); ok {
 			submitted, answerOK = vals, true
 		}
@@ -531,12 +531,12 @@ func (x *extraction) verify(_ context.Context, st sessionState, req *object, out
 		}
 	}
 
-	found := st.found
+	found := st.Found
 	done := map[string]bool{}
 	if found {
 		var state extractionState
-		if err := json.Unmarshal(st.data, &state); err != nil {
-			return nil, &pyError{"ValueError", "corrupt extraction session state: " + err.Error()}
+		if err := json.Unmarshal(st.Data, &state); err != nil {
+			return nil, &PyError{"ValueError", "corrupt extraction session state: " + err.Error()}
 		}
 		done = state.Done
 	}
@@ -576,10 +576,10 @@ func (x *extraction) verify(_ context.Context, st sessionState, req *object, out
 	if found && accuracy && len(missing) == 0 {
 		reward, reason = 1.0, "ok"
 	}
-	return []field{
-		{"reward", pyFloat(reward)},
+	return []Field{
+		{"reward", PyFloat(reward)},
 		{"accuracy", accuracy},
-		{"set_overlap", pyFloat(setOverlap)},
+		{"set_overlap", PyFloat(setOverlap)},
 		{"order_failure", orderFailure},
 		{"missing_steps", len(missing)},
 		{"minefield_hit", minefieldHit},

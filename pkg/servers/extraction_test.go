@@ -492,7 +492,7 @@ func TestExtractionTools(t *testing.T) {
 	// Not every step done yet: the right answer scores 0 and says which steps are missing.
 	resp := func(args string) json.RawMessage {
 		return json.RawMessage(`{"id":"r","created_at":1,"model":"m","object":"response","parallel_tool_calls":false,"tool_choice":"auto","tools":[],"output":[` +
-			`{"type":"function_call","name":"submit_answer","arguments":` + string(marshalValue(args)) + `,"call_id":"c1"},` +
+			`{"type":"function_call","name":"submit_answer","arguments":` + string(MarshalValue(args)) + `,"call_id":"c1"},` +
 			`{"type":"function_call_output","call_id":"c1","output":"{}"},` +
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}`)
 	}

@@ -70,16 +70,16 @@ var interned = func() map[string]string {
 
 // scanObject reads data, one JSON object with optional white space around it, into an object.
 // false: data is not that (not JSON, or another kind of value); encoding/json is to tell which.
-func scanObject(data []byte) (*object, bool) {
+func scanObject(data []byte) (*Object, bool) {
 	s := jsonscan.New(data)
 	s.SkipSpace()
 	empty, ok := s.Begin('{')
 	if !ok {
 		return nil, false
 	}
-	obj := &object{}
+	obj := &Object{}
 	if !empty {
-		obj.members = make([]member, 0, 8)
+		obj.Members = make([]Member, 0, 8)
 		for {
 			start, end, kind, ok := s.Key()
 			if !ok {
@@ -111,24 +111,24 @@ func scanObject(data []byte) (*object, bool) {
 // add appends a member; a repeated key keeps its first position and takes the last value, like
 // a Python dict built by json.loads. Objects are small: a linear search beats a map until the
 // index is built.
-func (o *object) add(key string, raw json.RawMessage, compact bool) {
+func (o *Object) add(key string, raw json.RawMessage, compact bool) {
 	if o.index != nil {
 		if i, dup := o.index[key]; dup {
-			o.members[i].value, o.members[i].compact = raw, compact
+			o.Members[i].Value, o.Members[i].compact = raw, compact
 			return
 		}
-		o.index[key] = len(o.members)
-		o.members = append(o.members, member{key, raw, compact})
+		o.index[key] = len(o.Members)
+		o.Members = append(o.Members, Member{key, raw, compact})
 		return
 	}
-	for i := range o.members {
-		if o.members[i].key == key {
-			o.members[i].value, o.members[i].compact = raw, compact
+	for i := range o.Members {
+		if o.Members[i].Key == key {
+			o.Members[i].Value, o.Members[i].compact = raw, compact
 			return
 		}
 	}
-	o.members = append(o.members, member{key, raw, compact})
-	if len(o.members) > objectLinearMax {
+	o.Members = append(o.Members, Member{key, raw, compact})
+	if len(o.Members) > objectLinearMax {
 		o.buildIndex()
 	}
 }
@@ -137,13 +137,13 @@ func (o *object) add(key string, raw json.RawMessage, compact bool) {
 const objectLinearMax = 16
 
 // buildIndex makes the key index once the object is too big for linear lookups.
-func (o *object) buildIndex() {
-	if o.index != nil || len(o.members) <= objectLinearMax {
+func (o *Object) buildIndex() {
+	if o.index != nil || len(o.Members) <= objectLinearMax {
 		return
 	}
-	o.index = make(map[string]int, len(o.members))
-	for i, m := range o.members {
-		o.index[m.key] = i
+	o.index = make(map[string]int, len(o.Members))
+	for i, m := range o.Members {
+		o.index[m.Key] = i
 	}
 }
 
@@ -230,7 +230,7 @@ func appendCompact(dst, raw []byte) []byte {
 func appendString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			return append(dst, marshalValue(s)...)
+			return append(dst, MarshalValue(s)...)
 		}
 	}
 	dst = append(dst, '"')

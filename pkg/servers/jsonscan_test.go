@@ -61,20 +61,20 @@ func checkScan(t *testing.T, data []byte) {
 		t.Fatalf("scanObject(%q) ok %v; encoding/json: ok %v err %v", data, ok, slowOK, slowErr)
 	}
 	if ok {
-		if len(obj.members) != len(slow.members) {
-			t.Fatalf("scanObject(%q): %d members, encoding/json %d", data, len(obj.members), len(slow.members))
+		if len(obj.Members) != len(slow.Members) {
+			t.Fatalf("scanObject(%q): %d members, encoding/json %d", data, len(obj.Members), len(slow.Members))
 		}
-		for i, m := range obj.members {
-			g := slow.members[i]
-			if m.key != g.key || !bytes.Equal(m.value, g.value) {
-				t.Fatalf("scanObject(%q) member %d = %q: %s, encoding/json %q: %s", data, i, m.key, m.value, g.key, g.value)
+		for i, m := range obj.Members {
+			g := slow.Members[i]
+			if m.Key != g.Key || !bytes.Equal(m.Value, g.Value) {
+				t.Fatalf("scanObject(%q) member %d = %q: %s, encoding/json %q: %s", data, i, m.Key, m.Value, g.Key, g.Value)
 			}
-			if v, ok := obj.get(m.key); !ok || !bytes.Equal(v, g.value) {
-				t.Fatalf("scanObject(%q).get(%q) = %s %v", data, m.key, v, ok)
+			if v, ok := obj.Get(m.Key); !ok || !bytes.Equal(v, g.Value) {
+				t.Fatalf("scanObject(%q).get(%q) = %s %v", data, m.Key, v, ok)
 			}
 		}
 		// The echo writes the object as encoding/json's compaction does.
-		if got, want := marshalMembers(obj.members), oldMarshalMembers(slow.members); !bytes.Equal(got, want) {
+		if got, want := marshalMembers(obj.Members), oldMarshalMembers(slow.Members); !bytes.Equal(got, want) {
 			t.Fatalf("marshalMembers(%q) = %s, want %s", data, got, want)
 		}
 	}
@@ -106,7 +106,7 @@ func checkScan(t *testing.T, data []byte) {
 	if s, ok := decodeString(data); ok != (err == nil) || s != ws {
 		t.Fatalf("decodeString(%q) = %q %v, json.Unmarshal %q %v", data, s, ok, ws, err)
 	}
-	if got, want := appendString(nil, string(data)), marshalValue(string(data)); !bytes.Equal(got, want) {
+	if got, want := appendString(nil, string(data)), MarshalValue(string(data)); !bytes.Equal(got, want) {
 		t.Fatalf("appendString(%q) = %s, want %s", data, got, want)
 	}
 	if valid {
@@ -116,32 +116,32 @@ func checkScan(t *testing.T, data []byte) {
 			t.Fatalf("appendCompact(%q) = %s, want %s", data, got, c.Bytes())
 		}
 	}
-	if got, want := appendValue(nil, json.RawMessage(data)), marshalValue(json.RawMessage(data)); !bytes.Equal(got, want) {
+	if got, want := appendValue(nil, json.RawMessage(data)), MarshalValue(json.RawMessage(data)); !bytes.Equal(got, want) {
 		t.Fatalf("appendValue(%q) = %s, want %s", data, got, want)
 	}
 }
 
 // oldMarshalMembers is how an object's members were written: encoding/json for every key and
 // value.
-func oldMarshalMembers(members []member) []byte {
-	fields := make([]field, len(members))
+func oldMarshalMembers(members []Member) []byte {
+	fields := make([]Field, len(members))
 	for i, m := range members {
-		fields[i] = field{m.key, m.value}
+		fields[i] = Field{m.Key, m.Value}
 	}
 	return oldMarshalFields(fields)
 }
 
-// oldMarshalFields is marshalFields as it was: encoding/json for every key and value.
-func oldMarshalFields(fields []field) []byte {
+// oldMarshalFields is MarshalFields as it was: encoding/json for every key and value.
+func oldMarshalFields(fields []Field) []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, f := range fields {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.Write(marshalValue(f.key))
+		b.Write(MarshalValue(f.Key))
 		b.WriteByte(':')
-		b.Write(marshalValue(f.value))
+		b.Write(MarshalValue(f.Value))
 	}
 	b.WriteByte('}')
 	return b.Bytes()
@@ -151,16 +151,16 @@ func oldMarshalFields(fields []field) []byte {
 func TestAppendValue(t *testing.T) {
 	huge, _ := new(big.Int).SetString("-12345678901234567890123", 10)
 	for _, v := range []any{
-		true, false, 0, -7, 1 << 40, int64(-1 << 62), pyFloat(0), pyFloat(1), pyFloat(0.5), pyFloat(1e21), pyFloat(-2.5e-7),
+		true, false, 0, -7, 1 << 40, int64(-1 << 62), PyFloat(0), PyFloat(1), PyFloat(0.5), PyFloat(1e21), PyFloat(-2.5e-7),
 		big.NewInt(0), big.NewInt(-3), huge, (*big.Int)(nil), "", "plain", "é<>&\u2028\x01\"\\\x7f\xff", json.RawMessage(` [1, 2] `),
 		json.RawMessage(nil), json.RawMessage(`{"a":`), 1.5, []string{"x"}, map[string]any{"b": 1, "a": "<"},
 	} {
-		if got, want := appendValue(nil, v), marshalValue(v); !bytes.Equal(got, want) {
+		if got, want := appendValue(nil, v), MarshalValue(v); !bytes.Equal(got, want) {
 			t.Errorf("appendValue(%#v) = %s, want %s", v, got, want)
 		}
 	}
-	fields := []field{{"reward", pyFloat(1)}, {"a\nb", "x"}, {"count", big.NewInt(2)}, {"raw", json.RawMessage(`{ "k" : "v w" }`)}}
-	if got, want := marshalFields(fields), oldMarshalFields(fields); !bytes.Equal(got, want) {
+	fields := []Field{{"reward", PyFloat(1)}, {"a\nb", "x"}, {"count", big.NewInt(2)}, {"raw", json.RawMessage(`{ "k" : "v w" }`)}}
+	if got, want := MarshalFields(fields), oldMarshalFields(fields); !bytes.Equal(got, want) {
 		t.Errorf("marshalFields = %s, want %s", got, want)
 	}
 }

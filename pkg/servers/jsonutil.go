@@ -12,61 +12,61 @@ import (
 	"unicode/utf8"
 )
 
-// field is one member of a JSON object. value is anything encoding/json can write;
+// Field is one member of a JSON object. value is anything encoding/json can write;
 // json.RawMessage values are written as they are.
-type field struct {
-	key   string
-	value any
+type Field struct {
+	Key   string
+	Value any
 }
 
-// object is a JSON object that keeps its members' order and raw values, so that /verify can echo
+// Object is a JSON Object that keeps its members' order and raw values, so that /verify can echo
 // the request's fields as they came.
-type object struct {
-	members []member
+type Object struct {
+	Members []Member
 	// index finds a member by key once there are more than objectLinearMax of them (nil until
 	// then: a few comparisons are cheaper than a map).
 	index map[string]int
 }
 
-// member is one member of an object: its key and its value as written.
-type member struct {
-	key   string
-	value json.RawMessage
+// Member is one Member of an object: its key and its value as written.
+type Member struct {
+	Key   string
+	Value json.RawMessage
 	// compact: value is valid JSON without white space outside its strings, so it is written
 	// as it is (json.Compact would not change it).
 	compact bool
 }
 
-func (o *object) get(key string) (json.RawMessage, bool) {
+func (o *Object) Get(key string) (json.RawMessage, bool) {
 	if o.index != nil {
 		i, ok := o.index[key]
 		if !ok {
 			return nil, false
 		}
-		return o.members[i].value, true
+		return o.Members[i].Value, true
 	}
-	for _, m := range o.members {
-		if m.key == key {
-			return m.value, true
+	for _, m := range o.Members {
+		if m.Key == key {
+			return m.Value, true
 		}
 	}
 	return nil, false
 }
 
-// decodeObject parses data as one JSON object. ok is false when data is valid JSON but not an
+// DecodeObject parses data as one JSON object. ok is false when data is valid JSON but not an
 // object; err is set when data is not valid JSON. A repeated key keeps its first position and its
 // last value, like a Python dict built by json.loads. The values are data's own bytes (not
 // copies, with no spare capacity).
-func decodeObject(data []byte) (obj *object, ok bool, err error) {
+func DecodeObject(data []byte) (obj *Object, ok bool, err error) {
 	if obj, ok := scanObject(data); ok {
 		return obj, true, nil
 	}
 	return decodeObjectSlow(data)
 }
 
-// decodeObjectSlow is decodeObject by encoding/json alone: for what scanObject does not take
+// decodeObjectSlow is DecodeObject by encoding/json alone: for what scanObject does not take
 // (invalid JSON, whose error it words, and values that are not objects).
-func decodeObjectSlow(data []byte) (obj *object, ok bool, err error) {
+func decodeObjectSlow(data []byte) (obj *Object, ok bool, err error) {
 	if !json.Valid(data) {
 		var v any
 		err = json.Unmarshal(data, &v)
@@ -83,7 +83,7 @@ func decodeObjectSlow(data []byte) (obj *object, ok bool, err error) {
 	if d, isDelim := tok.(json.Delim); !isDelim || d != '{' {
 		return nil, false, nil
 	}
-	obj = &object{}
+	obj = &Object{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -103,20 +103,20 @@ func decodeObjectSlow(data []byte) (obj *object, ok bool, err error) {
 	return obj, true, nil
 }
 
-// parseBodyObject reads a request body the way FastAPI reads a body model: a missing body, a body
+// ParseBody reads a request body the way FastAPI reads a body model: a missing body, a body
 // that is not JSON and a JSON value that is not an object are each a 422.
-func parseBodyObject(body []byte) (*object, error) {
+func ParseBody(body []byte) (*Object, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
-		return nil, validationErrors{{Type: "missing", Loc: []any{"body"}, Msg: "Field required", Input: nil}}
+		return nil, ValidationErrors{{Type: "missing", Loc: []any{"body"}, Msg: "Field required", Input: nil}}
 	}
-	obj, ok, err := decodeObject(trimmed)
+	obj, ok, err := DecodeObject(trimmed)
 	if err != nil {
 		pos := 0
 		if se, isSyn := err.(*json.SyntaxError); isSyn {
 			pos = int(se.Offset)
 		}
-		return nil, validationErrors{{
+		return nil, ValidationErrors{{
 			Type:  "json_invalid",
 			Loc:   []any{"body", pos},
 			Msg:   "JSON decode error",
@@ -125,7 +125,7 @@ func parseBodyObject(body []byte) (*object, error) {
 		}}
 	}
 	if !ok {
-		return nil, validationErrors{{
+		return nil, ValidationErrors{{
 			Type:  "model_attributes_type",
 			Loc:   []any{"body"},
 			Msg:   "Input should be a valid dictionary or object to extract fields from",
@@ -135,12 +135,12 @@ func parseBodyObject(body []byte) (*object, error) {
 	return obj, nil
 }
 
-// marshalFields writes fields as one compact JSON object, without HTML escaping.
-func marshalFields(fields []field) []byte {
+// MarshalFields writes fields as one compact JSON object, without HTML escaping.
+func MarshalFields(fields []Field) []byte {
 	n := 2
 	for _, f := range fields {
-		n += len(f.key) + 4
-		if raw, ok := f.value.(json.RawMessage); ok {
+		n += len(f.Key) + 4
+		if raw, ok := f.Value.(json.RawMessage); ok {
 			n += len(raw)
 		} else {
 			n += 8
@@ -150,20 +150,20 @@ func marshalFields(fields []field) []byte {
 }
 
 // appendFields appends fields as one compact JSON object, without HTML escaping.
-func appendFields(b []byte, fields []field) []byte {
+func appendFields(b []byte, fields []Field) []byte {
 	b = append(b, '{')
 	for i, f := range fields {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, f.key)
+		b = appendString(b, f.Key)
 		b = append(b, ':')
-		b = appendValue(b, f.value)
+		b = appendValue(b, f.Value)
 	}
 	return append(b, '}')
 }
 
-// appendValue appends marshalValue(v), writing the common kinds without encoding/json.
+// appendValue appends MarshalValue(v), writing the common kinds without encoding/json.
 func appendValue(b []byte, v any) []byte {
 	switch x := v.(type) {
 	case json.RawMessage:
@@ -179,51 +179,51 @@ func appendValue(b []byte, v any) []byte {
 			return append(b, "null"...)
 		}
 		return x.Append(b, 10)
-	case pyFloat:
+	case PyFloat:
 		if f, err := x.MarshalJSON(); err == nil {
 			return append(b, f...)
 		}
 	case string:
 		return appendString(b, x)
 	}
-	return append(b, marshalValue(v)...)
+	return append(b, MarshalValue(v)...)
 }
 
-// appendRaw appends marshalValue(raw): raw compacted, or raw as it is when it is not valid JSON.
+// appendRaw appends MarshalValue(raw): raw compacted, or raw as it is when it is not valid JSON.
 func appendRaw(b []byte, raw json.RawMessage) []byte {
 	if validJSON(raw) {
 		return appendCompact(b, raw)
 	}
-	return append(b, marshalValue(raw)...)
+	return append(b, MarshalValue(raw)...)
 }
 
-// marshalMembers writes members as one compact JSON object, as marshalFields writes them.
-func marshalMembers(members []member) []byte {
+// marshalMembers writes members as one compact JSON object, as MarshalFields writes them.
+func marshalMembers(members []Member) []byte {
 	n := 2
 	for _, m := range members {
-		n += len(m.key) + 4 + len(m.value)
+		n += len(m.Key) + 4 + len(m.Value)
 	}
 	b := append(make([]byte, 0, n), '{')
 	for i, m := range members {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, m.key)
+		b = appendString(b, m.Key)
 		b = append(b, ':')
 		b = m.appendValue(b)
 	}
 	return append(b, '}')
 }
 
-// appendValue appends the member's value as marshalValue writes it.
-func (m *member) appendValue(b []byte) []byte {
+// appendValue appends the member's value as MarshalValue writes it.
+func (m *Member) appendValue(b []byte) []byte {
 	if m.compact {
-		return append(b, m.value...)
+		return append(b, m.Value...)
 	}
-	return appendRaw(b, m.value)
+	return appendRaw(b, m.Value)
 }
 
-func marshalValue(v any) []byte {
+func MarshalValue(v any) []byte {
 	if raw, ok := v.(json.RawMessage); ok {
 		var b bytes.Buffer
 		if err := json.Compact(&b, raw); err == nil {
@@ -240,10 +240,10 @@ func marshalValue(v any) []byte {
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
-// pyFloat is a float written the way Python writes one (1.0, not 1).
-type pyFloat float64
+// PyFloat is a float written the way Python writes one (1.0, not 1).
+type PyFloat float64
 
-func (f pyFloat) MarshalJSON() ([]byte, error) {
+func (f PyFloat) MarshalJSON() ([]byte, error) {
 	v := float64(f)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil, fmt.Errorf("servers: %v is not valid JSON", v)
@@ -305,9 +305,9 @@ func pythonJSON(compact []byte) []byte {
 	return b.Bytes()
 }
 
-// decodePython decodes JSON into plain Go values the way Python's json.loads does for the cases
+// DecodePython decodes JSON into plain Go values the way Python's json.loads does for the cases
 // that matter here: numbers stay exact (json.Number), objects are maps.
-func decodePython(data []byte) (any, error) {
+func DecodePython(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var v any
@@ -320,9 +320,9 @@ func decodePython(data []byte) (any, error) {
 	return v, nil
 }
 
-// jsonErrorMessage is a JSON syntax error in the words of Python's json module, as far as it can
+// JSONErrorMessage is a JSON syntax error in the words of Python's json module, as far as it can
 // be told.
-func jsonErrorMessage(data []byte, err error) string {
+func JSONErrorMessage(data []byte, err error) string {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return "Expecting value: line 1 column 1 (char 0)"
 	}

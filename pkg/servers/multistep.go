@@ -35,9 +35,9 @@ type multiStep struct {
 	name string
 }
 
-func newMultiStep(name string, _ store.Store) resourceServer { return &multiStep{name: name} }
+func newMultiStep(name string, _ store.Store) ResourceServer { return &multiStep{name: name} }
 
-func (m *multiStep) tool(name string) (toolFunc, bool) {
+func (m *multiStep) tool(name string) (ToolFunc, bool) {
 	switch name {
 	case "get_synonym_value":
 		return m.getSynonymValue, true
@@ -57,58 +57,58 @@ func synonymValue(s string) int64 {
 	return sum
 }
 
-func (m *multiStep) getSynonymValue(_ context.Context, _ string, body []byte) ([]field, error) {
-	args, err := parseBodyObject(body)
+func (m *multiStep) getSynonymValue(_ context.Context, _ string, body []byte) ([]Field, error) {
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	var synonym string
-	if raw, ok := required(args, "synonym", []any{"body"}, &errs); ok {
-		synonym, _ = laxString(raw, []any{"body", "synonym"}, &errs)
+	if raw, ok := Required(args, "synonym", []any{"body"}, &errs); ok {
+		synonym, _ = LaxString(raw, []any{"body", "synonym"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return []field{{"synonym_value", synonymValue(synonym)}}, nil
+	return []Field{{"synonym_value", synonymValue(synonym)}}, nil
 }
 
-func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byte) ([]field, error) {
-	args, err := parseBodyObject(body)
+func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byte) ([]Field, error) {
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs validationErrors
-	if raw, ok := required(args, "synonym_values", []any{"body"}, &errs); ok {
-		laxIntList(raw, []any{"body", "synonym_values"}, &errs)
+	var errs ValidationErrors
+	if raw, ok := Required(args, "synonym_values", []any{"body"}, &errs); ok {
+		LaxIntList(raw, []any{"body", "synonym_values"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return []field{{"success", true}}, nil
+	return []Field{{"success", true}}, nil
 }
 
-func (m *multiStep) seedSession(context.Context, string, *object) error { return nil }
+func (m *multiStep) seedSession(context.Context, string, *Object) error { return nil }
 
-func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, output []outputItem, errs *validationErrors) ([]field, error) {
+func (m *multiStep) verify(_ context.Context, _ SessionState, req *Object, output []OutputItem, errs *ValidationErrors) ([]Field, error) {
 	loc := []any{"body"}
-	if raw, ok := required(req, "id", loc, errs); ok {
-		laxInt(raw, at(loc, "id"), errs)
+	if raw, ok := Required(req, "id", loc, errs); ok {
+		LaxInt(raw, At(loc, "id"), errs)
 	}
 	var expected []*big.Int
-	if raw, ok := required(req, "expected_synonym_values", loc, errs); ok {
-		expected, _ = laxIntList(raw, at(loc, "expected_synonym_values"), errs)
+	if raw, ok := Required(req, "expected_synonym_values", loc, errs); ok {
+		expected, _ = LaxIntList(raw, At(loc, "expected_synonym_values"), errs)
 	}
-	if raw, ok := required(req, "expected_synonyms", loc, errs); ok {
-		laxStringList(raw, at(loc, "expected_synonyms"), errs)
+	if raw, ok := Required(req, "expected_synonyms", loc, errs); ok {
+		LaxStringList(raw, At(loc, "expected_synonyms"), errs)
 	}
 	var label string
-	if raw, ok := required(req, "minefield_label", loc, errs); ok {
-		label, _ = laxString(raw, at(loc, "minefield_label"), errs)
+	if raw, ok := Required(req, "minefield_label", loc, errs); ok {
+		label, _ = LaxString(raw, At(loc, "minefield_label"), errs)
 	}
 	var labelValue *big.Int
-	if raw, ok := required(req, "minefield_label_value", loc, errs); ok {
-		labelValue, _ = laxInt(raw, at(loc, "minefield_label_value"), errs)
+	if raw, ok := Required(req, "minefield_label_value", loc, errs); ok {
+		labelValue, _ = LaxInt(raw, At(loc, "minefield_label_value"), errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
@@ -120,16 +120,16 @@ func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, outpu
 		if item.Type != "function_call" || normalizeToolName(item.Name, m.name) != "extract_synonym_values" {
 			continue
 		}
-		args, err := decodePython([]byte(item.Arguments))
+		args, err := DecodePython([]byte(item.Arguments))
 		if err != nil {
-			return nil, &pyError{"JSONDecodeError", jsonErrorMessage([]byte(item.Arguments), err)}
+			return nil, &PyError{"JSONDecodeError", JSONErrorMessage([]byte(item.Arguments), err)}
 		}
 		obj, ok := args.(map[string]any)
 		if !ok {
 			return nil, subscriptError(args)
 		}
 		if actual, ok = obj["synonym_values"]; !ok {
-			return nil, &pyError{"KeyError", "synonym_values"}
+			return nil, &PyError{"KeyError", "synonym_values"}
 		}
 		break
 	}
@@ -139,28 +139,28 @@ func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, outpu
 	switch a := actual.(type) {
 	case []any:
 		for _, v := range a {
-			if !pyHashable(v) {
-				return nil, &pyError{"TypeError", fmt.Sprintf("unhashable type: '%s'", pyTypeName(v))}
+			if !PyHashable(v) {
+				return nil, &PyError{"TypeError", fmt.Sprintf("unhashable type: '%s'", PyTypeName(v))}
 			}
 		}
 	case string, map[string]any:
 	default:
-		return nil, &pyError{"TypeError", fmt.Sprintf("'%s' object is not iterable", pyTypeName(actual))}
+		return nil, &PyError{"TypeError", fmt.Sprintf("'%s' object is not iterable", PyTypeName(actual))}
 	}
 	if len(expected) == 0 {
-		return nil, &pyError{"ZeroDivisionError", "division by zero"}
+		return nil, &PyError{"ZeroDivisionError", "division by zero"}
 	}
 	if !isList {
 		// A str or dict gets through set(), `in` and the arithmetic (or fails in `in`), but
 		// never through the response model's List[int].
 		if s, isStr := actual.(string); isStr && !strings.Contains(s, label) {
-			return nil, &pyError{"TypeError", "'in <string>' requires string as left operand, not int"}
+			return nil, &PyError{"TypeError", "'in <string>' requires string as left operand, not int"}
 		}
 		return nil, responseValidationError("parsed_synonym_values", "Input should be a valid list")
 	}
 
-	expectedPy := intsToPy(expected)
-	accuracy := pyEqual(expectedPy, list)
+	expectedPy := IntsToPy(expected)
+	accuracy := PyEqual(expectedPy, list)
 	overlap := 0
 	for i, e := range expectedPy {
 		if containsPy(expectedPy[:i], e) {
@@ -175,7 +175,7 @@ func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, outpu
 
 	parsed := make([]*big.Int, len(list))
 	for i, a := range list {
-		n, msg := pyLaxInt(a)
+		n, msg := PyLaxInt(a)
 		if msg != "" {
 			return nil, responseValidationError(fmt.Sprintf("parsed_synonym_values.%d", i), msg)
 		}
@@ -186,11 +186,11 @@ func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, outpu
 	if accuracy {
 		reward = 1.0
 	}
-	return []field{
-		{"reward", pyFloat(reward)},
+	return []Field{
+		{"reward", PyFloat(reward)},
 		{"parsed_synonym_values", parsed},
 		{"accuracy", accuracy},
-		{"set_overlap", pyFloat(setOverlap)},
+		{"set_overlap", PyFloat(setOverlap)},
 		{"original_term_minefield_hit", minefieldHit},
 		{"order_instruction_following_failure", !accuracy && setOverlap == 1.0},
 	}, nil
@@ -199,7 +199,7 @@ func (m *multiStep) verify(_ context.Context, _ sessionState, req *object, outpu
 // containsPy is Python's `v in list`.
 func containsPy(list []any, v any) bool {
 	for _, a := range list {
-		if pyEqual(a, v) {
+		if PyEqual(a, v) {
 			return true
 		}
 	}
@@ -210,17 +210,17 @@ func containsPy(list []any, v any) bool {
 func subscriptError(v any) error {
 	switch v.(type) {
 	case []any:
-		return &pyError{"TypeError", "list indices must be integers or slices, not str"}
+		return &PyError{"TypeError", "list indices must be integers or slices, not str"}
 	case string:
-		return &pyError{"TypeError", "string indices must be integers, not 'str'"}
+		return &PyError{"TypeError", "string indices must be integers, not 'str'"}
 	}
-	return &pyError{"TypeError", fmt.Sprintf("'%s' object is not subscriptable", pyTypeName(v))}
+	return &PyError{"TypeError", fmt.Sprintf("'%s' object is not subscriptable", PyTypeName(v))}
 }
 
 // responseValidationError is the pydantic ValidationError raised when the verify response model
 // rejects a value the verify function computed.
 func responseValidationError(loc, msg string) error {
-	return &pyError{"ValidationError", "1 validation error for ExampleMultiStepVerifyResponse\n" + loc + "\n  " + msg}
+	return &PyError{"ValidationError", "1 validation error for ExampleMultiStepVerifyResponse\n" + loc + "\n  " + msg}
 }
 
 // normalizeToolName strips this server's MCP namespace ("mcp__<server>__") from a tool-call name,

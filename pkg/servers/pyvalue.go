@@ -7,11 +7,11 @@ import (
 	"strings"
 )
 
-// Python value semantics for values decoded by decodePython (nil, bool, json.Number, string,
+// Python value semantics for values decoded by DecodePython (nil, bool, json.Number, string,
 // []any, map[string]any), enough to compute what the Python verify functions compute.
 
-// pyTypeName is the Python type name of v.
-func pyTypeName(v any) string {
+// PyTypeName is the Python type name of v.
+func PyTypeName(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "NoneType"
@@ -61,8 +61,8 @@ func pyNumber(v any) (*big.Rat, bool) {
 	return nil, false
 }
 
-// pyEqual is Python's == for decoded JSON values.
-func pyEqual(a, b any) bool {
+// PyEqual is Python's == for decoded JSON values.
+func PyEqual(a, b any) bool {
 	if ra, ok := pyNumber(a); ok {
 		rb, ok := pyNumber(b)
 		return ok && ra.Cmp(rb) == 0
@@ -79,7 +79,7 @@ func pyEqual(a, b any) bool {
 			return false
 		}
 		for i := range x {
-			if !pyEqual(x[i], y[i]) {
+			if !PyEqual(x[i], y[i]) {
 				return false
 			}
 		}
@@ -91,7 +91,7 @@ func pyEqual(a, b any) bool {
 		}
 		for k, v := range x {
 			w, ok := y[k]
-			if !ok || !pyEqual(v, w) {
+			if !ok || !PyEqual(v, w) {
 				return false
 			}
 		}
@@ -100,8 +100,8 @@ func pyEqual(a, b any) bool {
 	return false
 }
 
-// pyHashable reports whether v can be a member of a Python set.
-func pyHashable(v any) bool {
+// PyHashable reports whether v can be a member of a Python set.
+func PyHashable(v any) bool {
 	switch v.(type) {
 	case []any, map[string]any:
 		return false
@@ -109,8 +109,8 @@ func pyHashable(v any) bool {
 	return true
 }
 
-// intsToPy turns validated ints into values comparable with pyEqual.
-func intsToPy(ns []*big.Int) []any {
+// IntsToPy turns validated ints into values comparable with PyEqual.
+func IntsToPy(ns []*big.Int) []any {
 	out := make([]any, len(ns))
 	for i, n := range ns {
 		out[i] = json.Number(n.String())
@@ -118,9 +118,9 @@ func intsToPy(ns []*big.Int) []any {
 	return out
 }
 
-// pyLaxInt converts a Python value to int as a pydantic int field does in lax mode; the error
+// PyLaxInt converts a Python value to int as a pydantic int field does in lax mode; the error
 // message is pydantic's.
-func pyLaxInt(v any) (*big.Int, string) {
+func PyLaxInt(v any) (*big.Int, string) {
 	switch x := v.(type) {
 	case bool:
 		if x {

@@ -51,7 +51,7 @@ type builtin struct {
 	// class is the Python class name; with the name it forms the session cookie name, as NeMo
 	// Gym's get_session_middleware_key does ("<Class>___<name>").
 	class string
-	make  func(name string, st store.Store) resourceServer
+	make  func(name string, st store.Store) ResourceServer
 }
 
 // builtins is the registry, filled by each server's file with register in an init function.
@@ -135,35 +135,35 @@ func New(name string, opts Options) (*Server, error) {
 	return nil, fmt.Errorf("servers: unknown resource server %q (built-in: %s)", name, strings.Join(Names(), ", "))
 }
 
-// resourceServer is one server's behaviour; the handler does routing, sessions and errors.
+// ResourceServer is one server's behaviour; the handler does routing, sessions and errors.
 // Implementations guard their own state: methods are called concurrently.
-type resourceServer interface {
+type ResourceServer interface {
 	// tool returns the tool endpoint of that name.
-	tool(name string) (toolFunc, bool)
+	tool(name string) (ToolFunc, bool)
 	// seedSession sets up the session's state from the task row.
-	seedSession(ctx context.Context, sid string, row *object) error
+	seedSession(ctx context.Context, sid string, row *Object) error
 	// verify scores a trajectory. It first validates its own fields of the request into errs;
 	// when errs is then not empty (the handler's checks of responses_create_params and response
 	// are already in it) it returns at once with nothing. Otherwise it returns the fields to add
 	// to the echoed request, "reward" first, or the error the Python would raise. A stateful
-	// server scores st, the session's state as the handler read it (see sessionState); it never
+	// server scores st, the session's state as the handler read it (see SessionState); it never
 	// reads the store again.
-	verify(ctx context.Context, st sessionState, req *object, output []outputItem, errs *validationErrors) ([]field, error)
+	verify(ctx context.Context, st SessionState, req *Object, output []OutputItem, errs *ValidationErrors) ([]Field, error)
 }
 
-// sessionState is the state of the session of a /verify, read from the store once by the handler
+// SessionState is the state of the session of a /verify, read from the store once by the handler
 // (stateful servers only; the zero value for the others). The check that a seeded session was
 // not lost and the score use this one read: with two, the store could lose the state in between
 // (a Redis restarted empty), the check pass and the score find nothing, and a lost session would
 // be scored 0 with a 200 instead of answered 409 session_not_found.
-type sessionState struct {
-	data  []byte
-	found bool // false: the session has no state (and was not seeded: a lost seeded one is a 409)
+type SessionState struct {
+	Data  []byte
+	Found bool // false: the session has no state (and was not seeded: a lost seeded one is a 409)
 }
 
-// toolFunc serves one tool. body is the raw request body (the model's arguments). It returns the
+// ToolFunc serves one tool. body is the raw request body (the model's arguments). It returns the
 // result as ordered fields, written the way NeMo Gym's recorded tool outputs are written.
-type toolFunc func(ctx context.Context, sid string, body []byte) ([]field, error)
+type ToolFunc func(ctx context.Context, sid string, body []byte) ([]Field, error)
 
 type handler struct {
 	name       string
@@ -174,7 +174,7 @@ type handler struct {
 	key          []byte
 	macs         *sync.Pool // of HMAC-SHA256 hashes keyed with key
 	store        store.Store
-	impl         resourceServer
+	impl         ResourceServer
 }
 
 // cookieSuffix is the attributes of the session cookie as http.SetCookie writes them after the
@@ -185,7 +185,7 @@ func cookieSuffix(name string) string {
 	return strings.TrimPrefix(s, name+"="+v)
 }
 
-// statefulServer is a resourceServer that keeps a session's state in the store from
+// statefulServer is a ResourceServer that keeps a session's state in the store from
 // seed_session on; its verify needs that state.
 type statefulServer interface {
 	keepsState()
@@ -213,7 +213,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		row, err := parseBodyObject(body)
+		row, err := ParseBody(body)
 		if err == nil {
 			err = h.impl.seedSession(r.Context(), sid, row)
 		}
@@ -228,19 +228,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		var st sessionState
+		var st SessionState
 		if stateful {
-			// One read, for the lost-session check and the score (sessionState).
+			// One read, for the lost-session check and the score (SessionState).
 			data, found, err := h.store.Get(r.Context(), sid)
 			if err != nil {
 				writeError(w, err)
 				return
 			}
-			if lostSession(sid, found) {
-				writeError(w, errSessionLost)
+			if LostSession(sid, found) {
+				writeError(w, ErrSessionLost)
 				return
 			}
-			st = sessionState{data: data, found: found}
+			st = SessionState{Data: data, Found: found}
 		}
 		h.serveVerify(w, r.Context(), st, body)
 		return
@@ -278,16 +278,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, pythonJSON(marshalFields(fields)))
+	writeJSON(w, http.StatusOK, pythonJSON(MarshalFields(fields)))
 }
 
-func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, st sessionState, body []byte) {
-	req, err := parseBodyObject(body)
+func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, st SessionState, body []byte) {
+	req, err := ParseBody(body)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	output := validateVerifyRequest(req, &errs)
 	extra, err := h.impl.verify(ctx, st, req, output, &errs)
 	switch {
@@ -302,18 +302,18 @@ func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, st ses
 
 // echo is the verify answer: the request's fields in their order, then the verify fields (a
 // request field of the same name gives way to the verify field).
-func echo(req *object, extra []field) []byte {
+func echo(req *Object, extra []Field) []byte {
 	n := 2 + 24*len(extra)
-	for _, m := range req.members {
-		n += len(m.key) + 4 + len(m.value)
+	for _, m := range req.Members {
+		n += len(m.Key) + 4 + len(m.Value)
 	}
 	b := append(make([]byte, 0, n), '{')
 	first := true
 outer:
-	for i := range req.members {
-		m := &req.members[i]
+	for i := range req.Members {
+		m := &req.Members[i]
 		for _, e := range extra {
-			if e.key == m.key {
+			if e.Key == m.Key {
 				continue outer
 			}
 		}
@@ -321,7 +321,7 @@ outer:
 			b = append(b, ',')
 		}
 		first = false
-		b = appendString(b, m.key)
+		b = appendString(b, m.Key)
 		b = append(b, ':')
 		b = m.appendValue(b)
 	}
@@ -330,16 +330,16 @@ outer:
 			b = append(b, ',')
 		}
 		first = false
-		b = appendString(b, f.key)
+		b = appendString(b, f.Key)
 		b = append(b, ':')
-		b = appendValue(b, f.value)
+		b = appendValue(b, f.Value)
 	}
 	return append(b, '}')
 }
 
-// errSessionLost answers a request of a session that was seeded and whose state is gone: 409
+// ErrSessionLost answers a request of a session that was seeded and whose state is gone: 409
 // session_not_found.
-var errSessionLost = sessionLostError{}
+var ErrSessionLost = sessionLostError{}
 
 type sessionLostError struct{}
 
@@ -347,13 +347,13 @@ func (sessionLostError) Error() string {
 	return "session_not_found: this session was seeded, but the session store no longer has its state"
 }
 
-func (sessionLostError) statusBody() (int, []byte) {
+func (sessionLostError) StatusBody() (int, []byte) {
 	return http.StatusConflict, []byte(`{"error":"session_not_found","detail":"this session was seeded, but the session store no longer has its state (its TTL ran out, or the store restarted empty); run the rollout again"}`)
 }
 
-// lostSession reports whether a session without state (ok false) was seeded: its id has the
+// LostSession reports whether a session without state (ok false) was seeded: its id has the
 // seeded mark.
-func lostSession(sid string, ok bool) bool { return !ok && strings.HasPrefix(sid, seededPrefix) }
+func LostSession(sid string, ok bool) bool { return !ok && strings.HasPrefix(sid, seededPrefix) }
 
 // session returns the request's session id, starting a new session when the request carries no
 // validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).
@@ -463,38 +463,38 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 	writeJSON(w, http.StatusMethodNotAllowed, []byte(`{"detail":"Method Not Allowed"}`))
 }
 
-// pyError is an exception the Python server would raise while handling a request; NeMo Gym's
+// PyError is an exception the Python server would raise while handling a request; NeMo Gym's
 // exception middleware answers it 500 with repr(e) as a JSON string.
-type pyError struct {
-	class string // Python exception class, e.g. "KeyError"
-	msg   string
+type PyError struct {
+	Class string // Python exception class, e.g. "KeyError"
+	Msg   string
 }
 
-func (e *pyError) Error() string { return e.class + "(" + pyRepr(e.msg) + ")" }
+func (e *PyError) Error() string { return e.Class + "(" + pyRepr(e.Msg) + ")" }
 
-// statusBodyError is an error answered with its own status and JSON body, e.g. a FastAPI
+// StatusBodyError is an error answered with its own status and JSON body, e.g. a FastAPI
 // HTTPException {"detail": …}: 409 for a tool called before /seed_session, 404 for an unknown id.
-type statusBodyError interface {
+type StatusBodyError interface {
 	error
-	statusBody() (status int, body []byte)
+	StatusBody() (status int, body []byte)
 }
 
-// writeError answers err: a statusBodyError its status and body, validation errors 422
+// writeError answers err: a StatusBodyError its status and body, validation errors 422
 // (FastAPI's shape), anything else 500.
 func writeError(w http.ResponseWriter, err error) {
-	var serr statusBodyError
+	var serr StatusBodyError
 	if errors.As(err, &serr) {
-		status, body := serr.statusBody()
+		status, body := serr.StatusBody()
 		writeJSON(w, status, body)
 		return
 	}
-	var verrs validationErrors
+	var verrs ValidationErrors
 	if errors.As(err, &verrs) {
-		body := marshalFields([]field{{"detail", []fieldError(verrs)}})
+		body := MarshalFields([]Field{{"detail", []FieldError(verrs)}})
 		writeJSON(w, http.StatusUnprocessableEntity, body)
 		return
 	}
-	writeJSON(w, http.StatusInternalServerError, marshalValue(err.Error()))
+	writeJSON(w, http.StatusInternalServerError, MarshalValue(err.Error()))
 }
 
 // pyRepr renders s as Python's repr of a str (close enough for error messages).

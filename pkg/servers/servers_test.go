@@ -902,7 +902,7 @@ func TestPythonJSON(t *testing.T) {
 		}
 	}
 	for f, want := range map[float64]string{1: "1.0", 0: "0.0", 0.5: "0.5", 2.0 / 3: "0.6666666666666666", 1e21: "1e+21"} {
-		if got, _ := pyFloat(f).MarshalJSON(); string(got) != want {
+		if got, _ := PyFloat(f).MarshalJSON(); string(got) != want {
 			t.Errorf("pyFloat(%v) = %s, want %s", f, got, want)
 		}
 	}

@@ -54,7 +54,7 @@ type stateCounter struct {
 // stateCounterHistory bounds the history kept in a session's state.
 const stateCounterHistory = 32
 
-func newStateCounter(_ string, st store.Store) resourceServer {
+func newStateCounter(_ string, st store.Store) ResourceServer {
 	return &stateCounter{store: st}
 }
 
@@ -82,8 +82,8 @@ func (*sessionNotFoundError) Error() string {
 	return "session_not_found: this session has no counter"
 }
 
-func (*sessionNotFoundError) statusBody() (int, []byte) {
-	return http.StatusConflict, marshalFields([]field{
+func (*sessionNotFoundError) StatusBody() (int, []byte) {
+	return http.StatusConflict, MarshalFields([]Field{
 		{"error", "session_not_found"},
 		{"message", "This session has no counter: it was never seeded, its cookie was lost, or it expired or ended. " +
 			"Call seed_session first (with the task row), and keep the session cookie for every call."},
@@ -101,7 +101,7 @@ func decodeCounterState(data []byte) (*counterState, error) {
 	return &st, nil
 }
 
-func (c *stateCounter) tool(name string) (toolFunc, bool) {
+func (c *stateCounter) tool(name string) (ToolFunc, bool) {
 	switch name {
 	case "increment_counter":
 		return c.add(name, 1), true
@@ -115,11 +115,11 @@ func (c *stateCounter) tool(name string) (toolFunc, bool) {
 	return nil, false
 }
 
-func (c *stateCounter) seedSession(ctx context.Context, sid string, row *object) error {
+func (c *stateCounter) seedSession(ctx context.Context, sid string, row *Object) error {
 	initial := new(big.Int)
-	if raw, ok := row.get("initial_count"); ok && !isNull(raw) {
-		var errs validationErrors
-		n, ok := laxInt(raw, []any{"body", "initial_count"}, &errs)
+	if raw, ok := row.Get("initial_count"); ok && !IsNull(raw) {
+		var errs ValidationErrors
+		n, ok := LaxInt(raw, []any{"body", "initial_count"}, &errs)
 		if !ok {
 			return errs
 		}
@@ -164,16 +164,16 @@ func (c *stateCounter) call(ctx context.Context, sid, tool string, by *big.Int, 
 }
 
 // add is increment_counter (sign 1) and decrement_counter (sign -1).
-func (c *stateCounter) add(tool string, sign int64) toolFunc {
-	return func(ctx context.Context, sid string, body []byte) ([]field, error) {
-		args, err := parseBodyObject(body)
+func (c *stateCounter) add(tool string, sign int64) ToolFunc {
+	return func(ctx context.Context, sid string, body []byte) ([]Field, error) {
+		args, err := ParseBody(body)
 		if err != nil {
 			return nil, err
 		}
-		var errs validationErrors
+		var errs ValidationErrors
 		var by *big.Int
-		if raw, ok := required(args, "count", []any{"body"}, &errs); ok {
-			by, _ = laxInt(raw, []any{"body", "count"}, &errs)
+		if raw, ok := Required(args, "count", []any{"body"}, &errs); ok {
+			by, _ = LaxInt(raw, []any{"body", "count"}, &errs)
 		}
 		if len(errs) > 0 {
 			return nil, errs
@@ -183,40 +183,40 @@ func (c *stateCounter) add(tool string, sign int64) toolFunc {
 		if err != nil {
 			return nil, err
 		}
-		return []field{{"success", true}, {"count", n}}, nil
+		return []Field{{"success", true}, {"count", n}}, nil
 	}
 }
 
 // get takes no arguments; like a FastAPI route without a body model, it ignores the body.
-func (c *stateCounter) get(ctx context.Context, sid string, _ []byte) ([]field, error) {
+func (c *stateCounter) get(ctx context.Context, sid string, _ []byte) ([]Field, error) {
 	n, err := c.call(ctx, sid, "get_counter_value", nil, func(*big.Int) {})
 	if err != nil {
 		return nil, err
 	}
-	return []field{{"count", n}}, nil
+	return []Field{{"count", n}}, nil
 }
 
 // reset takes no arguments and sets the count to 0.
-func (c *stateCounter) reset(ctx context.Context, sid string, _ []byte) ([]field, error) {
+func (c *stateCounter) reset(ctx context.Context, sid string, _ []byte) ([]Field, error) {
 	n, err := c.call(ctx, sid, "reset_counter", nil, func(n *big.Int) { n.SetInt64(0) })
 	if err != nil {
 		return nil, err
 	}
-	return []field{{"success", true}, {"count", n}}, nil
+	return []Field{{"success", true}, {"count", n}}, nil
 }
 
-func (c *stateCounter) verify(_ context.Context, st sessionState, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (c *stateCounter) verify(_ context.Context, st SessionState, req *Object, _ []OutputItem, errs *ValidationErrors) ([]Field, error) {
 	var expected *big.Int
-	if raw, ok := required(req, "expected_count", []any{"body"}, errs); ok {
-		expected, _ = laxInt(raw, []any{"body", "expected_count"}, errs)
+	if raw, ok := Required(req, "expected_count", []any{"body"}, errs); ok {
+		expected, _ = LaxInt(raw, []any{"body", "expected_count"}, errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
 	}
-	data, ok := st.data, st.found
+	data, ok := st.Data, st.Found
 	if !ok {
-		return []field{
-			{"reward", pyFloat(0)},
+		return []Field{
+			{"reward", PyFloat(0)},
 			{"count_correct", 0},
 			{"tool_calls", 0},
 			{"reason", "session_not_found"},
@@ -227,8 +227,8 @@ func (c *stateCounter) verify(_ context.Context, st sessionState, req *object, _
 		return nil, err
 	}
 	if count.Cmp(expected) != 0 {
-		return []field{
-			{"reward", pyFloat(0)},
+		return []Field{
+			{"reward", PyFloat(0)},
 			{"count_correct", 0},
 			{"tool_calls", calls},
 			{"count", count},
@@ -236,8 +236,8 @@ func (c *stateCounter) verify(_ context.Context, st sessionState, req *object, _
 			{"reason", "count_mismatch"},
 		}, nil
 	}
-	return []field{
-		{"reward", pyFloat(1)},
+	return []Field{
+		{"reward", PyFloat(1)},
 		{"count_correct", 1},
 		{"tool_calls", calls},
 		{"count", count},

@@ -360,7 +360,7 @@ func wantReward(t *testing.T, c *counterClient, row string, reward float64) {
 // losingStore is a session store whose Redis restarts, empty, right after its armed-th read of
 // a session's state: the store loses the state at that point of a request.
 type losingStore struct {
-	session.Store
+	store.Store
 	reads atomic.Int64 // reads left before the restart; 0 or less: disarmed
 	lose  func()
 }
@@ -406,13 +406,13 @@ func TestSharedStoreRestartDuringVerify(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			redis := redistest.StartServer(t)
-			store := &losingStore{Store: openRedisStore(t, redis.URL, session.Options{Prefix: c.name})}
-			store.lose = func() {
+			ls := &losingStore{Store: openRedisStore(t, redis.URL, store.Options{Prefix: c.name})}
+			ls.lose = func() {
 				if err := redis.Restart(); err != nil {
 					t.Error(err)
 				}
 			}
-			h, err := New(c.name, Options{Store: store})
+			h, err := New(c.name, Options{Store: ls})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -421,9 +421,9 @@ func TestSharedStoreRestartDuringVerify(t *testing.T) {
 			for _, after := range []int64{1, 2} {
 				s := newSession(t, srv)
 				body := c.play(t, s)
-				store.reads.Store(after)
+				ls.reads.Store(after)
 				code, out := s.post("/verify", body)
-				store.reads.Store(0)
+				ls.reads.Store(0)
 				var m map[string]any
 				if err := json.Unmarshal(out, &m); err != nil {
 					t.Fatalf("verify answered %d %s: %v", code, out, err)

@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// fieldError is one entry of a FastAPI/pydantic 422 body.
-type fieldError struct {
+// FieldError is one entry of a FastAPI/pydantic 422 body.
+type FieldError struct {
 	Type  string         `json:"type"`
 	Loc   []any          `json:"loc"`
 	Msg   string         `json:"msg"`
@@ -19,10 +19,10 @@ type fieldError struct {
 	Ctx   map[string]any `json:"ctx,omitempty"`
 }
 
-// validationErrors is a 422: every problem found in the request, as pydantic reports them all.
-type validationErrors []fieldError
+// ValidationErrors is a 422: every problem found in the request, as pydantic reports them all.
+type ValidationErrors []FieldError
 
-func (v validationErrors) Error() string {
+func (v ValidationErrors) Error() string {
 	parts := make([]string, len(v))
 	for i, e := range v {
 		loc := make([]string, len(e.Loc))
@@ -34,22 +34,22 @@ func (v validationErrors) Error() string {
 	return fmt.Sprintf("%d validation error(s): %s", len(v), strings.Join(parts, "; "))
 }
 
-func (v *validationErrors) add(typ string, loc []any, msg string, input any) {
-	*v = append(*v, fieldError{Type: typ, Loc: append([]any(nil), loc...), Msg: msg, Input: input})
+func (v *ValidationErrors) Add(typ string, loc []any, msg string, input any) {
+	*v = append(*v, FieldError{Type: typ, Loc: append([]any(nil), loc...), Msg: msg, Input: input})
 }
 
-func at(loc []any, more ...any) []any {
+func At(loc []any, more ...any) []any {
 	// A constant capacity lets the compiler keep a loc that does not outlive its caller on the
 	// stack (the errors copy theirs): most are built for a check that passes.
 	out := make([]any, 0, 8)
 	return append(append(out, loc...), more...)
 }
 
-// isNull reports whether raw is JSON null.
-func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+// IsNull reports whether raw is JSON null.
+func IsNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-// jsonKind is the first byte class of a raw JSON value: '{', '[', '"', 'n', 't', 'f' or '0'.
-func jsonKind(raw json.RawMessage) byte {
+// JSONKind is the first byte class of a raw JSON value: '{', '[', '"', 'n', 't', 'f' or '0'.
+func JSONKind(raw json.RawMessage) byte {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return 0
@@ -62,34 +62,34 @@ func jsonKind(raw json.RawMessage) byte {
 	}
 }
 
-// required returns obj[key], adding a "missing" error when it is absent.
-func required(obj *object, key string, loc []any, errs *validationErrors) (json.RawMessage, bool) {
-	raw, ok := obj.get(key)
+// Required returns obj[key], adding a "missing" error when it is absent.
+func Required(obj *Object, key string, loc []any, errs *ValidationErrors) (json.RawMessage, bool) {
+	raw, ok := obj.Get(key)
 	if !ok {
-		errs.add("missing", at(loc, key), "Field required", objectInput(obj))
+		errs.Add("missing", At(loc, key), "Field required", ObjectInput(obj))
 		return nil, false
 	}
 	return raw, true
 }
 
-// objectInput is an object as the "input" of an error: its members in order.
-func objectInput(obj *object) json.RawMessage { return marshalMembers(obj.members) }
+// ObjectInput is an object as the "input" of an error: its members in order.
+func ObjectInput(obj *Object) json.RawMessage { return marshalMembers(obj.Members) }
 
-// laxInt validates raw as pydantic's int in lax mode: an integer, a float without a fractional
+// LaxInt validates raw as pydantic's int in lax mode: an integer, a float without a fractional
 // part, an integer string, or a bool.
-func laxInt(raw json.RawMessage, loc []any, errs *validationErrors) (*big.Int, bool) {
-	switch jsonKind(raw) {
+func LaxInt(raw json.RawMessage, loc []any, errs *ValidationErrors) (*big.Int, bool) {
+	switch JSONKind(raw) {
 	case '0':
 		n, ok := numberToInt(json.Number(bytes.TrimSpace(raw)))
 		if !ok {
-			errs.add("int_from_float", loc, "Input should be a valid integer, got a number with a fractional part", raw)
+			errs.Add("int_from_float", loc, "Input should be a valid integer, got a number with a fractional part", raw)
 		}
 		return n, ok
 	case '"':
 		s, _ := decodeString(raw)
 		n, ok := stringToInt(s)
 		if !ok {
-			errs.add("int_parsing", loc, "Input should be a valid integer, unable to parse string as an integer", raw)
+			errs.Add("int_parsing", loc, "Input should be a valid integer, unable to parse string as an integer", raw)
 		}
 		return n, ok
 	case 't':
@@ -97,7 +97,7 @@ func laxInt(raw json.RawMessage, loc []any, errs *validationErrors) (*big.Int, b
 	case 'f':
 		return big.NewInt(0), true
 	}
-	errs.add("int_type", loc, "Input should be a valid integer", raw)
+	errs.Add("int_type", loc, "Input should be a valid integer", raw)
 	return nil, false
 }
 
@@ -145,20 +145,20 @@ func decodeString(raw json.RawMessage) (string, bool) {
 	return s, err == nil
 }
 
-// laxString validates raw as pydantic's str: only a JSON string.
-func laxString(raw json.RawMessage, loc []any, errs *validationErrors) (string, bool) {
-	if jsonKind(raw) != '"' {
-		errs.add("string_type", loc, "Input should be a valid string", raw)
+// LaxString validates raw as pydantic's str: only a JSON string.
+func LaxString(raw json.RawMessage, loc []any, errs *ValidationErrors) (string, bool) {
+	if JSONKind(raw) != '"' {
+		errs.Add("string_type", loc, "Input should be a valid string", raw)
 		return "", false
 	}
 	s, _ := decodeString(raw)
 	return s, true
 }
 
-// laxList validates raw as a list and returns its items.
-func laxList(raw json.RawMessage, loc []any, errs *validationErrors) ([]json.RawMessage, bool) {
-	if jsonKind(raw) != '[' {
-		errs.add("list_type", loc, "Input should be a valid list", raw)
+// LaxList validates raw as a list and returns its items.
+func LaxList(raw json.RawMessage, loc []any, errs *ValidationErrors) ([]json.RawMessage, bool) {
+	if JSONKind(raw) != '[' {
+		errs.Add("list_type", loc, "Input should be a valid list", raw)
 		return nil, false
 	}
 	items, ok := scanArray(raw)
@@ -168,37 +168,37 @@ func laxList(raw json.RawMessage, loc []any, errs *validationErrors) ([]json.Raw
 	return items, true
 }
 
-func laxIntList(raw json.RawMessage, loc []any, errs *validationErrors) ([]*big.Int, bool) {
-	items, ok := laxList(raw, loc, errs)
+func LaxIntList(raw json.RawMessage, loc []any, errs *ValidationErrors) ([]*big.Int, bool) {
+	items, ok := LaxList(raw, loc, errs)
 	if !ok {
 		return nil, false
 	}
 	out := make([]*big.Int, len(items))
 	for i, item := range items {
-		n, ok2 := laxInt(item, at(loc, i), errs)
+		n, ok2 := LaxInt(item, At(loc, i), errs)
 		ok = ok && ok2
 		out[i] = n
 	}
 	return out, ok
 }
 
-func laxStringList(raw json.RawMessage, loc []any, errs *validationErrors) ([]string, bool) {
-	items, ok := laxList(raw, loc, errs)
+func LaxStringList(raw json.RawMessage, loc []any, errs *ValidationErrors) ([]string, bool) {
+	items, ok := LaxList(raw, loc, errs)
 	if !ok {
 		return nil, false
 	}
 	out := make([]string, len(items))
 	for i, item := range items {
-		s, ok2 := laxString(item, at(loc, i), errs)
+		s, ok2 := LaxString(item, At(loc, i), errs)
 		ok = ok && ok2
 		out[i] = s
 	}
 	return out, ok
 }
 
-// laxBool validates raw as pydantic's bool in lax mode.
-func laxBool(raw json.RawMessage, loc []any, errs *validationErrors) bool {
-	switch jsonKind(raw) {
+// LaxBool validates raw as pydantic's bool in lax mode.
+func LaxBool(raw json.RawMessage, loc []any, errs *ValidationErrors) bool {
+	switch JSONKind(raw) {
 	case 't', 'f':
 		return true
 	case '0':
@@ -211,16 +211,16 @@ func laxBool(raw json.RawMessage, loc []any, errs *validationErrors) bool {
 		case "0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes":
 			return true
 		}
-		errs.add("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", raw)
+		errs.Add("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", raw)
 		return false
 	}
-	errs.add("bool_type", loc, "Input should be a valid boolean", raw)
+	errs.Add("bool_type", loc, "Input should be a valid boolean", raw)
 	return false
 }
 
-// laxFloat validates raw as pydantic's float in lax mode.
-func laxFloat(raw json.RawMessage, loc []any, errs *validationErrors) bool {
-	switch jsonKind(raw) {
+// LaxFloat validates raw as pydantic's float in lax mode.
+func LaxFloat(raw json.RawMessage, loc []any, errs *ValidationErrors) bool {
+	switch JSONKind(raw) {
 	case '0', 't', 'f':
 		return true
 	case '"':
@@ -228,21 +228,21 @@ func laxFloat(raw json.RawMessage, loc []any, errs *validationErrors) bool {
 		if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
 			return true
 		}
-		errs.add("float_parsing", loc, "Input should be a valid number, unable to parse string as a number", raw)
+		errs.Add("float_parsing", loc, "Input should be a valid number, unable to parse string as a number", raw)
 		return false
 	}
-	errs.add("float_type", loc, "Input should be a valid number", raw)
+	errs.Add("float_type", loc, "Input should be a valid number", raw)
 	return false
 }
 
-// asObject validates raw as a pydantic model (a JSON object) and parses it.
-func asObject(raw json.RawMessage, loc []any, errs *validationErrors) (*object, bool) {
-	if jsonKind(raw) == '{' {
-		if obj, ok, err := decodeObject(bytes.TrimSpace(raw)); err == nil && ok {
+// AsObject validates raw as a pydantic model (a JSON object) and parses it.
+func AsObject(raw json.RawMessage, loc []any, errs *ValidationErrors) (*Object, bool) {
+	if JSONKind(raw) == '{' {
+		if obj, ok, err := DecodeObject(bytes.TrimSpace(raw)); err == nil && ok {
 			return obj, true
 		}
 	}
-	errs.add("model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", raw)
+	errs.Add("model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", raw)
 	return nil, false
 }
 
@@ -263,43 +263,43 @@ var responseCreateParamsKeys = map[string]bool{
 }
 
 // validateRunRequest checks "responses_create_params" as BaseRunRequest does.
-func validateRunRequest(req *object, errs *validationErrors) {
+func validateRunRequest(req *Object, errs *ValidationErrors) {
 	loc := []any{"body", "responses_create_params"}
-	raw, ok := required(req, "responses_create_params", []any{"body"}, errs)
+	raw, ok := Required(req, "responses_create_params", []any{"body"}, errs)
 	if !ok {
 		return
 	}
-	params, ok := asObject(raw, loc, errs)
+	params, ok := AsObject(raw, loc, errs)
 	if !ok {
 		return
 	}
-	for _, m := range params.members {
-		if !responseCreateParamsKeys[m.key] {
-			errs.add("extra_forbidden", at(loc, m.key), "Extra inputs are not permitted", m.value)
+	for _, m := range params.Members {
+		if !responseCreateParamsKeys[m.Key] {
+			errs.Add("extra_forbidden", At(loc, m.Key), "Extra inputs are not permitted", m.Value)
 		}
 	}
-	if input, ok := required(params, "input", loc, errs); ok {
-		if k := jsonKind(input); k != '"' && k != '[' {
-			errs.add("string_type", at(loc, "input", "str"), "Input should be a valid string", input)
-			errs.add("list_type", at(loc, "input", "list"), "Input should be a valid list", input)
+	if input, ok := Required(params, "input", loc, errs); ok {
+		if k := JSONKind(input); k != '"' && k != '[' {
+			errs.Add("string_type", At(loc, "input", "str"), "Input should be a valid string", input)
+			errs.Add("list_type", At(loc, "input", "list"), "Input should be a valid list", input)
 		}
 	}
 	// Older NeMo Gym releases wrote null for every unset key (the example rollouts do), so null
 	// is accepted wherever a value is optional in practice.
-	if tools, ok := params.get("tools"); ok && !isNull(tools) {
-		laxList(tools, at(loc, "tools"), errs)
+	if tools, ok := params.Get("tools"); ok && !IsNull(tools) {
+		LaxList(tools, At(loc, "tools"), errs)
 	}
-	if p, ok := params.get("parallel_tool_calls"); ok && !isNull(p) {
-		laxBool(p, at(loc, "parallel_tool_calls"), errs)
+	if p, ok := params.Get("parallel_tool_calls"); ok && !IsNull(p) {
+		LaxBool(p, At(loc, "parallel_tool_calls"), errs)
 	}
-	if s, ok := params.get("stream"); ok && !isNull(s) && jsonKind(s) != 'f' {
-		*errs = append(*errs, fieldError{Type: "literal_error", Loc: at(loc, "stream"),
+	if s, ok := params.Get("stream"); ok && !IsNull(s) && JSONKind(s) != 'f' {
+		*errs = append(*errs, FieldError{Type: "literal_error", Loc: At(loc, "stream"),
 			Msg: "Input should be False", Input: s, Ctx: map[string]any{"expected": "False"}})
 	}
 }
 
-// outputItem is one item of response.output.
-type outputItem struct {
+// OutputItem is one item of response.output.
+type OutputItem struct {
 	Type      string
 	Name      string
 	Arguments string
@@ -308,77 +308,77 @@ type outputItem struct {
 
 // validateVerifyRequest checks a /verify body as BaseVerifyRequest does and returns the parsed
 // response.output (nil when it is not valid).
-func validateVerifyRequest(req *object, errs *validationErrors) []outputItem {
+func validateVerifyRequest(req *Object, errs *ValidationErrors) []OutputItem {
 	validateRunRequest(req, errs)
 
 	loc := []any{"body", "response"}
-	raw, ok := required(req, "response", []any{"body"}, errs)
+	raw, ok := Required(req, "response", []any{"body"}, errs)
 	if !ok {
 		return nil
 	}
-	resp, ok := asObject(raw, loc, errs)
+	resp, ok := AsObject(raw, loc, errs)
 	if !ok {
 		return nil
 	}
-	if v, ok := required(resp, "id", loc, errs); ok {
-		laxString(v, at(loc, "id"), errs)
+	if v, ok := Required(resp, "id", loc, errs); ok {
+		LaxString(v, At(loc, "id"), errs)
 	}
-	if v, ok := required(resp, "created_at", loc, errs); ok {
-		laxFloat(v, at(loc, "created_at"), errs)
+	if v, ok := Required(resp, "created_at", loc, errs); ok {
+		LaxFloat(v, At(loc, "created_at"), errs)
 	}
-	if v, ok := required(resp, "model", loc, errs); ok {
-		laxString(v, at(loc, "model"), errs)
+	if v, ok := Required(resp, "model", loc, errs); ok {
+		LaxString(v, At(loc, "model"), errs)
 	}
-	if v, ok := required(resp, "object", loc, errs); ok {
-		if s, ok := decodeString(v); jsonKind(v) != '"' || !ok || s != "response" {
-			*errs = append(*errs, fieldError{Type: "literal_error", Loc: at(loc, "object"),
+	if v, ok := Required(resp, "object", loc, errs); ok {
+		if s, ok := decodeString(v); JSONKind(v) != '"' || !ok || s != "response" {
+			*errs = append(*errs, FieldError{Type: "literal_error", Loc: At(loc, "object"),
 				Msg: "Input should be 'response'", Input: v, Ctx: map[string]any{"expected": "'response'"}})
 		}
 	}
-	if v, ok := required(resp, "parallel_tool_calls", loc, errs); ok {
-		laxBool(v, at(loc, "parallel_tool_calls"), errs)
+	if v, ok := Required(resp, "parallel_tool_calls", loc, errs); ok {
+		LaxBool(v, At(loc, "parallel_tool_calls"), errs)
 	}
-	if v, ok := required(resp, "tool_choice", loc, errs); ok {
-		if k := jsonKind(v); k != '"' && k != '{' {
-			errs.add("union_tag_invalid", at(loc, "tool_choice"), "Input should be a tool choice string or object", v)
+	if v, ok := Required(resp, "tool_choice", loc, errs); ok {
+		if k := JSONKind(v); k != '"' && k != '{' {
+			errs.Add("union_tag_invalid", At(loc, "tool_choice"), "Input should be a tool choice string or object", v)
 		}
 	}
-	if v, ok := required(resp, "tools", loc, errs); ok {
-		laxList(v, at(loc, "tools"), errs)
+	if v, ok := Required(resp, "tools", loc, errs); ok {
+		LaxList(v, At(loc, "tools"), errs)
 	}
-	v, ok := required(resp, "output", loc, errs)
+	v, ok := Required(resp, "output", loc, errs)
 	if !ok {
 		return nil
 	}
-	items, ok := laxList(v, at(loc, "output"), errs)
+	items, ok := LaxList(v, At(loc, "output"), errs)
 	if !ok {
 		return nil
 	}
-	out := make([]outputItem, 0, len(items))
+	out := make([]OutputItem, 0, len(items))
 	for i, itemRaw := range items {
-		iloc := at(loc, "output", i)
-		item, ok := asObject(itemRaw, iloc, errs)
+		iloc := At(loc, "output", i)
+		item, ok := AsObject(itemRaw, iloc, errs)
 		if !ok {
 			continue
 		}
-		typeRaw, ok := item.get("type")
+		typeRaw, ok := item.Get("type")
 		if !ok {
-			errs.add("value_error", iloc, "Value error, Responses API output items must include a type discriminator", itemRaw)
+			errs.Add("value_error", iloc, "Value error, Responses API output items must include a type discriminator", itemRaw)
 			continue
 		}
-		var it outputItem
-		if it.Type, ok = laxString(typeRaw, at(iloc, "type"), errs); !ok {
+		var it OutputItem
+		if it.Type, ok = LaxString(typeRaw, At(iloc, "type"), errs); !ok {
 			continue
 		}
 		if it.Type == "function_call" {
-			if r, ok := required(item, "name", iloc, errs); ok {
-				it.Name, _ = laxString(r, at(iloc, "name"), errs)
+			if r, ok := Required(item, "name", iloc, errs); ok {
+				it.Name, _ = LaxString(r, At(iloc, "name"), errs)
 			}
-			if r, ok := required(item, "arguments", iloc, errs); ok {
-				it.Arguments, _ = laxString(r, at(iloc, "arguments"), errs)
+			if r, ok := Required(item, "arguments", iloc, errs); ok {
+				it.Arguments, _ = LaxString(r, At(iloc, "arguments"), errs)
 			}
-			if r, ok := required(item, "call_id", iloc, errs); ok {
-				it.CallID, _ = laxString(r, at(iloc, "call_id"), errs)
+			if r, ok := Required(item, "call_id", iloc, errs); ok {
+				it.CallID, _ = LaxString(r, At(iloc, "call_id"), errs)
 			}
 		}
 		out = append(out, it)

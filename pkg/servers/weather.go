@@ -15,36 +15,36 @@ func init() {
 // answers reward 1.0. Stateless.
 type weather struct{}
 
-func newWeather(string, store.Store) resourceServer { return weather{} }
+func newWeather(string, store.Store) ResourceServer { return weather{} }
 
-func (weather) tool(name string) (toolFunc, bool) {
+func (weather) tool(name string) (ToolFunc, bool) {
 	if name == "get_weather" {
 		return getWeather, true
 	}
 	return nil, false
 }
 
-func getWeather(_ context.Context, _ string, body []byte) ([]field, error) {
-	args, err := parseBodyObject(body)
+func getWeather(_ context.Context, _ string, body []byte) ([]Field, error) {
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	var city string
-	if raw, ok := required(args, "city", []any{"body"}, &errs); ok {
-		city, _ = laxString(raw, []any{"body", "city"}, &errs)
+	if raw, ok := Required(args, "city", []any{"body"}, &errs); ok {
+		city, _ = LaxString(raw, []any{"body", "city"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return []field{
+	return []Field{
 		{"city", city},
 		{"weather_description", "The weather in " + city + " is cold."},
 	}, nil
 }
 
-func (weather) seedSession(context.Context, string, *object) error { return nil }
+func (weather) seedSession(context.Context, string, *Object) error { return nil }
 
-func (weather) verify(context.Context, sessionState, *object, []outputItem, *validationErrors) ([]field, error) {
-	return []field{{"reward", pyFloat(1.0)}}, nil
+func (weather) verify(context.Context, SessionState, *Object, []OutputItem, *ValidationErrors) ([]Field, error) {
+	return []Field{{"reward", PyFloat(1.0)}}, nil
 }

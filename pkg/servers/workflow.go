@@ -64,7 +64,7 @@ type workflow struct {
 	store store.Store
 }
 
-func newWorkflow(name string, st store.Store) resourceServer {
+func newWorkflow(name string, st store.Store) ResourceServer {
 	return &workflow{name: name, store: st}
 }
 
@@ -97,7 +97,7 @@ const (
 var workflowKinds = []string{"source", "transform", "sink"}
 
 // workflowStatusError is a tool error answered with its own status and a FastAPI HTTPException
-// body {"detail": …} (see statusBodyError).
+// body {"detail": …} (see StatusBodyError).
 type workflowStatusError struct {
 	status int
 	detail string
@@ -105,15 +105,15 @@ type workflowStatusError struct {
 
 func (e *workflowStatusError) Error() string { return http.StatusText(e.status) + ": " + e.detail }
 
-func (e *workflowStatusError) statusBody() (int, []byte) {
-	return e.status, marshalFields([]field{{"detail", e.detail}})
+func (e *workflowStatusError) StatusBody() (int, []byte) {
+	return e.status, MarshalFields([]Field{{"detail", e.detail}})
 }
 
 var errWorkflowNotSeeded = &workflowStatusError{http.StatusConflict,
 	"Session not seeded: POST /seed_session with the task row before calling the workflow tools."}
 
-func (wf *workflow) tool(name string) (toolFunc, bool) {
-	var fn func(context.Context, string, []byte) ([]field, error)
+func (wf *workflow) tool(name string) (ToolFunc, bool) {
+	var fn func(context.Context, string, []byte) ([]Field, error)
 	switch name {
 	case "search_components":
 		fn = wf.searchComponents
@@ -213,15 +213,15 @@ func (st *workflowState) stepsInOrder() bool {
 
 // update runs fn on the session's state and stores the result, recording the tool call. An
 // unseeded session is a 409; when fn fails the state is left as it was.
-func (wf *workflow) update(ctx context.Context, sid, tool string, fn func(st *workflowState) ([]field, error)) ([]field, error) {
-	var out []field
+func (wf *workflow) update(ctx context.Context, sid, tool string, fn func(st *workflowState) ([]Field, error)) ([]Field, error) {
+	var out []Field
 	err := wf.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
 		if !ok {
 			return nil, errWorkflowNotSeeded
 		}
 		var st workflowState
 		if err := json.Unmarshal(old, &st); err != nil {
-			return nil, &pyError{"ValueError", "corrupt workflow session state: " + err.Error()}
+			return nil, &PyError{"ValueError", "corrupt workflow session state: " + err.Error()}
 		}
 		fields, err := fn(&st)
 		if err != nil {
@@ -236,11 +236,11 @@ func (wf *workflow) update(ctx context.Context, sid, tool string, fn func(st *wo
 
 // ---- seed_session ----
 
-func (wf *workflow) seedSession(ctx context.Context, sid string, row *object) error {
-	var errs validationErrors
+func (wf *workflow) seedSession(ctx context.Context, sid string, row *Object) error {
+	var errs ValidationErrors
 	loc := []any{"body", "catalog"}
 	var catalog []workflowComponent
-	if raw, ok := required(row, "catalog", []any{"body"}, &errs); ok {
+	if raw, ok := Required(row, "catalog", []any{"body"}, &errs); ok {
 		catalog = parseWorkflowCatalog(raw, loc, &errs)
 	}
 	if len(errs) > 0 {
@@ -253,16 +253,16 @@ func (wf *workflow) seedSession(ctx context.Context, sid string, row *object) er
 	return wf.store.Update(ctx, sid, func([]byte, bool) ([]byte, error) { return state, nil })
 }
 
-func parseWorkflowCatalog(raw json.RawMessage, loc []any, errs *validationErrors) []workflowComponent {
-	items, ok := laxList(raw, loc, errs)
+func parseWorkflowCatalog(raw json.RawMessage, loc []any, errs *ValidationErrors) []workflowComponent {
+	items, ok := LaxList(raw, loc, errs)
 	if !ok {
 		return nil
 	}
 	seen := map[string]bool{}
 	out := make([]workflowComponent, 0, len(items))
 	for i, itemRaw := range items {
-		iloc := at(loc, i)
-		item, ok := asObject(itemRaw, iloc, errs)
+		iloc := At(loc, i)
+		item, ok := AsObject(itemRaw, iloc, errs)
 		if !ok {
 			continue
 		}
@@ -271,38 +271,38 @@ func parseWorkflowCatalog(raw json.RawMessage, loc []any, errs *validationErrors
 			key string
 			dst *string
 		}{{"component_id", &c.ComponentID}, {"name", &c.Name}, {"kind", &c.Kind}} {
-			if r, ok := required(item, k.key, iloc, errs); ok {
-				*k.dst, _ = laxString(r, at(iloc, k.key), errs)
+			if r, ok := Required(item, k.key, iloc, errs); ok {
+				*k.dst, _ = LaxString(r, At(iloc, k.key), errs)
 			}
 		}
 		for _, k := range []struct {
 			key string
 			dst *string
 		}{{"description", &c.Description}, {"version", &c.Version}, {"superseded_by", &c.SupersededBy}} {
-			if r, ok := item.get(k.key); ok && !isNull(r) {
-				*k.dst, _ = laxString(r, at(iloc, k.key), errs)
+			if r, ok := item.Get(k.key); ok && !IsNull(r) {
+				*k.dst, _ = LaxString(r, At(iloc, k.key), errs)
 			}
 		}
-		if r, ok := item.get("tags"); ok && !isNull(r) {
-			c.Tags, _ = laxStringList(r, at(iloc, "tags"), errs)
+		if r, ok := item.Get("tags"); ok && !IsNull(r) {
+			c.Tags, _ = LaxStringList(r, At(iloc, "tags"), errs)
 		}
-		if r, ok := item.get("deprecated"); ok && !isNull(r) {
-			if laxBool(r, at(iloc, "deprecated"), errs) {
+		if r, ok := item.Get("deprecated"); ok && !IsNull(r) {
+			if LaxBool(r, At(iloc, "deprecated"), errs) {
 				c.Deprecated = workflowTruthy(r)
 			}
 		}
 		if c.Kind != "" && !workflowIsKind(c.Kind) {
-			errs.add("literal_error", at(iloc, "kind"), "Input should be 'source', 'transform' or 'sink'", c.Kind)
+			errs.Add("literal_error", At(iloc, "kind"), "Input should be 'source', 'transform' or 'sink'", c.Kind)
 		}
 		if c.ComponentID != "" {
 			if seen[c.ComponentID] {
-				errs.add("value_error", at(iloc, "component_id"), "Value error, component_id "+strconv.Quote(c.ComponentID)+" is listed twice", c.ComponentID)
+				errs.Add("value_error", At(iloc, "component_id"), "Value error, component_id "+strconv.Quote(c.ComponentID)+" is listed twice", c.ComponentID)
 			}
 			seen[c.ComponentID] = true
 		}
-		if r, ok := required(item, "config_schema", iloc, errs); ok {
+		if r, ok := Required(item, "config_schema", iloc, errs); ok {
 			if _, err := parseWorkflowSchema(r); err != nil {
-				errs.add("value_error", at(iloc, "config_schema"), "Value error, "+err.Error(), r)
+				errs.Add("value_error", At(iloc, "config_schema"), "Value error, "+err.Error(), r)
 			} else {
 				c.ConfigSchema = workflowCompact(r)
 			}
@@ -324,7 +324,7 @@ func workflowIsKind(k string) bool {
 	return false
 }
 
-// workflowTruthy is the value of a JSON value that laxBool accepted.
+// workflowTruthy is the value of a JSON value that LaxBool accepted.
 func workflowTruthy(raw json.RawMessage) bool {
 	var v any
 	_ = json.Unmarshal(raw, &v)
@@ -343,7 +343,7 @@ func workflowTruthy(raw json.RawMessage) bool {
 }
 
 func workflowCompact(raw json.RawMessage) json.RawMessage {
-	return json.RawMessage(marshalValue(raw))
+	return json.RawMessage(MarshalValue(raw))
 }
 
 // ---- configuration schemas ----
@@ -400,17 +400,17 @@ func parseWorkflowSchema(raw json.RawMessage) (*workflowSchema, error) {
 		return nil, fmt.Errorf("config_schema: type must be \"object\"")
 	}
 	s := &workflowSchema{Required: top.Required}
-	if len(top.Properties) > 0 && !isNull(top.Properties) {
-		props, ok, err := decodeObject(top.Properties)
+	if len(top.Properties) > 0 && !IsNull(top.Properties) {
+		props, ok, err := DecodeObject(top.Properties)
 		if err != nil || !ok {
 			return nil, fmt.Errorf("config_schema.properties: want an object")
 		}
-		for _, m := range props.members {
-			p, err := parseWorkflowProperty(m.value)
+		for _, m := range props.Members {
+			p, err := parseWorkflowProperty(m.Value)
 			if err != nil {
-				return nil, fmt.Errorf("config_schema.properties.%s: %v", m.key, err)
+				return nil, fmt.Errorf("config_schema.properties.%s: %v", m.Key, err)
 			}
-			p.Name = m.key
+			p.Name = m.Key
 			s.Properties = append(s.Properties, *p)
 		}
 	}
@@ -458,7 +458,7 @@ type workflowError struct {
 // validateWorkflowConfig checks config against the schema; errors name the property (prefix
 // is prepended, e.g. "components[1].config."). It returns the errors in a stable order:
 // unknown properties in the config's order, then the schema's properties in its order.
-func validateWorkflowConfig(c *workflowComponent, config *object, prefix string) []workflowError {
+func validateWorkflowConfig(c *workflowComponent, config *Object, prefix string) []workflowError {
 	errs := []workflowError{}
 	s, err := parseWorkflowSchema(c.ConfigSchema)
 	if err != nil {
@@ -468,20 +468,20 @@ func validateWorkflowConfig(c *workflowComponent, config *object, prefix string)
 	for _, p := range s.Properties {
 		names = append(names, p.Name)
 	}
-	for _, m := range config.members {
-		if s.property(m.key) == nil {
-			errs = append(errs, workflowError{prefix + m.key, fmt.Sprintf("%q is not a property of %s; its properties are: %s", m.key, c.Name, strings.Join(names, ", "))})
+	for _, m := range config.Members {
+		if s.property(m.Key) == nil {
+			errs = append(errs, workflowError{prefix + m.Key, fmt.Sprintf("%q is not a property of %s; its properties are: %s", m.Key, c.Name, strings.Join(names, ", "))})
 		}
 	}
 	for _, p := range s.Properties {
-		raw, ok := config.get(p.Name)
+		raw, ok := config.Get(p.Name)
 		if !ok {
 			if s.isRequired(p.Name) {
 				errs = append(errs, workflowError{prefix + p.Name, fmt.Sprintf("required property %q is missing", p.Name)})
 			}
 			continue
 		}
-		v, err := decodePython(raw)
+		v, err := DecodePython(raw)
 		if err != nil {
 			errs = append(errs, workflowError{prefix + p.Name, "not valid JSON"})
 			continue
@@ -590,20 +590,20 @@ func workflowTypeName(v any) string {
 
 // normalizeWorkflowConfig is a valid config with the schema's defaults filled in, its
 // properties in the schema's order.
-func normalizeWorkflowConfig(c *workflowComponent, config *object) json.RawMessage {
+func normalizeWorkflowConfig(c *workflowComponent, config *Object) json.RawMessage {
 	s, err := parseWorkflowSchema(c.ConfigSchema)
 	if err != nil {
-		return objectInput(config)
+		return ObjectInput(config)
 	}
-	fields := []field{}
+	fields := []Field{}
 	for _, p := range s.Properties {
-		if raw, ok := config.get(p.Name); ok {
-			fields = append(fields, field{p.Name, raw})
+		if raw, ok := config.Get(p.Name); ok {
+			fields = append(fields, Field{p.Name, raw})
 		} else if len(p.Default) > 0 {
-			fields = append(fields, field{p.Name, p.Default})
+			fields = append(fields, Field{p.Name, p.Default})
 		}
 	}
-	return marshalFields(fields)
+	return MarshalFields(fields)
 }
 
 // workflowCanonical writes a decoded JSON value canonically: object keys sorted, numbers by
@@ -628,7 +628,7 @@ func workflowCanonical(v any, sortLists bool) string {
 	case float64:
 		return workflowCanonical(json.Number(strconv.FormatFloat(x, 'g', -1, 64)), sortLists)
 	case string:
-		return string(marshalValue(x))
+		return string(MarshalValue(x))
 	case []any:
 		items := make([]string, len(x))
 		for i, e := range x {
@@ -646,7 +646,7 @@ func workflowCanonical(v any, sortLists bool) string {
 		sort.Strings(keys)
 		parts := make([]string, len(keys))
 		for i, k := range keys {
-			parts[i] = string(marshalValue(k)) + ":" + workflowCanonical(x[k], sortLists)
+			parts[i] = string(MarshalValue(k)) + ":" + workflowCanonical(x[k], sortLists)
 		}
 		return "{" + strings.Join(parts, ",") + "}"
 	}
@@ -654,7 +654,7 @@ func workflowCanonical(v any, sortLists bool) string {
 }
 
 func workflowCanonicalRaw(raw json.RawMessage, sortLists bool) string {
-	v, err := decodePython(raw)
+	v, err := DecodePython(raw)
 	if err != nil {
 		return string(raw)
 	}
@@ -669,12 +669,12 @@ func workflowConfigKey(componentID string, normalized json.RawMessage) string {
 // ---- argument helpers ----
 
 // workflowArgs parses a tool's body and runs check on it; any problem is a 422.
-func workflowArgs(body []byte, check func(args *object, errs *validationErrors)) (*object, error) {
-	args, err := parseBodyObject(body)
+func workflowArgs(body []byte, check func(args *Object, errs *ValidationErrors)) (*Object, error) {
+	args, err := ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs validationErrors
+	var errs ValidationErrors
 	check(args, &errs)
 	if len(errs) > 0 {
 		return nil, errs
@@ -682,22 +682,22 @@ func workflowArgs(body []byte, check func(args *object, errs *validationErrors))
 	return args, nil
 }
 
-func workflowStringArg(args *object, key string, errs *validationErrors) string {
-	if raw, ok := required(args, key, []any{"body"}, errs); ok {
-		s, _ := laxString(raw, []any{"body", key}, errs)
+func workflowStringArg(args *Object, key string, errs *ValidationErrors) string {
+	if raw, ok := Required(args, key, []any{"body"}, errs); ok {
+		s, _ := LaxString(raw, []any{"body", key}, errs)
 		return s
 	}
 	return ""
 }
 
 // workflowDict validates raw as pydantic's Dict[str, Any].
-func workflowDict(raw json.RawMessage, loc []any, errs *validationErrors) (*object, bool) {
-	if jsonKind(raw) == '{' {
-		if obj, ok, err := decodeObject([]byte(strings.TrimSpace(string(raw)))); err == nil && ok {
+func workflowDict(raw json.RawMessage, loc []any, errs *ValidationErrors) (*Object, bool) {
+	if JSONKind(raw) == '{' {
+		if obj, ok, err := DecodeObject([]byte(strings.TrimSpace(string(raw)))); err == nil && ok {
 			return obj, true
 		}
 	}
-	errs.add("dict_type", loc, "Input should be a valid dictionary", raw)
+	errs.Add("dict_type", loc, "Input should be a valid dictionary", raw)
 	return nil, false
 }
 
@@ -719,14 +719,14 @@ func workflowTokens(s string) []string {
 	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }
 
-func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var query string
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
 		query = workflowStringArg(args, "query", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "search_components", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "search_components", func(st *workflowState) ([]Field, error) {
 		tokens := workflowTokens(query)
 		type hit struct {
 			score int
@@ -758,23 +758,23 @@ func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byt
 		for i, h := range hits {
 			results[i] = workflowEntryOf(h.c)
 		}
-		return []field{{"query", query}, {"results", results}, {"total_matches", total}}, nil
+		return []Field{{"query", query}, {"results", results}, {"total_matches", total}}, nil
 	})
 }
 
-func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var kind *string
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
-		raw, ok := args.get("kind")
-		if !ok || isNull(raw) {
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+		raw, ok := args.Get("kind")
+		if !ok || IsNull(raw) {
 			return
 		}
-		s, ok := laxString(raw, []any{"body", "kind"}, errs)
+		s, ok := LaxString(raw, []any{"body", "kind"}, errs)
 		if !ok {
 			return
 		}
 		if !workflowIsKind(s) {
-			*errs = append(*errs, fieldError{Type: "literal_error", Loc: []any{"body", "kind"},
+			*errs = append(*errs, FieldError{Type: "literal_error", Loc: []any{"body", "kind"},
 				Msg: "Input should be 'source', 'transform' or 'sink'", Input: raw,
 				Ctx: map[string]any{"expected": "'source', 'transform' or 'sink'"}})
 			return
@@ -783,14 +783,14 @@ func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "list_components", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "list_components", func(st *workflowState) ([]Field, error) {
 		list := []workflowEntry{}
 		for i := range st.Catalog {
 			if kind == nil || st.Catalog[i].Kind == *kind {
 				list = append(list, workflowEntryOf(&st.Catalog[i]))
 			}
 		}
-		return []field{{"kind", kind}, {"components", list}}, nil
+		return []Field{{"kind", kind}, {"components", list}}, nil
 	})
 }
 
@@ -798,14 +798,14 @@ func workflowUnknownComponent(id string) error {
 	return &workflowStatusError{http.StatusNotFound, fmt.Sprintf("Component %q not found in the catalogue; use search_components or list_components to find component ids.", id)}
 }
 
-func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
 		id = workflowStringArg(args, "component_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "get_component_info", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "get_component_info", func(st *workflowState) ([]Field, error) {
 		c := st.component(id)
 		if c == nil {
 			return nil, workflowUnknownComponent(id)
@@ -818,7 +818,7 @@ func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byt
 		if s, err := parseWorkflowSchema(c.ConfigSchema); err == nil {
 			needsCredential, needsPool = s.property("credential") != nil, s.property("worker_pool") != nil
 		}
-		return []field{
+		return []Field{
 			{"component_id", c.ComponentID},
 			{"name", c.Name},
 			{"kind", c.Kind},
@@ -835,34 +835,34 @@ func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byt
 
 // ---- configuration ----
 
-func (wf *workflow) getConfigSchema(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) getConfigSchema(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
 		id = workflowStringArg(args, "component_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "get_config_schema", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "get_config_schema", func(st *workflowState) ([]Field, error) {
 		c := st.component(id)
 		if c == nil {
 			return nil, workflowUnknownComponent(id)
 		}
-		return []field{{"component_id", c.ComponentID}, {"name", c.Name}, {"config_schema", c.ConfigSchema}}, nil
+		return []Field{{"component_id", c.ComponentID}, {"name", c.Name}, {"config_schema", c.ConfigSchema}}, nil
 	})
 }
 
-func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var id string
-	var config *object
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
+	var config *Object
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
 		id = workflowStringArg(args, "component_id", errs)
-		if raw, ok := required(args, "config", []any{"body"}, errs); ok {
+		if raw, ok := Required(args, "config", []any{"body"}, errs); ok {
 			config, _ = workflowDict(raw, []any{"body", "config"}, errs)
 		}
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "validate_config", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "validate_config", func(st *workflowState) ([]Field, error) {
 		errs := []workflowError{}
 		warnings := []workflowError{}
 		var normalized any
@@ -889,7 +889,7 @@ func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte)
 		} else {
 			st.ValidationFailures++
 		}
-		return []field{
+		return []Field{
 			{"component_id", id},
 			{"valid", valid},
 			{"errors", errs},
@@ -918,37 +918,37 @@ func workflowDeprecatedMessage(c *workflowComponent) string {
 
 // ---- assembly ----
 
-func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var stages []workflowStage
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
-		raw, ok := required(args, "components", []any{"body"}, errs)
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+		raw, ok := Required(args, "components", []any{"body"}, errs)
 		if !ok {
 			return
 		}
 		loc := []any{"body", "components"}
-		items, ok := laxList(raw, loc, errs)
+		items, ok := LaxList(raw, loc, errs)
 		if !ok {
 			return
 		}
 		if len(items) == 0 {
-			*errs = append(*errs, fieldError{Type: "too_short", Loc: loc,
+			*errs = append(*errs, FieldError{Type: "too_short", Loc: loc,
 				Msg: "List should have at least 1 item after validation, not 0", Input: raw,
 				Ctx: map[string]any{"field_type": "List", "min_length": 1, "actual_length": 0}})
 			return
 		}
 		for i, itemRaw := range items {
-			iloc := at(loc, i)
-			item, ok := asObject(itemRaw, iloc, errs)
+			iloc := At(loc, i)
+			item, ok := AsObject(itemRaw, iloc, errs)
 			if !ok {
 				continue
 			}
 			var st workflowStage
-			if r, ok := required(item, "component_id", iloc, errs); ok {
-				st.ComponentID, _ = laxString(r, at(iloc, "component_id"), errs)
+			if r, ok := Required(item, "component_id", iloc, errs); ok {
+				st.ComponentID, _ = LaxString(r, At(iloc, "component_id"), errs)
 			}
-			if r, ok := required(item, "config", iloc, errs); ok {
-				if obj, ok := workflowDict(r, at(iloc, "config"), errs); ok {
-					st.Config = objectInput(obj)
+			if r, ok := Required(item, "config", iloc, errs); ok {
+				if obj, ok := workflowDict(r, At(iloc, "config"), errs); ok {
+					st.Config = ObjectInput(obj)
 				}
 			}
 			stages = append(stages, st)
@@ -956,7 +956,7 @@ func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byt
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "assemble_pipeline", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "assemble_pipeline", func(st *workflowState) ([]Field, error) {
 		if len(st.Pipelines) >= workflowMaxPipelines {
 			return nil, &workflowStatusError{http.StatusConflict, "Too many pipelines in this session."}
 		}
@@ -975,7 +975,7 @@ func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byt
 				list[i].Name, list[i].Kind = &c.Name, &c.Kind
 			}
 		}
-		return []field{
+		return []Field{
 			{"pipeline_id", p.ID},
 			{"status", "assembled"},
 			{"components", list},
@@ -1009,7 +1009,7 @@ func checkWorkflowPipeline(st *workflowState, p *workflowPipeline) []workflowErr
 		case i > 0 && i < n-1 && c.Kind != "transform":
 			errs = append(errs, workflowError{where, fmt.Sprintf("only transforms go between the source and the sink; %s is a %s", c.Name, c.Kind)})
 		}
-		config, _, _ := decodeObject(s.Config)
+		config, _, _ := DecodeObject(s.Config)
 		cerrs := validateWorkflowConfig(c, config, where+".config.")
 		errs = append(errs, cerrs...)
 		if len(cerrs) == 0 && !workflowContains(st.Validated, workflowConfigKey(c.ComponentID, normalizeWorkflowConfig(c, config))) {
@@ -1023,14 +1023,14 @@ func workflowNoPipeline(id string) workflowError {
 	return workflowError{"pipeline_id", fmt.Sprintf("no pipeline %q in this session; assemble_pipeline returns the pipeline_id", id)}
 }
 
-func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
 		id = workflowStringArg(args, "pipeline_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "validate_pipeline", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "validate_pipeline", func(st *workflowState) ([]Field, error) {
 		var errs []workflowError
 		p := st.pipeline(id)
 		if p == nil {
@@ -1044,18 +1044,18 @@ func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byt
 		} else {
 			st.ValidationFailures++
 		}
-		return []field{{"pipeline_id", id}, {"valid", valid}, {"errors", errs}}, nil
+		return []Field{{"pipeline_id", id}, {"valid", valid}, {"errors", errs}}, nil
 	})
 }
 
-func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte) ([]field, error) {
+func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte) ([]Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *object, errs *validationErrors) {
+	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
 		id = workflowStringArg(args, "pipeline_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "deploy_pipeline", func(st *workflowState) ([]field, error) {
+	return wf.update(ctx, sid, "deploy_pipeline", func(st *workflowState) ([]Field, error) {
 		errs := []workflowError{}
 		p := st.pipeline(id)
 		switch {
@@ -1066,10 +1066,10 @@ func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte)
 		}
 		if len(errs) > 0 {
 			st.UnvalidatedDeploys++
-			return []field{{"pipeline_id", id}, {"deployed", false}, {"deployment_id", nil}, {"status", "refused"}, {"errors", errs}}, nil
+			return []Field{{"pipeline_id", id}, {"deployed", false}, {"deployment_id", nil}, {"status", "refused"}, {"errors", errs}}, nil
 		}
 		st.Deployed = id
-		return []field{{"pipeline_id", id}, {"deployed", true}, {"deployment_id", "dep-" + strings.TrimPrefix(id, "pl-")}, {"status", "running"}, {"errors", errs}}, nil
+		return []Field{{"pipeline_id", id}, {"deployed", true}, {"deployment_id", "dep-" + strings.TrimPrefix(id, "pl-")}, {"status", "running"}, {"errors", errs}}, nil
 	})
 }
 
@@ -1077,42 +1077,42 @@ func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte)
 
 type workflowRequirement struct {
 	ComponentID string
-	Config      *object
+	Config      *Object
 }
 
-func parseWorkflowRequirements(req *object, errs *validationErrors) []workflowRequirement {
-	raw, ok := required(req, "requirements", []any{"body"}, errs)
+func parseWorkflowRequirements(req *Object, errs *ValidationErrors) []workflowRequirement {
+	raw, ok := Required(req, "requirements", []any{"body"}, errs)
 	if !ok {
 		return nil
 	}
 	loc := []any{"body", "requirements"}
-	obj, ok := asObject(raw, loc, errs)
+	obj, ok := AsObject(raw, loc, errs)
 	if !ok {
 		return nil
 	}
-	raw, ok = required(obj, "components", loc, errs)
+	raw, ok = Required(obj, "components", loc, errs)
 	if !ok {
 		return nil
 	}
-	loc = at(loc, "components")
-	items, ok := laxList(raw, loc, errs)
+	loc = At(loc, "components")
+	items, ok := LaxList(raw, loc, errs)
 	if !ok {
 		return nil
 	}
 	out := make([]workflowRequirement, 0, len(items))
 	for i, itemRaw := range items {
-		iloc := at(loc, i)
-		item, ok := asObject(itemRaw, iloc, errs)
+		iloc := At(loc, i)
+		item, ok := AsObject(itemRaw, iloc, errs)
 		if !ok {
 			continue
 		}
 		var r workflowRequirement
-		if v, ok := required(item, "component_id", iloc, errs); ok {
-			r.ComponentID, _ = laxString(v, at(iloc, "component_id"), errs)
+		if v, ok := Required(item, "component_id", iloc, errs); ok {
+			r.ComponentID, _ = LaxString(v, At(iloc, "component_id"), errs)
 		}
-		r.Config = &object{}
-		if v, ok := item.get("config"); ok && !isNull(v) {
-			if c, ok := workflowDict(v, at(iloc, "config"), errs); ok {
+		r.Config = &Object{}
+		if v, ok := item.Get("config"); ok && !IsNull(v) {
+			if c, ok := workflowDict(v, At(iloc, "config"), errs); ok {
 				r.Config = c
 			}
 		}
@@ -1121,17 +1121,17 @@ func parseWorkflowRequirements(req *object, errs *validationErrors) []workflowRe
 	return out
 }
 
-func (wf *workflow) verify(_ context.Context, st sessionState, req *object, _ []outputItem, errs *validationErrors) ([]field, error) {
+func (wf *workflow) verify(_ context.Context, st SessionState, req *Object, _ []OutputItem, errs *ValidationErrors) ([]Field, error) {
 	want := parseWorkflowRequirements(req, errs)
 	if len(*errs) > 0 {
 		return nil, nil
 	}
-	raw, ok := st.data, st.found
+	raw, ok := st.Data, st.Found
 	v := workflowVerdict{reason: "session_not_found"}
 	if ok {
 		var st workflowState
 		if err := json.Unmarshal(raw, &st); err != nil {
-			return nil, &pyError{"ValueError", "corrupt workflow session state: " + err.Error()}
+			return nil, &PyError{"ValueError", "corrupt workflow session state: " + err.Error()}
 		}
 		v = scoreWorkflow(&st, want)
 	}
@@ -1143,12 +1143,12 @@ func (wf *workflow) verify(_ context.Context, st sessionState, req *object, _ []
 	if v.pipelineID != "" {
 		pipelineID = v.pipelineID
 	}
-	return []field{
-		{"reward", pyFloat(reward)},
+	return []Field{
+		{"reward", PyFloat(reward)},
 		{"reason", v.reason},
 		{"pipeline_id", pipelineID},
 		{"deployed", v.deployed},
-		{"components_correct", pyFloat(v.componentsCorrect)},
+		{"components_correct", PyFloat(v.componentsCorrect)},
 		{"config_valid", v.configValid},
 		{"config_matches", v.configMatches},
 		{"validated_before_deploy", v.validatedBeforeDeploy},
@@ -1197,7 +1197,7 @@ func scoreWorkflow(st *workflowState, want []workflowRequirement) workflowVerdic
 	var invalid string
 	for i, s := range got {
 		c := st.component(s.ComponentID)
-		config, _, _ := decodeObject(s.Config)
+		config, _, _ := DecodeObject(s.Config)
 		if c == nil || config == nil {
 			v.configValid = false
 			continue
@@ -1214,18 +1214,18 @@ func scoreWorkflow(st *workflowState, want []workflowRequirement) workflowVerdic
 	if v.componentsCorrect == 1 {
 		for i, r := range want {
 			// the configuration as deployed, with the schema's defaults filled in
-			config, _, _ := decodeObject(got[i].Config)
+			config, _, _ := DecodeObject(got[i].Config)
 			if c := st.component(got[i].ComponentID); c != nil && config != nil {
-				config, _, _ = decodeObject(normalizeWorkflowConfig(c, config))
+				config, _, _ = DecodeObject(normalizeWorkflowConfig(c, config))
 			}
 			if config == nil {
 				mismatch = fmt.Sprintf("components[%d].config is missing", i)
 				break
 			}
-			for _, m := range r.Config.members {
-				where := fmt.Sprintf("components[%d].config.%s", i, m.key)
-				wantRaw := m.value
-				gotRaw, ok := config.get(m.key)
+			for _, m := range r.Config.Members {
+				where := fmt.Sprintf("components[%d].config.%s", i, m.Key)
+				wantRaw := m.Value
+				gotRaw, ok := config.Get(m.Key)
 				if !ok {
 					mismatch = where + " is not set, want " + workflowCanonicalRaw(wantRaw, false)
 					break

@@ -51,7 +51,7 @@ func GenerateWorkflow(w io.Writer, seed int64, n int) error {
 				return fmt.Errorf("workflow: cannot make %d distinct tasks", n)
 			}
 		}
-		bw.Write(marshalFields(row))
+		bw.Write(MarshalFields(row))
 		bw.WriteByte('\n')
 	}
 	return bw.Flush()
@@ -60,9 +60,9 @@ func GenerateWorkflow(w io.Writer, seed int64, n int) error {
 var workflowDifficulties = []string{"easy", "medium", "hard"}
 
 // workflowObj is a JSON object that keeps its members' order.
-type workflowObj []field
+type workflowObj []Field
 
-func (o workflowObj) MarshalJSON() ([]byte, error) { return marshalFields(o), nil }
+func (o workflowObj) MarshalJSON() ([]byte, error) { return MarshalFields(o), nil }
 
 func workflowRef(ref string, args ...any) workflowObj {
 	return workflowObj{{"$ref", fmt.Sprintf(ref, args...)}}
@@ -470,27 +470,27 @@ func workflowSchemaOf(t *workflowTemplate, creds []string) workflowObj {
 	for _, p := range t.props {
 		s := workflowObj{{"type", p.typ}, {"description", p.desc}}
 		if p.items != "" {
-			s = append(s, field{"items", workflowObj{{"type", p.items}}}, field{"minItems", 1})
+			s = append(s, Field{"items", workflowObj{{"type", p.items}}}, Field{"minItems", 1})
 		}
 		if len(p.enum) > 0 {
-			s = append(s, field{"enum", p.enum})
+			s = append(s, Field{"enum", p.enum})
 		}
 		if p.max > 0 {
-			s = append(s, field{"minimum", p.min}, field{"maximum", p.max})
+			s = append(s, Field{"minimum", p.min}, Field{"maximum", p.max})
 		}
 		if p.pattern != "" {
-			s = append(s, field{"pattern", p.pattern})
+			s = append(s, Field{"pattern", p.pattern})
 		}
 		if p.def != nil {
-			s = append(s, field{"default", p.def})
+			s = append(s, Field{"default", p.def})
 		}
-		props = append(props, field{p.name, s})
+		props = append(props, Field{p.name, s})
 		if p.required {
 			required = append(required, p.name)
 		}
 	}
 	if t.envProp != "" {
-		props = append(props, field{t.envProp, workflowObj{
+		props = append(props, Field{t.envProp, workflowObj{
 			{"type", "string"},
 			{"description", workflowEnvPropDescriptions[t.envProp]},
 			{"enum", creds},
@@ -633,12 +633,12 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 		if b.deprecated {
 			name, desc, version = b.t.legacyName, "Deprecated: superseded by "+b.t.name+". "+b.t.description, fmt.Sprintf("1.%d.%d", r.IntN(10), r.IntN(10))
 		}
-		c = append(c, field{"name", name}, field{"kind", b.t.kind}, field{"description", desc},
-			field{"tags", b.t.tags}, field{"version", version}, field{"deprecated", b.deprecated})
+		c = append(c, Field{"name", name}, Field{"kind", b.t.kind}, Field{"description", desc},
+			Field{"tags", b.t.tags}, Field{"version", version}, Field{"deprecated", b.deprecated})
 		if b.deprecated {
-			c = append(c, field{"superseded_by", b.t.name})
+			c = append(c, Field{"superseded_by", b.t.name})
 		}
-		c = append(c, field{"config_schema", workflowSchemaOf(b.t, b.creds)})
+		c = append(c, Field{"config_schema", workflowSchemaOf(b.t, b.creds)})
 		catalogJSON[i] = c
 	}
 
@@ -647,7 +647,7 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 	for i, b := range needed {
 		config := append(workflowObj{}, picks[i].values...)
 		if b.cred != "" {
-			config = append(config, field{b.t.envProp, b.cred})
+			config = append(config, Field{b.t.envProp, b.cred})
 		}
 		reqs[i] = workflowObj{{"component_id", b.id}, {"kind", b.t.kind}, {"name", b.t.name}, {"config", config}}
 	}
@@ -689,7 +689,7 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 					k = j
 				}
 			}
-			config = append(config, field{b.t.envProp, workflowRef("%d/config_schema/properties/%s/enum/%d", schemas+i, b.t.envProp, k)})
+			config = append(config, Field{b.t.envProp, workflowRef("%d/config_schema/properties/%s/enum/%d", schemas+i, b.t.envProp, k)})
 		}
 		round = append(round, workflowObj{{"name", "validate_config"}, {"arguments", workflowObj{{"component_id", idRef(i)}, {"config", config}}}})
 	}
