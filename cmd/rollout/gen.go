@@ -11,7 +11,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/rollout-dev/rollout/pkg/servers"
+	"github.com/rollout-dev/rollout/pkg/servers/extraction"
+	"github.com/rollout-dev/rollout/pkg/servers/workflow"
 )
 
 // generators are the task generators of the built-in servers.
@@ -20,8 +21,8 @@ var generators = map[string]struct {
 	defN    int
 	summary string
 }{
-	"extraction": {servers.GenerateExtraction, 240, "multi-source extraction tasks for the extraction server (data/extraction.jsonl)"},
-	"workflow":   {servers.GenerateWorkflow, 60, "discovery → configuration → assembly tasks for the workflow server (data/workflow.jsonl)"},
+	"extraction": {extraction.Generate, 240, "multi-source extraction tasks for the extraction server (data/extraction.jsonl)"},
+	"workflow":   {workflow.Generate, 60, "discovery → configuration → assembly tasks for the workflow server (data/workflow.jsonl)"},
 }
 
 func generatorNames() string {

@@ -1,534 +1,72 @@
-// Package servers holds rollout's built-in resource servers: Go re-implementations of the three
-// example resource servers of NVIDIA NeMo Gym (example_multi_step, example_session_state_mgmt,
-// example_single_tool_call), written from their documented and observable behaviour.
+// Package servers is the registry of rollout's built-in resource servers: New starts one by
+// name, Names lists them. The registry is the explicit list below; it registers:
 //
-// Each server is a plain http.Handler that speaks the NeMo Gym resource-server protocol
-// (DESIGN §3):
+//   - counter: a stateful counter with big integers and a bounded history (package counter)
+//   - extraction: multi-step data extraction from simulated regional databases, with its task
+//     generator (package extraction)
+//   - workflow: a multi-step workflow (discovery, configuration, assembly), with its task
+//     generator (package workflow)
+//   - example_multi_step, example_session_state_mgmt, example_single_tool_call: Go ports of
+//     NVIDIA NeMo Gym's three example resource servers (package nemogym)
 //
-//   - GET  /              liveness, answers {"status":"ok"}
-//   - POST /seed_session  the whole task row; sets up per-session state; answers {}
-//   - POST /{tool}        the tool's JSON arguments object; answers the tool's JSON result
-//   - POST /verify        the task row plus "response"; answers the request's fields plus
-//     "reward" and the server's reward components
-//
-// Sessions are a signed cookie (HMAC-SHA256 over a random session id, with a key drawn at random
-// for each handler). Every response carries the cookie; a request without a valid one starts a
-// new, empty session, so a client that loses its cookie scores 0 on a stateful server, exactly as
-// with NeMo Gym. Bad arguments are answered 422 with a FastAPI-style {"detail": [...]} body; an
-// error NeMo Gym's Python would raise while verifying is answered 500 with the exception's repr
-// as a JSON string, as NeMo Gym's exception middleware does.
+// Each server is an http.Handler speaking the NeMo Gym resource-server protocol, built by the
+// framework in package gym; its sessions' state lives in a store.Store (package store).
 package servers
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"hash"
-	"io"
-	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/servers/store"
+	"github.com/rollout-dev/rollout/pkg/servers/counter"
+	"github.com/rollout-dev/rollout/pkg/servers/extraction"
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
+	"github.com/rollout-dev/rollout/pkg/servers/nemogym"
+	"github.com/rollout-dev/rollout/pkg/servers/workflow"
 )
 
-// maxBodyBytes bounds every request body. /verify carries whole trajectories, so it is generous.
-const maxBodyBytes = 64 << 20
-
-// sessionMaxAge is the cookie lifetime, Starlette SessionMiddleware's default (14 days).
-const sessionMaxAge = 14 * 24 * 60 * 60
-
-// builtin describes one built-in resource server.
-type builtin struct {
-	name string
-	// class is the Python class name; with the name it forms the session cookie name, as NeMo
-	// Gym's get_session_middleware_key does ("<Class>___<name>").
-	class string
-	make  func(name string, st store.Store) ResourceServer
-}
-
-// builtins is the registry, filled by each server's file with register in an init function.
-var builtins []builtin
-
-func register(b builtin) {
-	for _, o := range builtins {
-		if o.name == b.name {
-			panic("servers: " + b.name + " registered twice")
-		}
-	}
-	builtins = append(builtins, b)
+// builtins is the registry.
+var builtins = []gym.Builtin{
+	counter.Builtin,
+	extraction.Builtin,
+	workflow.Builtin,
+	nemogym.MultiStep,
+	nemogym.SessionStateMgmt,
+	nemogym.SingleToolCall,
 }
 
 // Names lists the built-in resource servers, sorted.
 func Names() []string {
 	names := make([]string, 0, len(builtins))
 	for _, b := range builtins {
-		names = append(names, b.name)
+		names = append(names, b.Name)
 	}
 	sort.Strings(names)
 	return names
 }
 
 // Options configure a built-in resource server.
-type Options struct {
-	// Store keeps the sessions' state. Servers sharing one store (e.g. Redis) share their
-	// sessions and accept each other's cookies. nil means a new in-memory store of the server's
-	// own, closed by Server.Close.
-	Store store.Store
-	// TTL is the session lifetime after its last write for the store New opens when Store is
-	// nil; 0 means store.DefaultTTL.
-	TTL time.Duration
-}
+type Options = gym.Options
 
 // Server is one built-in resource server, an http.Handler.
-type Server struct {
-	handler
-	ownStore bool
-}
-
-// Close releases the server's own session store (not a store passed in Options).
-func (s *Server) Close() error {
-	if s.ownStore {
-		return s.store.Close()
-	}
-	return nil
-}
+type Server = gym.Server
 
 // New returns the named built-in resource server. Each call returns an independent server: a
 // new in-memory session store and cookie key unless opts.Store is shared.
 func New(name string, opts Options) (*Server, error) {
 	for _, b := range builtins {
-		if b.name != name {
+		if b.Name != name {
 			continue
-		}
-		st, own := opts.Store, false
-		if st == nil {
-			st, own = store.NewMemory(store.Options{Prefix: name, TTL: opts.TTL}), true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		key, err := st.Secret(ctx, "cookie:"+name)
+		srv, err := gym.New(ctx, b, opts)
 		if err != nil {
-			if own {
-				st.Close()
-			}
-			return nil, fmt.Errorf("servers: %s: session key: %w", name, err)
+			return nil, fmt.Errorf("servers: %w", err)
 		}
-		cookieName := b.class + "___" + b.name
-		return &Server{handler: handler{
-			name:         b.name,
-			cookieName:   cookieName,
-			cookieSuffix: cookieSuffix(cookieName),
-			key:          key,
-			macs:         &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }},
-			store:        st,
-			impl:         b.make(b.name, st),
-		}, ownStore: own}, nil
+		return srv, nil
 	}
 	return nil, fmt.Errorf("servers: unknown resource server %q (built-in: %s)", name, strings.Join(Names(), ", "))
 }
-
-// ResourceServer is one server's behaviour; the handler does routing, sessions and errors.
-// Implementations guard their own state: methods are called concurrently.
-type ResourceServer interface {
-	// tool returns the tool endpoint of that name.
-	tool(name string) (ToolFunc, bool)
-	// seedSession sets up the session's state from the task row.
-	seedSession(ctx context.Context, sid string, row *Object) error
-	// verify scores a trajectory. It first validates its own fields of the request into errs;
-	// when errs is then not empty (the handler's checks of responses_create_params and response
-	// are already in it) it returns at once with nothing. Otherwise it returns the fields to add
-	// to the echoed request, "reward" first, or the error the Python would raise. A stateful
-	// server scores st, the session's state as the handler read it (see SessionState); it never
-	// reads the store again.
-	verify(ctx context.Context, st SessionState, req *Object, output []OutputItem, errs *ValidationErrors) ([]Field, error)
-}
-
-// SessionState is the state of the session of a /verify, read from the store once by the handler
-// (stateful servers only; the zero value for the others). The check that a seeded session was
-// not lost and the score use this one read: with two, the store could lose the state in between
-// (a Redis restarted empty), the check pass and the score find nothing, and a lost session would
-// be scored 0 with a 200 instead of answered 409 session_not_found.
-type SessionState struct {
-	Data  []byte
-	Found bool // false: the session has no state (and was not seeded: a lost seeded one is a 409)
-}
-
-// ToolFunc serves one tool. body is the raw request body (the model's arguments). It returns the
-// result as ordered fields, written the way NeMo Gym's recorded tool outputs are written.
-type ToolFunc func(ctx context.Context, sid string, body []byte) ([]Field, error)
-
-type handler struct {
-	name       string
-	cookieName string
-	// cookieSuffix is what net/http writes after the value of the session cookie: its
-	// attributes.
-	cookieSuffix string
-	key          []byte
-	macs         *sync.Pool // of HMAC-SHA256 hashes keyed with key
-	store        store.Store
-	impl         ResourceServer
-}
-
-// cookieSuffix is the attributes of the session cookie as http.SetCookie writes them after the
-// value: "; Path=/; Max-Age=…; HttpOnly; SameSite=Lax".
-func cookieSuffix(name string) string {
-	const v = "v"
-	s := (&http.Cookie{Name: name, Value: v, Path: "/", MaxAge: sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode}).String()
-	return strings.TrimPrefix(s, name+"="+v)
-}
-
-// statefulServer is a ResourceServer that keeps a session's state in the store from
-// seed_session on; its verify needs that state.
-type statefulServer interface {
-	keepsState()
-}
-
-// seededPrefix starts the id of a session that a stateful server seeded. The id is in the
-// signed cookie, so the mark cannot be forged: a seeded session whose state is missing was lost
-// (its TTL ran out, or the store restarted empty), not never seen.
-const seededPrefix = "s-"
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, stateful := h.impl.(statefulServer)
-	sid := h.session(w, r, stateful && r.URL.Path == "/seed_session")
-
-	switch r.URL.Path {
-	case "/":
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			methodNotAllowed(w, "GET")
-			return
-		}
-		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
-		return
-	case "/seed_session":
-		body, ok := postBody(w, r)
-		if !ok {
-			return
-		}
-		row, err := ParseBody(body)
-		if err == nil {
-			err = h.impl.seedSession(r.Context(), sid, row)
-		}
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, []byte(`{}`))
-		return
-	case "/verify":
-		body, ok := postBody(w, r)
-		if !ok {
-			return
-		}
-		var st SessionState
-		if stateful {
-			// One read, for the lost-session check and the score (SessionState).
-			data, found, err := h.store.Get(r.Context(), sid)
-			if err != nil {
-				writeError(w, err)
-				return
-			}
-			if LostSession(sid, found) {
-				writeError(w, ErrSessionLost)
-				return
-			}
-			st = SessionState{Data: data, Found: found}
-		}
-		h.serveVerify(w, r.Context(), st, body)
-		return
-	case "/end_session":
-		// rollout's extension to the protocol: the client is done with the session; its state
-		// is dropped now instead of when its TTL runs out.
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
-			return
-		}
-		if err := h.store.Delete(r.Context(), sid); err != nil {
-			writeError(w, err)
-			return
-		}
-		if unmarked, ok := strings.CutPrefix(sid, seededPrefix); ok {
-			// Ended, not lost: the session goes on as one never seeded.
-			w.Header().Set("Set-Cookie", h.cookieName+"="+unmarked+"."+h.sign(unmarked)+h.cookieSuffix)
-		}
-		writeJSON(w, http.StatusOK, []byte(`{}`))
-		return
-	}
-
-	name := strings.TrimPrefix(r.URL.Path, "/")
-	fn, ok := h.impl.tool(name)
-	if !ok || name == "" || strings.Contains(name, "/") {
-		writeJSON(w, http.StatusNotFound, []byte(`{"detail":"Not Found"}`))
-		return
-	}
-	body, ok := postBody(w, r)
-	if !ok {
-		return
-	}
-	fields, err := fn(r.Context(), sid, body)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, pythonJSON(MarshalFields(fields)))
-}
-
-func (h *handler) serveVerify(w http.ResponseWriter, ctx context.Context, st SessionState, body []byte) {
-	req, err := ParseBody(body)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	var errs ValidationErrors
-	output := validateVerifyRequest(req, &errs)
-	extra, err := h.impl.verify(ctx, st, req, output, &errs)
-	switch {
-	case len(errs) > 0:
-		writeError(w, errs)
-	case err != nil:
-		writeError(w, err)
-	default:
-		writeJSON(w, http.StatusOK, echo(req, extra))
-	}
-}
-
-// echo is the verify answer: the request's fields in their order, then the verify fields (a
-// request field of the same name gives way to the verify field).
-func echo(req *Object, extra []Field) []byte {
-	n := 2 + 24*len(extra)
-	for _, m := range req.Members {
-		n += len(m.Key) + 4 + len(m.Value)
-	}
-	b := append(make([]byte, 0, n), '{')
-	first := true
-outer:
-	for i := range req.Members {
-		m := &req.Members[i]
-		for _, e := range extra {
-			if e.Key == m.Key {
-				continue outer
-			}
-		}
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = appendString(b, m.Key)
-		b = append(b, ':')
-		b = m.appendValue(b)
-	}
-	for _, f := range extra {
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = appendString(b, f.Key)
-		b = append(b, ':')
-		b = appendValue(b, f.Value)
-	}
-	return append(b, '}')
-}
-
-// ErrSessionLost answers a request of a session that was seeded and whose state is gone: 409
-// session_not_found.
-var ErrSessionLost = sessionLostError{}
-
-type sessionLostError struct{}
-
-func (sessionLostError) Error() string {
-	return "session_not_found: this session was seeded, but the session store no longer has its state"
-}
-
-func (sessionLostError) StatusBody() (int, []byte) {
-	return http.StatusConflict, []byte(`{"error":"session_not_found","detail":"this session was seeded, but the session store no longer has its state (its TTL ran out, or the store restarted empty); run the rollout again"}`)
-}
-
-// LostSession reports whether a session without state (ok false) was seeded: its id has the
-// seeded mark.
-func LostSession(sid string, ok bool) bool { return !ok && strings.HasPrefix(sid, seededPrefix) }
-
-// session returns the request's session id, starting a new session when the request carries no
-// validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).
-// seeding marks the id as seeded (seededPrefix), keeping the rest of it.
-func (h *handler) session(w http.ResponseWriter, r *http.Request, seeding bool) string {
-	sid, value := "", ""
-	if c, err := r.Cookie(h.cookieName); err == nil {
-		if sid, _ = h.checkCookie(c.Value); sid != "" {
-			value = c.Value // exactly sid.sign(sid): the signature was compared byte for byte
-		}
-	}
-	if sid == "" {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
-			panic(fmt.Sprintf("servers: session id: %v", err)) // crypto/rand never fails on supported platforms
-		}
-		sid = hex.EncodeToString(b)
-		value = sid + "." + h.sign(sid)
-	}
-	if seeding && !strings.HasPrefix(sid, seededPrefix) {
-		sid = seededPrefix + sid
-		value = sid + "." + h.sign(sid)
-	}
-	// http.SetCookie(w, &http.Cookie{Name: h.cookieName, Value: value, Path: "/", MaxAge:
-	// sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode}) writes this; value needs
-	// no quoting (hex, '.', base64url).
-	w.Header().Add("Set-Cookie", h.cookieName+"="+value+h.cookieSuffix)
-	return sid
-}
-
-func (h *handler) sign(sid string) string {
-	m := h.macs.Get().(hash.Hash)
-	m.Reset()
-	io.WriteString(m, sid)
-	var sum [sha256.Size]byte
-	s := base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0]))
-	h.macs.Put(m)
-	return s
-}
-
-func (h *handler) checkCookie(value string) (string, bool) {
-	sid, sig, ok := strings.Cut(value, ".")
-	if !ok || sid == "" {
-		return "", false
-	}
-	if !hmac.Equal([]byte(sig), []byte(h.sign(sid))) {
-		return "", false
-	}
-	return sid, true
-}
-
-// postBody reads the body of a POST; any other method is answered 405. false: the request is
-// answered.
-func postBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.Method != http.MethodPost {
-		methodNotAllowed(w, "POST")
-		return nil, false
-	}
-	return readBody(w, r)
-}
-
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := readAll(http.MaxBytesReader(w, r.Body, maxBodyBytes), r.ContentLength)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, []byte(`{"detail":"Request body too large"}`))
-		} else {
-			writeJSON(w, http.StatusBadRequest, []byte(`{"detail":"Could not read the request body"}`))
-		}
-		return nil, false
-	}
-	return body, true
-}
-
-// readAll is io.ReadAll with a first buffer the size of the body announced (up to a bound: the
-// announcement may be false), instead of one that grows from 512 bytes.
-func readAll(r io.Reader, size int64) ([]byte, error) {
-	const maxFirst = 256 << 10
-	if size <= 0 {
-		size = 511 // unknown: io.ReadAll's 512
-	}
-	b := make([]byte, 0, min(size, maxFirst)+1) // +1: the read that sees EOF needs room
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil {
-			if err == io.EOF {
-				err = nil
-			}
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // let append grow it
-		}
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-}
-
-func methodNotAllowed(w http.ResponseWriter, allow string) {
-	w.Header().Set("Allow", allow)
-	writeJSON(w, http.StatusMethodNotAllowed, []byte(`{"detail":"Method Not Allowed"}`))
-}
-
-// PyError is an exception the Python server would raise while handling a request; NeMo Gym's
-// exception middleware answers it 500 with repr(e) as a JSON string.
-type PyError struct {
-	Class string // Python exception class, e.g. "KeyError"
-	Msg   string
-}
-
-func (e *PyError) Error() string { return e.Class + "(" + pyRepr(e.Msg) + ")" }
-
-// StatusBodyError is an error answered with its own status and JSON body, e.g. a FastAPI
-// HTTPException {"detail": …}: 409 for a tool called before /seed_session, 404 for an unknown id.
-type StatusBodyError interface {
-	error
-	StatusBody() (status int, body []byte)
-}
-
-// writeError answers err: a StatusBodyError its status and body, validation errors 422
-// (FastAPI's shape), anything else 500.
-func writeError(w http.ResponseWriter, err error) {
-	var serr StatusBodyError
-	if errors.As(err, &serr) {
-		status, body := serr.StatusBody()
-		writeJSON(w, status, body)
-		return
-	}
-	var verrs ValidationErrors
-	if errors.As(err, &verrs) {
-		body := MarshalFields([]Field{{"detail", []FieldError(verrs)}})
-		writeJSON(w, http.StatusUnprocessableEntity, body)
-		return
-	}
-	writeJSON(w, http.StatusInternalServerError, MarshalValue(err.Error()))
-}
-
-// pyRepr renders s as Python's repr of a str (close enough for error messages).
-func pyRepr(s string) string {
-	quote := "'"
-	if strings.Contains(s, "'") && !strings.Contains(s, `"`) {
-		quote = `"`
-	}
-	var b strings.Builder
-	b.WriteString(quote)
-	for _, r := range s {
-		switch {
-		case r == '\\':
-			b.WriteString(`\\`)
-		case string(r) == quote:
-			b.WriteString(`\` + quote)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteString(quote)
-	return b.String()
-}
-
-// The servers that keep a session's state from seed_session on.
-func (*counter) keepsState()      {}
-func (*extraction) keepsState()   {}
-func (*stateCounter) keepsState() {}
-func (*workflow) keepsState()     {}

@@ -1,4 +1,4 @@
-package servers
+package extraction
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/plan"
 )
 
-// Task generation for the extraction server: GenerateExtraction writes task rows, each with its
+// Task generation for the extraction server: Generate writes task rows, each with its
 // own world, question, expectations and reference plan.
 
 // extractionCategories are the task shapes.
@@ -115,10 +115,10 @@ type extractionMessage struct {
 	Content string `json:"content"`
 }
 
-// GenerateExtraction writes n task rows for the extraction server as JSONL. The output depends
+// Generate writes n task rows for the extraction server as JSONL. The output depends
 // only on seed: the same seed gives the same bytes. Categories cycle row by row and difficulties
 // every four rows, so any 12 consecutive rows hold every combination; questions are unique.
-func GenerateExtraction(w io.Writer, seed int64, n int) error {
+func Generate(w io.Writer, seed int64, n int) error {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x6578747261637431))
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)

@@ -1,6 +1,10 @@
-package servers
+package workflow
 
 import (
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
+	"github.com/rollout-dev/rollout/pkg/servers/gymtest"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -16,14 +20,14 @@ import (
 
 // Set WORKFLOW_UPDATE=1 to rewrite data/workflow.jsonl and data/workflow.steps.json.
 var (
-	workflowDataFile  = filepath.Join("..", "..", "data", "workflow.jsonl")
-	workflowStepsFile = filepath.Join("..", "..", "data", "workflow.steps.json")
+	workflowDataFile  = filepath.Join("..", "..", "..", "data", "workflow.jsonl")
+	workflowStepsFile = filepath.Join("..", "..", "..", "data", "workflow.steps.json")
 )
 
 func workflowRows(t *testing.T, seed int64, n int) [][]byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := GenerateWorkflow(&b, seed, n); err != nil {
+	if err := Generate(&b, seed, n); err != nil {
 		t.Fatal(err)
 	}
 	var rows [][]byte
@@ -65,7 +69,7 @@ func workflowJSON(t *testing.T, v any) []byte {
 // workflowPlay plays row's reference plan in session s (already seeded), leaving out the calls
 // in skip (their outputs are unknown, so references to them resolve to null), and returns the
 // response object for /verify and each call's HTTP status (0 when skipped).
-func workflowPlay(t *testing.T, s *testSession, row []byte, skip map[int]bool) (json.RawMessage, []int) {
+func workflowPlay(t *testing.T, s *gymtest.Session, row []byte, skip map[int]bool) (json.RawMessage, []int) {
 	t.Helper()
 	p := workflowPlanOf(t, row)
 	outputs := map[int]any{}
@@ -81,7 +85,7 @@ func workflowPlay(t *testing.T, s *testSession, row []byte, skip map[int]bool) (
 		if err != nil {
 			t.Fatal(err)
 		}
-		code, out := s.post("/"+c.Name, args)
+		code, out := s.Post("/"+c.Name, args)
 		statuses = append(statuses, code)
 		outputs[i] = plan.DecodeOutput(string(out))
 		id := fmt.Sprintf("call_%d", i)
@@ -101,22 +105,22 @@ func workflowPlay(t *testing.T, s *testSession, row []byte, skip map[int]bool) (
 	}), statuses
 }
 
-func seedWorkflow(t *testing.T, s *testSession, row []byte) {
+func seedWorkflow(t *testing.T, s *gymtest.Session, row []byte) {
 	t.Helper()
-	if out := s.mustPost("/seed_session", row); string(out) != "{}" {
+	if out := s.MustPost("/seed_session", row); string(out) != "{}" {
 		t.Fatalf("seed_session answered %s", out)
 	}
 }
 
 func TestWorkflowGenerate(t *testing.T) {
 	var a, b, c bytes.Buffer
-	if err := GenerateWorkflow(&a, 7, 30); err != nil {
+	if err := Generate(&a, 7, 30); err != nil {
 		t.Fatal(err)
 	}
-	if err := GenerateWorkflow(&b, 7, 30); err != nil {
+	if err := Generate(&b, 7, 30); err != nil {
 		t.Fatal(err)
 	}
-	if err := GenerateWorkflow(&c, 8, 30); err != nil {
+	if err := Generate(&c, 8, 30); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes(), b.Bytes()) {
@@ -126,7 +130,7 @@ func TestWorkflowGenerate(t *testing.T) {
 		t.Fatal("seeds 7 and 8 gave the same tasks")
 	}
 	var empty bytes.Buffer
-	if err := GenerateWorkflow(&empty, 1, 0); err != nil || empty.Len() != 0 {
+	if err := Generate(&empty, 1, 0); err != nil || empty.Len() != 0 {
 		t.Fatalf("n = 0: %q, %v", empty.String(), err)
 	}
 
@@ -134,12 +138,13 @@ func TestWorkflowGenerate(t *testing.T) {
 	if len(rows) != 60 {
 		t.Fatalf("%d rows, want 60", len(rows))
 	}
-	h, _ := New("workflow", Options{})
-	defer h.Close()
+	mem := store.NewMemory(store.Options{})
+	defer mem.Close()
+	h := Builtin.New(Builtin.Name, mem)
 	var toolNames []string
 	for _, tool := range workflowTools {
 		toolNames = append(toolNames, tool.name)
-		if _, ok := h.impl.tool(tool.name); !ok {
+		if _, ok := h.Tool(tool.name); !ok {
 			t.Errorf("the rows offer %s, which the server does not serve", tool.name)
 		}
 	}
@@ -223,11 +228,11 @@ func TestWorkflowGenerate(t *testing.T) {
 
 func TestWorkflowDataFiles(t *testing.T) {
 	var want bytes.Buffer
-	if err := GenerateWorkflow(&want, 1, 60); err != nil {
+	if err := Generate(&want, 1, 60); err != nil {
 		t.Fatal(err)
 	}
 	var steps bytes.Buffer
-	if err := WriteWorkflowSteps(&steps); err != nil {
+	if err := WriteSteps(&steps); err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv("WORKFLOW_UPDATE") != "" {
@@ -262,15 +267,16 @@ func TestWorkflowStepsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var steps []WorkflowStep
+	var steps []Step
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&steps); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	h, _ := New("workflow", Options{})
-	defer h.Close()
+	mem := store.NewMemory(store.Options{})
+	defer mem.Close()
+	h := Builtin.New(Builtin.Name, mem)
 	covered := map[string]string{}
 	for i, s := range steps {
 		names = append(names, s.Name)
@@ -284,7 +290,7 @@ func TestWorkflowStepsFile(t *testing.T) {
 			t.Errorf("step %s: tools %v, validation_tools %v", s.Name, s.Tools, s.ValidationTools)
 		}
 		for _, tool := range s.Tools {
-			if _, ok := h.impl.tool(tool); !ok {
+			if _, ok := h.Tool(tool); !ok {
 				t.Errorf("step %s: unknown tool %s", s.Name, tool)
 			}
 			if other, dup := covered[tool]; dup {
@@ -318,8 +324,8 @@ func TestWorkflowStepsFile(t *testing.T) {
 // 1. For every tenth row it also plays the plan without each of its calls in turn: leaving out a
 // required call earns less, leaving out an optional one does not matter.
 func TestWorkflowReferencePlans(t *testing.T) {
-	srv := startServer(t, "workflow")
-	rows := readJSONL(t, workflowDataFile)
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
+	rows := gymtest.ReadJSONL(t, workflowDataFile)
 	if len(rows) != 60 {
 		t.Fatalf("%d rows", len(rows))
 	}
@@ -327,7 +333,7 @@ func TestWorkflowReferencePlans(t *testing.T) {
 		id := string(workflowField(t, row, "id"))
 		t.Run(strings.Trim(id, `"`), func(t *testing.T) {
 			t.Parallel()
-			s := newSession(t, srv)
+			s := gymtest.NewSession(t, srv)
 			seedWorkflow(t, s, row)
 			response, statuses := workflowPlay(t, s, row, nil)
 			for i, code := range statuses {
@@ -335,7 +341,7 @@ func TestWorkflowReferencePlans(t *testing.T) {
 					t.Errorf("call %d answered %d", i, code)
 				}
 			}
-			got := s.verify(row, response)
+			got := s.Verify(row, response)
 			wantWorkflow(t, got, map[string]any{
 				"reward": 1.0, "reason": "ok", "deployed": true, "components_correct": 1.0, "config_valid": true,
 				"config_matches": true, "validated_before_deploy": true, "validation_failures": 0.0, "steps_in_order": true,
@@ -345,10 +351,10 @@ func TestWorkflowReferencePlans(t *testing.T) {
 			}
 			p := workflowPlanOf(t, row)
 			for i, c := range p.Calls() {
-				s := newSession(t, srv)
+				s := gymtest.NewSession(t, srv)
 				seedWorkflow(t, s, row)
 				response, _ := workflowPlay(t, s, row, map[int]bool{i: true})
-				got := s.verify(row, response)
+				got := s.Verify(row, response)
 				if c.Optional && got["reward"] != 1.0 {
 					t.Errorf("without optional call %d (%s): reward %v (%v)", i, c.Name, got["reward"], got["reason"])
 				}
@@ -381,7 +387,7 @@ type workflowTaskParts struct {
 
 func workflowTaskOf(t *testing.T, difficulty string) workflowTaskParts {
 	t.Helper()
-	for _, row := range readJSONL(t, workflowDataFile) {
+	for _, row := range gymtest.ReadJSONL(t, workflowDataFile) {
 		var r struct {
 			Difficulty   string              `json:"difficulty"`
 			Catalog      []workflowComponent `json:"catalog"`
@@ -430,9 +436,9 @@ func (v workflowValidation) names(property string) bool {
 	return false
 }
 
-func workflowCall(t *testing.T, s *testSession, tool string, args any) workflowValidation {
+func workflowCall(t *testing.T, s *gymtest.Session, tool string, args any) workflowValidation {
 	t.Helper()
-	out := s.mustPost("/"+tool, workflowJSON(t, args))
+	out := s.MustPost("/"+tool, workflowJSON(t, args))
 	var v workflowValidation
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("%s: %s: %v", tool, out, err)
@@ -441,9 +447,9 @@ func workflowCall(t *testing.T, s *testSession, tool string, args any) workflowV
 }
 
 func TestWorkflowValidateConfigErrors(t *testing.T) {
-	srv := startServer(t, "workflow")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	task := workflowTaskOf(t, "medium")
-	s := newSession(t, srv)
+	s := gymtest.NewSession(t, srv)
 	seedWorkflow(t, s, task.row)
 	src := task.reqs[0]
 	good := map[string]any{}
@@ -519,11 +525,11 @@ func TestWorkflowValidateConfigErrors(t *testing.T) {
 
 	// the failures are counted, and do not stand in the way of the plan
 	response, _ := workflowPlay(t, s, task.row, nil)
-	wantWorkflow(t, s.verify(task.row, response), map[string]any{"reward": 1.0, "validation_failures": float64(failures)})
+	wantWorkflow(t, s.Verify(task.row, response), map[string]any{"reward": 1.0, "validation_failures": float64(failures)})
 }
 
 func TestWorkflowDeployBeforeValidate(t *testing.T) {
-	srv := startServer(t, "workflow")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	task := workflowTaskOf(t, "easy")
 	p := workflowPlanOf(t, task.row)
 	calls := p.Calls()
@@ -531,11 +537,11 @@ func TestWorkflowDeployBeforeValidate(t *testing.T) {
 	if calls[deploy].Name != "deploy_pipeline" || calls[validate].Name != "validate_pipeline" {
 		t.Fatalf("plan ends with %s, %s", calls[validate].Name, calls[deploy].Name)
 	}
-	s := newSession(t, srv)
+	s := gymtest.NewSession(t, srv)
 	seedWorkflow(t, s, task.row)
 	// everything up to assemble_pipeline
 	response, _ := workflowPlay(t, s, task.row, map[int]bool{validate: true, deploy: true})
-	got := s.verify(task.row, response)
+	got := s.Verify(task.row, response)
 	wantWorkflow(t, got, map[string]any{"reward": 0.0, "deployed": false, "validated_before_deploy": false})
 	if !strings.HasPrefix(got["reason"].(string), "not_deployed") {
 		t.Errorf("reason %v", got["reason"])
@@ -554,18 +560,18 @@ func TestWorkflowDeployBeforeValidate(t *testing.T) {
 	if v := workflowCall(t, s, "deploy_pipeline", map[string]any{"pipeline_id": "pl-001"}); !v.Deployed {
 		t.Fatalf("deploy after validate: %+v", v)
 	}
-	got = s.verify(task.row, response)
+	got = s.Verify(task.row, response)
 	wantWorkflow(t, got, map[string]any{"reward": 1.0, "deployed": true, "validated_before_deploy": false, "pipeline_id": "pl-001"})
 }
 
 func TestWorkflowPipelineChecks(t *testing.T) {
-	srv := startServer(t, "workflow")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	task := workflowTaskOf(t, "hard")
 	var catalog []workflowComponent
 	if err := json.Unmarshal(workflowField(t, task.row, "catalog"), &catalog); err != nil {
 		t.Fatal(err)
 	}
-	s := newSession(t, srv)
+	s := gymtest.NewSession(t, srv)
 	seedWorkflow(t, s, task.row)
 	stage := func(i int) map[string]any {
 		return map[string]any{"component_id": task.reqs[i].ComponentID, "config": task.reqs[i].Config}
@@ -622,7 +628,7 @@ func TestWorkflowPipelineChecks(t *testing.T) {
 	if v := workflowCall(t, s, "deploy_pipeline", map[string]any{"pipeline_id": a.PipelineID}); !v.Deployed {
 		t.Fatalf("deploy: %+v", v)
 	}
-	got := s.verify(task.row, workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
+	got := s.Verify(task.row, workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
 		"output": []any{}, "parallel_tool_calls": false, "tool_choice": "auto", "tools": []any{}}))
 	want := float64(n-2) / float64(n)
 	wantWorkflow(t, got, map[string]any{"reward": 0.0, "deployed": true, "components_correct": want, "config_matches": false,
@@ -637,7 +643,7 @@ func TestWorkflowPipelineChecks(t *testing.T) {
 	for k, v := range task.reqs[n-1].Config {
 		cfg[k] = v
 	}
-	s2 := newSession(t, srv)
+	s2 := gymtest.NewSession(t, srv)
 	seedWorkflow(t, s2, task.row)
 	schema, err := parseWorkflowSchema(func() json.RawMessage {
 		for _, c := range catalog {
@@ -681,7 +687,7 @@ func TestWorkflowPipelineChecks(t *testing.T) {
 	a = workflowCall(t, s2, "assemble_pipeline", map[string]any{"components": wrong})
 	workflowCall(t, s2, "validate_pipeline", map[string]any{"pipeline_id": a.PipelineID})
 	workflowCall(t, s2, "deploy_pipeline", map[string]any{"pipeline_id": a.PipelineID})
-	got = s2.verify(task.row, workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
+	got = s2.Verify(task.row, workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
 		"output": []any{}, "parallel_tool_calls": false, "tool_choice": "auto", "tools": []any{}}))
 	wantWorkflow(t, got, map[string]any{"reward": 0.0, "components_correct": 1.0, "config_valid": true, "config_matches": false})
 	if r := got["reason"].(string); !strings.HasPrefix(r, "config_mismatch") || !strings.Contains(r, changed) {
@@ -690,15 +696,15 @@ func TestWorkflowPipelineChecks(t *testing.T) {
 }
 
 func TestWorkflowDiscovery(t *testing.T) {
-	srv := startServer(t, "workflow")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	task := workflowTaskOf(t, "hard")
-	s := newSession(t, srv)
+	s := gymtest.NewSession(t, srv)
 	seedWorkflow(t, s, task.row)
 
 	var search struct {
 		Results []workflowEntry `json:"results"`
 	}
-	if err := json.Unmarshal(s.mustPost("/search_components", workflowJSON(t, map[string]any{"query": task.source.Name})), &search); err != nil {
+	if err := json.Unmarshal(s.MustPost("/search_components", workflowJSON(t, map[string]any{"query": task.source.Name})), &search); err != nil {
 		t.Fatal(err)
 	}
 	if len(search.Results) == 0 || search.Results[0].ComponentID != task.source.ComponentID {
@@ -707,7 +713,7 @@ func TestWorkflowDiscovery(t *testing.T) {
 	var list struct {
 		Components []workflowEntry `json:"components"`
 	}
-	if err := json.Unmarshal(s.mustPost("/list_components", []byte(`{"kind":"source"}`)), &list); err != nil {
+	if err := json.Unmarshal(s.MustPost("/list_components", []byte(`{"kind":"source"}`)), &list); err != nil {
 		t.Fatal(err)
 	}
 	deprecatedSources := 0
@@ -722,39 +728,39 @@ func TestWorkflowDiscovery(t *testing.T) {
 	if deprecatedSources != 1 {
 		t.Errorf("hard task: %d deprecated sources, want the look-alike", deprecatedSources)
 	}
-	all := decode(t, s.mustPost("/list_components", []byte(`{}`)))
+	all := gymtest.Decode(t, s.MustPost("/list_components", []byte(`{}`)))
 	if all["kind"] != nil || len(all["components"].([]any)) < len(list.Components) {
 		t.Errorf("list_components({}): %v", all)
 	}
-	info := decode(t, s.mustPost("/get_component_info", workflowJSON(t, map[string]any{"component_id": task.source.ComponentID})))
+	info := gymtest.Decode(t, s.MustPost("/get_component_info", workflowJSON(t, map[string]any{"component_id": task.source.ComponentID})))
 	if info["name"] != task.source.Name || info["deprecated"] != false || info["requires_credential"] != true || info["requires_worker_pool"] != false {
 		t.Errorf("get_component_info: %v", info)
 	}
-	schema := decode(t, s.mustPost("/get_config_schema", workflowJSON(t, map[string]any{"component_id": task.source.ComponentID})))
+	schema := gymtest.Decode(t, s.MustPost("/get_config_schema", workflowJSON(t, map[string]any{"component_id": task.source.ComponentID})))
 	props := schema["config_schema"].(map[string]any)["properties"].(map[string]any)
 	enum := props["credential"].(map[string]any)["enum"].([]any)
 	if !slices.Contains(enum, task.reqs[0].Config["credential"]) || len(enum) != 3 {
 		t.Errorf("credential enum %v lacks %v", enum, task.reqs[0].Config["credential"])
 	}
 	for _, tool := range []string{"get_component_info", "get_config_schema"} {
-		code, out := s.post("/"+tool, []byte(`{"component_id":"cmp-nope"}`))
+		code, out := s.Post("/"+tool, []byte(`{"component_id":"cmp-nope"}`))
 		if code != http.StatusNotFound || !strings.Contains(string(out), `"detail"`) {
 			t.Errorf("%s(unknown): %d %s, want 404", tool, code, out)
 		}
 	}
 	// the outputs are Python-style JSON, like NeMo Gym's
-	if out := s.mustPost("/list_components", []byte(`{"kind":"sink"}`)); !bytes.HasPrefix(out, []byte(`{"kind": "sink", "components": [`)) {
+	if out := s.MustPost("/list_components", []byte(`{"kind":"sink"}`)); !bytes.HasPrefix(out, []byte(`{"kind": "sink", "components": [`)) {
 		t.Errorf("list_components output %s", out)
 	}
 }
 
 func TestWorkflowUnseededSession(t *testing.T) {
-	srv := startServer(t, "workflow")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	task := workflowTaskOf(t, "easy")
-	seeded := newSession(t, srv)
+	seeded := gymtest.NewSession(t, srv)
 	seedWorkflow(t, seeded, task.row)
 
-	s := newSession(t, srv) // its own jar: never seeded
+	s := gymtest.NewSession(t, srv) // its own jar: never seeded
 	for _, tool := range workflowTools {
 		args := map[string]string{
 			"search_components": `{"query":"kafka"}`, "list_components": `{}`,
@@ -762,30 +768,30 @@ func TestWorkflowUnseededSession(t *testing.T) {
 			"validate_config": `{"component_id":"x","config":{}}`, "assemble_pipeline": `{"components":[{"component_id":"x","config":{}}]}`,
 			"validate_pipeline": `{"pipeline_id":"pl-001"}`, "deploy_pipeline": `{"pipeline_id":"pl-001"}`,
 		}[tool.name]
-		code, out := s.post("/"+tool.name, []byte(args))
+		code, out := s.Post("/"+tool.name, []byte(args))
 		if code != http.StatusConflict {
 			t.Errorf("%s on an unseeded session: %d %s, want 409", tool.name, code, out)
 			continue
 		}
-		if m := decode(t, out); !strings.Contains(fmt.Sprint(m["detail"]), "seed_session") {
+		if m := gymtest.Decode(t, out); !strings.Contains(fmt.Sprint(m["detail"]), "seed_session") {
 			t.Errorf("%s: 409 body %s", tool.name, out)
 		}
 	}
-	got := s.verify(task.row, workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
+	got := s.Verify(task.row, workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
 		"output": []any{}, "parallel_tool_calls": false, "tool_choice": "auto", "tools": []any{}}))
 	wantWorkflow(t, got, map[string]any{"reward": 0.0, "reason": "session_not_found", "deployed": false, "steps_in_order": false})
 
 	// /end_session drops the state: the next call is a 409 again
-	seeded.mustPost("/end_session", []byte(`{}`))
-	if code, out := seeded.post("/list_components", []byte(`{}`)); code != http.StatusConflict {
+	seeded.MustPost("/end_session", []byte(`{}`))
+	if code, out := seeded.Post("/list_components", []byte(`{}`)); code != http.StatusConflict {
 		t.Errorf("after end_session: %d %s", code, out)
 	}
 }
 
 func TestWorkflowBadArguments(t *testing.T) {
-	srv := startServer(t, "workflow")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	task := workflowTaskOf(t, "easy")
-	s := newSession(t, srv)
+	s := gymtest.NewSession(t, srv)
 	seedWorkflow(t, s, task.row)
 	for _, tc := range []struct {
 		tool, body string
@@ -808,7 +814,7 @@ func TestWorkflowBadArguments(t *testing.T) {
 		{"validate_pipeline", `{}`, []any{"body", "pipeline_id"}},
 		{"deploy_pipeline", `{"pipeline_id":["pl-001"]}`, []any{"body", "pipeline_id"}},
 	} {
-		code, out := s.post("/"+tc.tool, []byte(tc.body))
+		code, out := s.Post("/"+tc.tool, []byte(tc.body))
 		if code != http.StatusUnprocessableEntity {
 			t.Errorf("%s(%s): %d %s, want 422", tc.tool, tc.body, code, out)
 			continue
@@ -828,20 +834,20 @@ func TestWorkflowBadArguments(t *testing.T) {
 	}
 	// the 422s left the session as it was: the plan still earns 1 and steps stay in order
 	response, _ := workflowPlay(t, s, task.row, nil)
-	wantWorkflow(t, s.verify(task.row, response), map[string]any{"reward": 1.0, "steps_in_order": true, "validation_failures": 0.0})
+	wantWorkflow(t, s.Verify(task.row, response), map[string]any{"reward": 1.0, "steps_in_order": true, "validation_failures": 0.0})
 
 	// seed_session and verify check their own fields
 	for _, body := range []string{`{}`, `{"catalog":{}}`, `{"catalog":[{"component_id":"a","name":"A","kind":"pump","config_schema":{"type":"object"}}]}`,
 		`{"catalog":[{"component_id":"a","name":"A","kind":"source","config_schema":{"type":"object","properties":{"x":{"type":"date"}}}}]}`,
 		`{"catalog":[{"component_id":"a","name":"A","kind":"source","config_schema":{"type":"object"}},{"component_id":"a","name":"B","kind":"sink","config_schema":{"type":"object"}}]}`} {
-		if code, out := newSession(t, srv).post("/seed_session", []byte(body)); code != http.StatusUnprocessableEntity {
+		if code, out := gymtest.NewSession(t, srv).Post("/seed_session", []byte(body)); code != http.StatusUnprocessableEntity {
 			t.Errorf("seed_session(%s): %d %s, want 422", body, code, out)
 		}
 	}
 	resp := workflowJSON(t, map[string]any{"id": "r", "created_at": 0, "model": "m", "object": "response",
 		"output": []any{}, "parallel_tool_calls": false, "tool_choice": "auto", "tools": []any{}})
 	for _, req := range []any{nil, map[string]any{}, map[string]any{"components": "x"}, map[string]any{"components": []any{map[string]any{"config": map[string]any{}}}}} {
-		code, out := s.post("/verify", withResponse(t, setField(t, task.row, "requirements", req), resp))
+		code, out := s.Post("/verify", gymtest.WithResponse(t, gymtest.SetField(t, task.row, "requirements", req), resp))
 		if code != http.StatusUnprocessableEntity {
 			t.Errorf("verify with requirements %v: %d %s, want 422", req, code, out)
 		}
@@ -851,14 +857,26 @@ func TestWorkflowBadArguments(t *testing.T) {
 // TestWorkflowSessionsIsolated plays a dozen plans at once on one server, one jar each: every
 // session's first pipeline is pl-001, and none sees another's state.
 func TestWorkflowSessionsIsolated(t *testing.T) {
-	srv := startServer(t, "workflow")
-	for i, row := range readJSONL(t, workflowDataFile)[:12] {
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
+	for i, row := range gymtest.ReadJSONL(t, workflowDataFile)[:12] {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			t.Parallel()
-			s := newSession(t, srv)
+			s := gymtest.NewSession(t, srv)
 			seedWorkflow(t, s, row)
 			response, _ := workflowPlay(t, s, row, nil)
-			wantWorkflow(t, s.verify(row, response), map[string]any{"reward": 1.0, "pipeline_id": "pl-001", "validation_failures": 0.0})
+			wantWorkflow(t, s.Verify(row, response), map[string]any{"reward": 1.0, "pipeline_id": "pl-001", "validation_failures": 0.0})
 		})
 	}
+}
+
+// A verify of a seeded session is scored on the state it read, or answered 409
+// session_not_found, when the Redis restarts empty during the verify (see the counter's test of
+// the same name).
+func TestSharedStoreRestartDuringVerify(t *testing.T) {
+	gymtest.RestartDuringVerify(t, Builtin, func(t *testing.T, s *gymtest.Session) []byte {
+		row := workflowRows(t, 1, 1)[0]
+		seedWorkflow(t, s, row)
+		resp, _ := workflowPlay(t, s, row, nil)
+		return gymtest.WithResponse(t, row, resp)
+	})
 }

@@ -1,4 +1,4 @@
-package servers
+package extraction
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
-func init() {
-	register(builtin{name: "extraction", class: "ExtractionResourcesServer", make: newExtraction})
-}
+// Builtin is the "extraction" resource server (see extraction).
+var Builtin = gym.Builtin{Name: "extraction", Class: "ExtractionResourcesServer", Stateful: true, New: newExtraction}
 
 // extraction is rollout's own multi-step extraction server, the richer sibling of
 // example_multi_step (the "multi-step interactions" tutorial): the model must query several data
@@ -68,7 +68,7 @@ type extraction struct {
 // extractionWorldCacheSize bounds the cache; when it is full it starts over.
 const extractionWorldCacheSize = 4096
 
-func newExtraction(name string, st store.Store) ResourceServer {
+func newExtraction(name string, st store.Store) gym.ResourceServer {
 	return &extraction{name: name, store: st, worlds: map[[sha256.Size]byte]*extractionWorld{}}
 }
 
@@ -113,7 +113,7 @@ type extractionState struct {
 func (x *extraction) decodeState(data []byte) (*extractionState, *extractionWorld, error) {
 	var st extractionState
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, nil, &PyError{"ValueError", "corrupt extraction session state: " + err.Error()}
+		return nil, nil, &gym.PyError{Class: "ValueError", Msg: "corrupt extraction session state: " + err.Error()}
 	}
 	if st.Done == nil {
 		st.Done = map[string]bool{}
@@ -127,7 +127,7 @@ func (x *extraction) decodeState(data []byte) (*extractionState, *extractionWorl
 	}
 	w = new(extractionWorld)
 	if err := json.Unmarshal(st.World, w); err != nil {
-		return nil, nil, &PyError{"ValueError", "corrupt extraction session state: " + err.Error()}
+		return nil, nil, &gym.PyError{Class: "ValueError", Msg: "corrupt extraction session state: " + err.Error()}
 	}
 	x.mu.Lock()
 	if len(x.worlds) >= extractionWorldCacheSize {
@@ -155,7 +155,7 @@ type extractionStatusError struct {
 func (e *extractionStatusError) Error() string { return http.StatusText(e.status) + ": " + e.detail }
 
 func (e *extractionStatusError) StatusBody() (int, []byte) {
-	return e.status, MarshalFields([]Field{{"detail", e.detail}})
+	return e.status, gym.MarshalFields([]gym.Field{{Key: "detail", Value: e.detail}})
 }
 
 var errExtractionNotSeeded = &extractionStatusError{http.StatusConflict,
@@ -166,7 +166,7 @@ func extractionNotFound(format string, args ...any) error {
 	return &extractionStatusError{http.StatusNotFound, fmt.Sprintf(format, args...)}
 }
 
-func (x *extraction) tool(name string) (ToolFunc, bool) {
+func (x *extraction) Tool(name string) (gym.ToolFunc, bool) {
 	switch name {
 	case "list_sources":
 		return x.listSources, true
@@ -184,8 +184,8 @@ func (x *extraction) tool(name string) (ToolFunc, bool) {
 
 // withState runs fn on the session's world (read only) and its steps done, and stores the steps
 // fn left (which also refreshes the session's TTL). A session never seeded is refused.
-func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extractionWorld, done map[string]bool) ([]Field, error)) ([]Field, error) {
-	var out []Field
+func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extractionWorld, done map[string]bool) ([]gym.Field, error)) ([]gym.Field, error) {
+	var out []gym.Field
 	err := x.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
 		if !ok {
 			return nil, errExtractionNotSeeded
@@ -207,16 +207,16 @@ func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extra
 // extractionArgs parses a tool's arguments and its required string arguments (pydantic's str:
 // only a JSON string). nullable names optional arguments that may be absent or null.
 func extractionArgs(body []byte, names []string, nullable []string) (map[string]string, map[string]bool, error) {
-	args, err := ParseBody(body)
+	args, err := gym.ParseBody(body)
 	if err != nil {
 		return nil, nil, err
 	}
-	var errs ValidationErrors
+	var errs gym.ValidationErrors
 	vals := map[string]string{}
 	set := map[string]bool{}
 	for _, n := range names {
-		if raw, ok := Required(args, n, []any{"body"}, &errs); ok {
-			if s, ok := LaxString(raw, []any{"body", n}, &errs); ok {
+		if raw, ok := gym.Required(args, n, []any{"body"}, &errs); ok {
+			if s, ok := gym.LaxString(raw, []any{"body", n}, &errs); ok {
 				vals[n] = s
 				set[n] = true
 			}
@@ -224,10 +224,10 @@ func extractionArgs(body []byte, names []string, nullable []string) (map[string]
 	}
 	for _, n := range nullable {
 		raw, ok := args.Get(n)
-		if !ok || IsNull(raw) {
+		if !ok || gym.IsNull(raw) {
 			continue
 		}
-		if s, ok := LaxString(raw, []any{"body", n}, &errs); ok {
+		if s, ok := gym.LaxString(raw, []any{"body", n}, &errs); ok {
 			vals[n] = s
 			set[n] = true
 		}
@@ -247,13 +247,13 @@ func (w *extractionWorld) source(name string) (extractionSource, bool) {
 	return extractionSource{}, false
 }
 
-func (x *extraction) listSources(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (x *extraction) listSources(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	args, _, err := extractionArgs(body, []string{"region"}, nil)
 	if err != nil {
 		return nil, err
 	}
 	want := strings.TrimSpace(args["region"])
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]gym.Field, error) {
 		region := ""
 		for _, r := range w.Regions {
 			if strings.EqualFold(r, want) {
@@ -274,18 +274,18 @@ func (x *extraction) listSources(ctx context.Context, sid string, body []byte) (
 				done[extractionStepListed(s.Name)] = true
 			}
 		}
-		return []Field{{"region", region}, {"sources", sources}}, nil
+		return []gym.Field{{Key: "region", Value: region}, {Key: "sources", Value: sources}}, nil
 	})
 }
 
-func (x *extraction) findRecordIDs(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (x *extraction) findRecordIDs(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	args, set, err := extractionArgs(body, []string{"source", "product"}, []string{"quarter"})
 	if err != nil {
 		return nil, err
 	}
 	product := strings.TrimSpace(args["product"])
 	quarter := strings.TrimSpace(args["quarter"])
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]gym.Field, error) {
 		if _, ok := w.source(args["source"]); !ok {
 			return nil, extractionNotFound("Unknown source %q; use a source name from list_sources.", args["source"])
 		}
@@ -293,75 +293,75 @@ func (x *extraction) findRecordIDs(ctx context.Context, sid string, body []byte)
 		for _, id := range ids {
 			done[extractionStepFound(args["source"], id)] = true
 		}
-		return []Field{{"source", args["source"]}, {"ids", ids}}, nil
+		return []gym.Field{{Key: "source", Value: args["source"]}, {Key: "ids", Value: ids}}, nil
 	})
 }
 
-func (x *extraction) getRecord(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (x *extraction) getRecord(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	args, _, err := extractionArgs(body, []string{"source", "id"}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]gym.Field, error) {
 		if _, ok := w.source(args["source"]); !ok {
 			return nil, extractionNotFound("Unknown source %q; use a source name from list_sources.", args["source"])
 		}
 		for _, r := range w.Records {
 			if r.Source == args["source"] && r.ID == args["id"] {
 				done[extractionStepFetched(r.Source, r.ID)] = true
-				return []Field{{"source", r.Source}, {"id", r.ID}, {"product", r.Product}, {"quarter", r.Quarter},
-					{"status", r.Status}, {"value_key", r.ValueKey}}, nil
+				return []gym.Field{{Key: "source", Value: r.Source}, {Key: "id", Value: r.ID}, {Key: "product", Value: r.Product}, {Key: "quarter", Value: r.Quarter},
+					{Key: "status", Value: r.Status}, {Key: "value_key", Value: r.ValueKey}}, nil
 			}
 		}
 		return nil, extractionNotFound("No record %q in source %q; use an id that find_record_ids returned for that source.", args["id"], args["source"])
 	})
 }
 
-func (x *extraction) readValue(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (x *extraction) readValue(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	args, _, err := extractionArgs(body, []string{"value_key"}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]Field, error) {
+	return x.withState(ctx, sid, func(w *extractionWorld, done map[string]bool) ([]gym.Field, error) {
 		for _, r := range w.Records {
 			if r.ValueKey == args["value_key"] {
 				done[extractionStepRead(r.ValueKey)] = true
-				return []Field{{"value_key", r.ValueKey}, {"value", r.Value}}, nil
+				return []gym.Field{{Key: "value_key", Value: r.ValueKey}, {Key: "value", Value: r.Value}}, nil
 			}
 		}
 		return nil, extractionNotFound("Unknown value_key %q; use the value_key of a record from get_record.", args["value_key"])
 	})
 }
 
-func (x *extraction) submitAnswer(ctx context.Context, sid string, body []byte) ([]Field, error) {
-	args, err := ParseBody(body)
+func (x *extraction) submitAnswer(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
+	args, err := gym.ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs ValidationErrors
+	var errs gym.ValidationErrors
 	var values []float64
-	if raw, ok := Required(args, "values", []any{"body"}, &errs); ok {
+	if raw, ok := gym.Required(args, "values", []any{"body"}, &errs); ok {
 		values, _ = extractionNumbers(raw, []any{"body", "values"}, false, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return x.withState(ctx, sid, func(*extractionWorld, map[string]bool) ([]Field, error) {
-		return []Field{{"success", true}, {"count", len(values)}}, nil
+	return x.withState(ctx, sid, func(*extractionWorld, map[string]bool) ([]gym.Field, error) {
+		return []gym.Field{{Key: "success", Value: true}, {Key: "count", Value: len(values)}}, nil
 	})
 }
 
 // extractionNumbers validates raw as a list of numbers. With lax, numeric strings and booleans
 // pass as pydantic's lax float would have them; without, only JSON numbers do.
-func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *ValidationErrors) ([]float64, bool) {
-	items, ok := LaxList(raw, loc, errs)
+func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *gym.ValidationErrors) ([]float64, bool) {
+	items, ok := gym.LaxList(raw, loc, errs)
 	if !ok {
 		return nil, false
 	}
 	out := make([]float64, len(items))
 	for i, it := range items {
-		iloc := At(loc, i)
-		switch k := JSONKind(it); {
+		iloc := gym.At(loc, i)
+		switch k := gym.JSONKind(it); {
 		case k == '0':
 			f, err := strconv.ParseFloat(strings.TrimSpace(string(it)), 64)
 			if err != nil {
@@ -374,7 +374,7 @@ func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *Validatio
 				out[i] = 1
 			}
 		case lax && k == '"':
-			if LaxFloat(it, iloc, errs) {
+			if gym.LaxFloat(it, iloc, errs) {
 				var s string
 				_ = json.Unmarshal(it, &s)
 				out[i], _ = strconv.ParseFloat(strings.TrimSpace(s), 64)
@@ -390,9 +390,9 @@ func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *Validatio
 }
 
 // seedSession loads the row's world into a fresh session state (seeding again starts over).
-func (x *extraction) seedSession(ctx context.Context, sid string, row *Object) error {
-	var errs ValidationErrors
-	raw, ok := Required(row, "world", []any{"body"}, &errs)
+func (x *extraction) SeedSession(ctx context.Context, sid string, row *gym.Object) error {
+	var errs gym.ValidationErrors
+	raw, ok := gym.Required(row, "world", []any{"body"}, &errs)
 	if !ok {
 		return errs
 	}
@@ -414,10 +414,10 @@ func (x *extraction) seedSession(ctx context.Context, sid string, row *Object) e
 // extractionParseWorld decodes and checks a row's world: every source named once with a region
 // and a kind, every record in a known source with an id unique in its source, a value_key unique
 // in the world and a numeric value. Regions default to the sources' regions.
-func extractionParseWorld(raw json.RawMessage, errs *ValidationErrors) (extractionWorld, bool) {
+func extractionParseWorld(raw json.RawMessage, errs *gym.ValidationErrors) (extractionWorld, bool) {
 	loc := []any{"body", "world"}
 	var w extractionWorld
-	if JSONKind(raw) != '{' {
+	if gym.JSONKind(raw) != '{' {
 		errs.Add("model_attributes_type", loc, "Input should be a valid dictionary or object to extract fields from", raw)
 		return w, false
 	}
@@ -426,7 +426,7 @@ func extractionParseWorld(raw json.RawMessage, errs *ValidationErrors) (extracti
 		return w, false
 	}
 	bad := func(l []any, msg string, input any) {
-		errs.Add("value_error", At(loc, l...), "Value error, "+msg, input)
+		errs.Add("value_error", gym.At(loc, l...), "Value error, "+msg, input)
 	}
 	regions := map[string]bool{}
 	for _, r := range w.Regions {
@@ -468,23 +468,23 @@ func extractionParseWorld(raw json.RawMessage, errs *ValidationErrors) (extracti
 	return w, len(*errs) == 0
 }
 
-func (x *extraction) verify(_ context.Context, st SessionState, req *Object, output []OutputItem, errs *ValidationErrors) ([]Field, error) {
+func (x *extraction) Verify(_ context.Context, st gym.SessionState, req *gym.Object, output []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
 	loc := []any{"body"}
 	var expected, minefield []float64
 	var steps []string
-	if raw, ok := Required(req, "expected_values", loc, errs); ok {
+	if raw, ok := gym.Required(req, "expected_values", loc, errs); ok {
 		var listOK bool
-		if expected, listOK = extractionNumbers(raw, At(loc, "expected_values"), true, errs); listOK && len(expected) == 0 {
-			*errs = append(*errs, FieldError{Type: "too_short", Loc: At(loc, "expected_values"),
+		if expected, listOK = extractionNumbers(raw, gym.At(loc, "expected_values"), true, errs); listOK && len(expected) == 0 {
+			*errs = append(*errs, gym.FieldError{Type: "too_short", Loc: gym.At(loc, "expected_values"),
 				Msg: "List should have at least 1 item after validation, not 0", Input: raw,
 				Ctx: map[string]any{"field_type": "List", "min_length": 1, "actual_length": 0}})
 		}
 	}
-	if raw, ok := Required(req, "minefield_values", loc, errs); ok {
-		minefield, _ = extractionNumbers(raw, At(loc, "minefield_values"), true, errs)
+	if raw, ok := gym.Required(req, "minefield_values", loc, errs); ok {
+		minefield, _ = extractionNumbers(raw, gym.At(loc, "minefield_values"), true, errs)
 	}
-	if raw, ok := Required(req, "required_steps", loc, errs); ok {
-		steps, _ = LaxStringList(raw, At(loc, "required_steps"), errs)
+	if raw, ok := gym.Required(req, "required_steps", loc, errs); ok {
+		steps, _ = gym.LaxStringList(raw, gym.At(loc, "required_steps"), errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
@@ -495,11 +495,11 @@ func (x *extraction) verify(_ context.Context, st SessionState, req *Object, out
 	submitted := []float64{}
 	for i := len(output) - 1; i >= 0; i-- {
 		it := output[i]
-		if it.Type != "function_call" || normalizeToolName(it.Name, x.name) != "submit_answer" {
+		if it.Type != "function_call" || gym.NormalizeToolName(it.Name, x.name) != "submit_answer" {
 			continue
 		}
 		answered = true
-		args, err := ParseBody([]byte(it.Arguments))
+		args, err := gym.ParseBody([]byte(it.Arguments))
 		if err != nil {
 			break
 		}
@@ -507,7 +507,7 @@ func (x *extraction) verify(_ context.Context, st SessionState, req *Object, out
 		if !ok {
 			break
 		}
-		var ignore ValidationErrors
+		var ignore gym.ValidationErrors
 		if vals, ok := extractionNumbers(raw, nil, false, &ignore); ok {
 			submitted, answerOK = vals, true
 		}
@@ -536,7 +536,7 @@ func (x *extraction) verify(_ context.Context, st SessionState, req *Object, out
 	if found {
 		var state extractionState
 		if err := json.Unmarshal(st.Data, &state); err != nil {
-			return nil, &PyError{"ValueError", "corrupt extraction session state: " + err.Error()}
+			return nil, &gym.PyError{Class: "ValueError", Msg: "corrupt extraction session state: " + err.Error()}
 		}
 		done = state.Done
 	}
@@ -576,15 +576,15 @@ func (x *extraction) verify(_ context.Context, st SessionState, req *Object, out
 	if found && accuracy && len(missing) == 0 {
 		reward, reason = 1.0, "ok"
 	}
-	return []Field{
-		{"reward", PyFloat(reward)},
-		{"accuracy", accuracy},
-		{"set_overlap", PyFloat(setOverlap)},
-		{"order_failure", orderFailure},
-		{"missing_steps", len(missing)},
-		{"minefield_hit", minefieldHit},
-		{"reason", reason},
-		{"submitted_values", extractionPyNumbers(submitted)},
+	return []gym.Field{
+		{Key: "reward", Value: gym.PyFloat(reward)},
+		{Key: "accuracy", Value: accuracy},
+		{Key: "set_overlap", Value: gym.PyFloat(setOverlap)},
+		{Key: "order_failure", Value: orderFailure},
+		{Key: "missing_steps", Value: len(missing)},
+		{Key: "minefield_hit", Value: minefieldHit},
+		{Key: "reason", Value: reason},
+		{Key: "submitted_values", Value: extractionPyNumbers(submitted)},
 	}, nil
 }
 

@@ -1,12 +1,15 @@
-package servers
+package counter
 
 import (
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
+
 	"bytes"
-	"github.com/rollout-dev/rollout/internal/benchutil"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/internal/benchutil"
 )
 
 // The counter task of the load benchmark, its tools and the runner's response to it.
@@ -43,7 +46,7 @@ type benchClient struct {
 }
 
 func newBenchClient(tb testing.TB, name string) *benchClient {
-	srv, err := New(name, Options{})
+	srv, err := newServer(name, gym.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

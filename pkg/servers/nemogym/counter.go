@@ -1,16 +1,16 @@
-package servers
+package nemogym
 
 import (
 	"context"
 	"math/big"
 	"strconv"
 
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
-func init() {
-	register(builtin{name: "example_session_state_mgmt", class: "StatefulCounterResourcesServer", make: newCounter})
-}
+// SessionStateMgmt is NeMo Gym's example_session_state_mgmt server (see counter).
+var SessionStateMgmt = gym.Builtin{Name: "example_session_state_mgmt", Class: "StatefulCounterResourcesServer", Stateful: true, New: newCounter}
 
 // counter is example_session_state_mgmt (formerly example_stateful_counter): one integer counter
 // per session, seeded from the task row's initial_count.
@@ -28,9 +28,9 @@ type counter struct {
 	store store.Store
 }
 
-func newCounter(_ string, st store.Store) ResourceServer { return &counter{store: st} }
+func newCounter(_ string, st store.Store) gym.ResourceServer { return &counter{store: st} }
 
-func (c *counter) tool(name string) (ToolFunc, bool) {
+func (c *counter) Tool(name string) (gym.ToolFunc, bool) {
 	switch name {
 	case "increment_counter":
 		return c.increment, true
@@ -47,13 +47,13 @@ func (c *counter) tool(name string) (ToolFunc, bool) {
 func (c *counter) update(ctx context.Context, sid string, seeding bool, def *big.Int, fn func(n *big.Int)) (*big.Int, error) {
 	var out *big.Int
 	err := c.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
-		if !seeding && LostSession(sid, ok) {
-			return nil, ErrSessionLost
+		if !seeding && gym.LostSession(sid, ok) {
+			return nil, gym.ErrSessionLost
 		}
 		n := new(big.Int).Set(def)
 		if ok {
 			if _, parsed := n.SetString(string(old), 10); !parsed {
-				return nil, &PyError{"ValueError", "corrupt counter state " + strconv.Quote(string(old))}
+				return nil, &gym.PyError{Class: "ValueError", Msg: "corrupt counter state " + strconv.Quote(string(old))}
 			}
 		}
 		if fn != nil {
@@ -65,11 +65,11 @@ func (c *counter) update(ctx context.Context, sid string, seeding bool, def *big
 	return out, err
 }
 
-func (c *counter) seedSession(ctx context.Context, sid string, row *Object) error {
+func (c *counter) SeedSession(ctx context.Context, sid string, row *gym.Object) error {
 	initial := new(big.Int)
 	if raw, ok := row.Get("initial_count"); ok {
-		var errs ValidationErrors
-		n, ok := LaxInt(raw, []any{"body", "initial_count"}, &errs)
+		var errs gym.ValidationErrors
+		n, ok := gym.LaxInt(raw, []any{"body", "initial_count"}, &errs)
 		if !ok {
 			return errs
 		}
@@ -79,15 +79,15 @@ func (c *counter) seedSession(ctx context.Context, sid string, row *Object) erro
 	return err
 }
 
-func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]Field, error) {
-	args, err := ParseBody(body)
+func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
+	args, err := gym.ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs ValidationErrors
+	var errs gym.ValidationErrors
 	var count *big.Int
-	if raw, ok := Required(args, "count", []any{"body"}, &errs); ok {
-		count, _ = LaxInt(raw, []any{"body", "count"}, &errs)
+	if raw, ok := gym.Required(args, "count", []any{"body"}, &errs); ok {
+		count, _ = gym.LaxInt(raw, []any{"body", "count"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
@@ -95,22 +95,22 @@ func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]Fie
 	if _, err := c.update(ctx, sid, false, new(big.Int), func(n *big.Int) { n.Add(n, count) }); err != nil {
 		return nil, err
 	}
-	return []Field{{"success", true}}, nil
+	return []gym.Field{{Key: "success", Value: true}}, nil
 }
 
 // get takes no arguments; like the FastAPI route without a body model, it ignores the body.
-func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]Field, error) {
+func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]gym.Field, error) {
 	n, err := c.update(ctx, sid, false, new(big.Int), nil)
 	if err != nil {
 		return nil, err
 	}
-	return []Field{{"count", n}}, nil
+	return []gym.Field{{Key: "count", Value: n}}, nil
 }
 
-func (c *counter) verify(_ context.Context, st SessionState, req *Object, _ []OutputItem, errs *ValidationErrors) ([]Field, error) {
+func (c *counter) Verify(_ context.Context, st gym.SessionState, req *gym.Object, _ []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
 	var expected *big.Int
-	if raw, ok := Required(req, "expected_count", []any{"body"}, errs); ok {
-		expected, _ = LaxInt(raw, []any{"body", "expected_count"}, errs)
+	if raw, ok := gym.Required(req, "expected_count", []any{"body"}, errs); ok {
+		expected, _ = gym.LaxInt(raw, []any{"body", "expected_count"}, errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
@@ -120,5 +120,5 @@ func (c *counter) verify(_ context.Context, st SessionState, req *Object, _ []Ou
 	if n, parsed := new(big.Int).SetString(string(state), 10); ok && parsed && n.Cmp(expected) == 0 {
 		reward = 1.0
 	}
-	return []Field{{"reward", PyFloat(reward)}}, nil
+	return []gym.Field{{Key: "reward", Value: gym.PyFloat(reward)}}, nil
 }

@@ -1,4 +1,4 @@
-package servers
+package gym
 
 import (
 	"bytes"
@@ -384,4 +384,13 @@ func validateVerifyRequest(req *Object, errs *ValidationErrors) []OutputItem {
 		out = append(out, it)
 	}
 	return out
+}
+
+// NormalizeToolName strips this server's MCP namespace ("mcp__<server>__") from a tool-call name,
+// as NeMo Gym's normalize_tool_name does for servers exposed over MCP.
+func NormalizeToolName(name, server string) string {
+	if !strings.HasPrefix(name, "mcp__") {
+		return name
+	}
+	return strings.TrimPrefix(name, "mcp__"+server+"__")
 }

@@ -1,4 +1,4 @@
-package servers
+package workflow
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
-func init() {
-	register(builtin{name: "workflow", class: "WorkflowResourcesServer", make: newWorkflow})
-}
+// Builtin is the "workflow" resource server (see workflow).
+var Builtin = gym.Builtin{Name: "workflow", Class: "WorkflowResourcesServer", Stateful: true, New: newWorkflow}
 
-// workflow is rollout's multi-step workflow server (seed 003): the model assembles a data
+// workflow is rollout's multi-step workflow server: the model assembles a data
 // pipeline from a component catalogue in three steps, each with its own tools.
 //
 //  1. discovery: search_components {query}, list_components {kind?}, get_component_info
@@ -64,11 +64,11 @@ type workflow struct {
 	store store.Store
 }
 
-func newWorkflow(name string, st store.Store) ResourceServer {
+func newWorkflow(name string, st store.Store) gym.ResourceServer {
 	return &workflow{name: name, store: st}
 }
 
-// The workflow's steps, numbered as in seed 003.
+// The workflow's steps: 1 discovery, 2 configuration, 3 assembly.
 const (
 	workflowDiscovery     = 1
 	workflowConfiguration = 2
@@ -106,14 +106,14 @@ type workflowStatusError struct {
 func (e *workflowStatusError) Error() string { return http.StatusText(e.status) + ": " + e.detail }
 
 func (e *workflowStatusError) StatusBody() (int, []byte) {
-	return e.status, MarshalFields([]Field{{"detail", e.detail}})
+	return e.status, gym.MarshalFields([]gym.Field{{Key: "detail", Value: e.detail}})
 }
 
 var errWorkflowNotSeeded = &workflowStatusError{http.StatusConflict,
 	"Session not seeded: POST /seed_session with the task row before calling the workflow tools."}
 
-func (wf *workflow) tool(name string) (ToolFunc, bool) {
-	var fn func(context.Context, string, []byte) ([]Field, error)
+func (wf *workflow) Tool(name string) (gym.ToolFunc, bool) {
+	var fn func(context.Context, string, []byte) ([]gym.Field, error)
 	switch name {
 	case "search_components":
 		fn = wf.searchComponents
@@ -213,15 +213,15 @@ func (st *workflowState) stepsInOrder() bool {
 
 // update runs fn on the session's state and stores the result, recording the tool call. An
 // unseeded session is a 409; when fn fails the state is left as it was.
-func (wf *workflow) update(ctx context.Context, sid, tool string, fn func(st *workflowState) ([]Field, error)) ([]Field, error) {
-	var out []Field
+func (wf *workflow) update(ctx context.Context, sid, tool string, fn func(st *workflowState) ([]gym.Field, error)) ([]gym.Field, error) {
+	var out []gym.Field
 	err := wf.store.Update(ctx, sid, func(old []byte, ok bool) ([]byte, error) {
 		if !ok {
 			return nil, errWorkflowNotSeeded
 		}
 		var st workflowState
 		if err := json.Unmarshal(old, &st); err != nil {
-			return nil, &PyError{"ValueError", "corrupt workflow session state: " + err.Error()}
+			return nil, &gym.PyError{Class: "ValueError", Msg: "corrupt workflow session state: " + err.Error()}
 		}
 		fields, err := fn(&st)
 		if err != nil {
@@ -236,11 +236,11 @@ func (wf *workflow) update(ctx context.Context, sid, tool string, fn func(st *wo
 
 // ---- seed_session ----
 
-func (wf *workflow) seedSession(ctx context.Context, sid string, row *Object) error {
-	var errs ValidationErrors
+func (wf *workflow) SeedSession(ctx context.Context, sid string, row *gym.Object) error {
+	var errs gym.ValidationErrors
 	loc := []any{"body", "catalog"}
 	var catalog []workflowComponent
-	if raw, ok := Required(row, "catalog", []any{"body"}, &errs); ok {
+	if raw, ok := gym.Required(row, "catalog", []any{"body"}, &errs); ok {
 		catalog = parseWorkflowCatalog(raw, loc, &errs)
 	}
 	if len(errs) > 0 {
@@ -253,16 +253,16 @@ func (wf *workflow) seedSession(ctx context.Context, sid string, row *Object) er
 	return wf.store.Update(ctx, sid, func([]byte, bool) ([]byte, error) { return state, nil })
 }
 
-func parseWorkflowCatalog(raw json.RawMessage, loc []any, errs *ValidationErrors) []workflowComponent {
-	items, ok := LaxList(raw, loc, errs)
+func parseWorkflowCatalog(raw json.RawMessage, loc []any, errs *gym.ValidationErrors) []workflowComponent {
+	items, ok := gym.LaxList(raw, loc, errs)
 	if !ok {
 		return nil
 	}
 	seen := map[string]bool{}
 	out := make([]workflowComponent, 0, len(items))
 	for i, itemRaw := range items {
-		iloc := At(loc, i)
-		item, ok := AsObject(itemRaw, iloc, errs)
+		iloc := gym.At(loc, i)
+		item, ok := gym.AsObject(itemRaw, iloc, errs)
 		if !ok {
 			continue
 		}
@@ -271,38 +271,38 @@ func parseWorkflowCatalog(raw json.RawMessage, loc []any, errs *ValidationErrors
 			key string
 			dst *string
 		}{{"component_id", &c.ComponentID}, {"name", &c.Name}, {"kind", &c.Kind}} {
-			if r, ok := Required(item, k.key, iloc, errs); ok {
-				*k.dst, _ = LaxString(r, At(iloc, k.key), errs)
+			if r, ok := gym.Required(item, k.key, iloc, errs); ok {
+				*k.dst, _ = gym.LaxString(r, gym.At(iloc, k.key), errs)
 			}
 		}
 		for _, k := range []struct {
 			key string
 			dst *string
 		}{{"description", &c.Description}, {"version", &c.Version}, {"superseded_by", &c.SupersededBy}} {
-			if r, ok := item.Get(k.key); ok && !IsNull(r) {
-				*k.dst, _ = LaxString(r, At(iloc, k.key), errs)
+			if r, ok := item.Get(k.key); ok && !gym.IsNull(r) {
+				*k.dst, _ = gym.LaxString(r, gym.At(iloc, k.key), errs)
 			}
 		}
-		if r, ok := item.Get("tags"); ok && !IsNull(r) {
-			c.Tags, _ = LaxStringList(r, At(iloc, "tags"), errs)
+		if r, ok := item.Get("tags"); ok && !gym.IsNull(r) {
+			c.Tags, _ = gym.LaxStringList(r, gym.At(iloc, "tags"), errs)
 		}
-		if r, ok := item.Get("deprecated"); ok && !IsNull(r) {
-			if LaxBool(r, At(iloc, "deprecated"), errs) {
+		if r, ok := item.Get("deprecated"); ok && !gym.IsNull(r) {
+			if gym.LaxBool(r, gym.At(iloc, "deprecated"), errs) {
 				c.Deprecated = workflowTruthy(r)
 			}
 		}
 		if c.Kind != "" && !workflowIsKind(c.Kind) {
-			errs.Add("literal_error", At(iloc, "kind"), "Input should be 'source', 'transform' or 'sink'", c.Kind)
+			errs.Add("literal_error", gym.At(iloc, "kind"), "Input should be 'source', 'transform' or 'sink'", c.Kind)
 		}
 		if c.ComponentID != "" {
 			if seen[c.ComponentID] {
-				errs.Add("value_error", At(iloc, "component_id"), "Value error, component_id "+strconv.Quote(c.ComponentID)+" is listed twice", c.ComponentID)
+				errs.Add("value_error", gym.At(iloc, "component_id"), "Value error, component_id "+strconv.Quote(c.ComponentID)+" is listed twice", c.ComponentID)
 			}
 			seen[c.ComponentID] = true
 		}
-		if r, ok := Required(item, "config_schema", iloc, errs); ok {
+		if r, ok := gym.Required(item, "config_schema", iloc, errs); ok {
 			if _, err := parseWorkflowSchema(r); err != nil {
-				errs.Add("value_error", At(iloc, "config_schema"), "Value error, "+err.Error(), r)
+				errs.Add("value_error", gym.At(iloc, "config_schema"), "Value error, "+err.Error(), r)
 			} else {
 				c.ConfigSchema = workflowCompact(r)
 			}
@@ -343,7 +343,7 @@ func workflowTruthy(raw json.RawMessage) bool {
 }
 
 func workflowCompact(raw json.RawMessage) json.RawMessage {
-	return json.RawMessage(MarshalValue(raw))
+	return json.RawMessage(gym.MarshalValue(raw))
 }
 
 // ---- configuration schemas ----
@@ -400,8 +400,8 @@ func parseWorkflowSchema(raw json.RawMessage) (*workflowSchema, error) {
 		return nil, fmt.Errorf("config_schema: type must be \"object\"")
 	}
 	s := &workflowSchema{Required: top.Required}
-	if len(top.Properties) > 0 && !IsNull(top.Properties) {
-		props, ok, err := DecodeObject(top.Properties)
+	if len(top.Properties) > 0 && !gym.IsNull(top.Properties) {
+		props, ok, err := gym.DecodeObject(top.Properties)
 		if err != nil || !ok {
 			return nil, fmt.Errorf("config_schema.properties: want an object")
 		}
@@ -458,7 +458,7 @@ type workflowError struct {
 // validateWorkflowConfig checks config against the schema; errors name the property (prefix
 // is prepended, e.g. "components[1].config."). It returns the errors in a stable order:
 // unknown properties in the config's order, then the schema's properties in its order.
-func validateWorkflowConfig(c *workflowComponent, config *Object, prefix string) []workflowError {
+func validateWorkflowConfig(c *workflowComponent, config *gym.Object, prefix string) []workflowError {
 	errs := []workflowError{}
 	s, err := parseWorkflowSchema(c.ConfigSchema)
 	if err != nil {
@@ -481,7 +481,7 @@ func validateWorkflowConfig(c *workflowComponent, config *Object, prefix string)
 			}
 			continue
 		}
-		v, err := DecodePython(raw)
+		v, err := gym.DecodePython(raw)
 		if err != nil {
 			errs = append(errs, workflowError{prefix + p.Name, "not valid JSON"})
 			continue
@@ -590,20 +590,20 @@ func workflowTypeName(v any) string {
 
 // normalizeWorkflowConfig is a valid config with the schema's defaults filled in, its
 // properties in the schema's order.
-func normalizeWorkflowConfig(c *workflowComponent, config *Object) json.RawMessage {
+func normalizeWorkflowConfig(c *workflowComponent, config *gym.Object) json.RawMessage {
 	s, err := parseWorkflowSchema(c.ConfigSchema)
 	if err != nil {
-		return ObjectInput(config)
+		return gym.ObjectInput(config)
 	}
-	fields := []Field{}
+	fields := []gym.Field{}
 	for _, p := range s.Properties {
 		if raw, ok := config.Get(p.Name); ok {
-			fields = append(fields, Field{p.Name, raw})
+			fields = append(fields, gym.Field{Key: p.Name, Value: raw})
 		} else if len(p.Default) > 0 {
-			fields = append(fields, Field{p.Name, p.Default})
+			fields = append(fields, gym.Field{Key: p.Name, Value: p.Default})
 		}
 	}
-	return MarshalFields(fields)
+	return gym.MarshalFields(fields)
 }
 
 // workflowCanonical writes a decoded JSON value canonically: object keys sorted, numbers by
@@ -628,7 +628,7 @@ func workflowCanonical(v any, sortLists bool) string {
 	case float64:
 		return workflowCanonical(json.Number(strconv.FormatFloat(x, 'g', -1, 64)), sortLists)
 	case string:
-		return string(MarshalValue(x))
+		return string(gym.MarshalValue(x))
 	case []any:
 		items := make([]string, len(x))
 		for i, e := range x {
@@ -646,7 +646,7 @@ func workflowCanonical(v any, sortLists bool) string {
 		sort.Strings(keys)
 		parts := make([]string, len(keys))
 		for i, k := range keys {
-			parts[i] = string(MarshalValue(k)) + ":" + workflowCanonical(x[k], sortLists)
+			parts[i] = string(gym.MarshalValue(k)) + ":" + workflowCanonical(x[k], sortLists)
 		}
 		return "{" + strings.Join(parts, ",") + "}"
 	}
@@ -654,7 +654,7 @@ func workflowCanonical(v any, sortLists bool) string {
 }
 
 func workflowCanonicalRaw(raw json.RawMessage, sortLists bool) string {
-	v, err := DecodePython(raw)
+	v, err := gym.DecodePython(raw)
 	if err != nil {
 		return string(raw)
 	}
@@ -669,12 +669,12 @@ func workflowConfigKey(componentID string, normalized json.RawMessage) string {
 // ---- argument helpers ----
 
 // workflowArgs parses a tool's body and runs check on it; any problem is a 422.
-func workflowArgs(body []byte, check func(args *Object, errs *ValidationErrors)) (*Object, error) {
-	args, err := ParseBody(body)
+func workflowArgs(body []byte, check func(args *gym.Object, errs *gym.ValidationErrors)) (*gym.Object, error) {
+	args, err := gym.ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs ValidationErrors
+	var errs gym.ValidationErrors
 	check(args, &errs)
 	if len(errs) > 0 {
 		return nil, errs
@@ -682,18 +682,18 @@ func workflowArgs(body []byte, check func(args *Object, errs *ValidationErrors))
 	return args, nil
 }
 
-func workflowStringArg(args *Object, key string, errs *ValidationErrors) string {
-	if raw, ok := Required(args, key, []any{"body"}, errs); ok {
-		s, _ := LaxString(raw, []any{"body", key}, errs)
+func workflowStringArg(args *gym.Object, key string, errs *gym.ValidationErrors) string {
+	if raw, ok := gym.Required(args, key, []any{"body"}, errs); ok {
+		s, _ := gym.LaxString(raw, []any{"body", key}, errs)
 		return s
 	}
 	return ""
 }
 
 // workflowDict validates raw as pydantic's Dict[str, Any].
-func workflowDict(raw json.RawMessage, loc []any, errs *ValidationErrors) (*Object, bool) {
-	if JSONKind(raw) == '{' {
-		if obj, ok, err := DecodeObject([]byte(strings.TrimSpace(string(raw)))); err == nil && ok {
+func workflowDict(raw json.RawMessage, loc []any, errs *gym.ValidationErrors) (*gym.Object, bool) {
+	if gym.JSONKind(raw) == '{' {
+		if obj, ok, err := gym.DecodeObject([]byte(strings.TrimSpace(string(raw)))); err == nil && ok {
 			return obj, true
 		}
 	}
@@ -719,14 +719,14 @@ func workflowTokens(s string) []string {
 	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }
 
-func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var query string
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		query = workflowStringArg(args, "query", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "search_components", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "search_components", func(st *workflowState) ([]gym.Field, error) {
 		tokens := workflowTokens(query)
 		type hit struct {
 			score int
@@ -758,23 +758,23 @@ func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byt
 		for i, h := range hits {
 			results[i] = workflowEntryOf(h.c)
 		}
-		return []Field{{"query", query}, {"results", results}, {"total_matches", total}}, nil
+		return []gym.Field{{Key: "query", Value: query}, {Key: "results", Value: results}, {Key: "total_matches", Value: total}}, nil
 	})
 }
 
-func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var kind *string
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		raw, ok := args.Get("kind")
-		if !ok || IsNull(raw) {
+		if !ok || gym.IsNull(raw) {
 			return
 		}
-		s, ok := LaxString(raw, []any{"body", "kind"}, errs)
+		s, ok := gym.LaxString(raw, []any{"body", "kind"}, errs)
 		if !ok {
 			return
 		}
 		if !workflowIsKind(s) {
-			*errs = append(*errs, FieldError{Type: "literal_error", Loc: []any{"body", "kind"},
+			*errs = append(*errs, gym.FieldError{Type: "literal_error", Loc: []any{"body", "kind"},
 				Msg: "Input should be 'source', 'transform' or 'sink'", Input: raw,
 				Ctx: map[string]any{"expected": "'source', 'transform' or 'sink'"}})
 			return
@@ -783,14 +783,14 @@ func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "list_components", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "list_components", func(st *workflowState) ([]gym.Field, error) {
 		list := []workflowEntry{}
 		for i := range st.Catalog {
 			if kind == nil || st.Catalog[i].Kind == *kind {
 				list = append(list, workflowEntryOf(&st.Catalog[i]))
 			}
 		}
-		return []Field{{"kind", kind}, {"components", list}}, nil
+		return []gym.Field{{Key: "kind", Value: kind}, {Key: "components", Value: list}}, nil
 	})
 }
 
@@ -798,14 +798,14 @@ func workflowUnknownComponent(id string) error {
 	return &workflowStatusError{http.StatusNotFound, fmt.Sprintf("Component %q not found in the catalogue; use search_components or list_components to find component ids.", id)}
 }
 
-func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		id = workflowStringArg(args, "component_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "get_component_info", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "get_component_info", func(st *workflowState) ([]gym.Field, error) {
 		c := st.component(id)
 		if c == nil {
 			return nil, workflowUnknownComponent(id)
@@ -818,51 +818,51 @@ func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byt
 		if s, err := parseWorkflowSchema(c.ConfigSchema); err == nil {
 			needsCredential, needsPool = s.property("credential") != nil, s.property("worker_pool") != nil
 		}
-		return []Field{
-			{"component_id", c.ComponentID},
-			{"name", c.Name},
-			{"kind", c.Kind},
-			{"description", c.Description},
-			{"tags", c.Tags},
-			{"version", c.Version},
-			{"deprecated", c.Deprecated},
-			{"superseded_by", superseded},
-			{"requires_credential", needsCredential},
-			{"requires_worker_pool", needsPool},
+		return []gym.Field{
+			{Key: "component_id", Value: c.ComponentID},
+			{Key: "name", Value: c.Name},
+			{Key: "kind", Value: c.Kind},
+			{Key: "description", Value: c.Description},
+			{Key: "tags", Value: c.Tags},
+			{Key: "version", Value: c.Version},
+			{Key: "deprecated", Value: c.Deprecated},
+			{Key: "superseded_by", Value: superseded},
+			{Key: "requires_credential", Value: needsCredential},
+			{Key: "requires_worker_pool", Value: needsPool},
 		}, nil
 	})
 }
 
 // ---- configuration ----
 
-func (wf *workflow) getConfigSchema(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) getConfigSchema(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		id = workflowStringArg(args, "component_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "get_config_schema", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "get_config_schema", func(st *workflowState) ([]gym.Field, error) {
 		c := st.component(id)
 		if c == nil {
 			return nil, workflowUnknownComponent(id)
 		}
-		return []Field{{"component_id", c.ComponentID}, {"name", c.Name}, {"config_schema", c.ConfigSchema}}, nil
+		return []gym.Field{{Key: "component_id", Value: c.ComponentID}, {Key: "name", Value: c.Name}, {Key: "config_schema", Value: c.ConfigSchema}}, nil
 	})
 }
 
-func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var id string
-	var config *Object
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	var config *gym.Object
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		id = workflowStringArg(args, "component_id", errs)
-		if raw, ok := Required(args, "config", []any{"body"}, errs); ok {
+		if raw, ok := gym.Required(args, "config", []any{"body"}, errs); ok {
 			config, _ = workflowDict(raw, []any{"body", "config"}, errs)
 		}
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "validate_config", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "validate_config", func(st *workflowState) ([]gym.Field, error) {
 		errs := []workflowError{}
 		warnings := []workflowError{}
 		var normalized any
@@ -889,12 +889,12 @@ func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte)
 		} else {
 			st.ValidationFailures++
 		}
-		return []Field{
-			{"component_id", id},
-			{"valid", valid},
-			{"errors", errs},
-			{"warnings", warnings},
-			{"normalized_config", normalized},
+		return []gym.Field{
+			{Key: "component_id", Value: id},
+			{Key: "valid", Value: valid},
+			{Key: "errors", Value: errs},
+			{Key: "warnings", Value: warnings},
+			{Key: "normalized_config", Value: normalized},
 		}, nil
 	})
 }
@@ -918,37 +918,37 @@ func workflowDeprecatedMessage(c *workflowComponent) string {
 
 // ---- assembly ----
 
-func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var stages []workflowStage
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
-		raw, ok := Required(args, "components", []any{"body"}, errs)
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
+		raw, ok := gym.Required(args, "components", []any{"body"}, errs)
 		if !ok {
 			return
 		}
 		loc := []any{"body", "components"}
-		items, ok := LaxList(raw, loc, errs)
+		items, ok := gym.LaxList(raw, loc, errs)
 		if !ok {
 			return
 		}
 		if len(items) == 0 {
-			*errs = append(*errs, FieldError{Type: "too_short", Loc: loc,
+			*errs = append(*errs, gym.FieldError{Type: "too_short", Loc: loc,
 				Msg: "List should have at least 1 item after validation, not 0", Input: raw,
 				Ctx: map[string]any{"field_type": "List", "min_length": 1, "actual_length": 0}})
 			return
 		}
 		for i, itemRaw := range items {
-			iloc := At(loc, i)
-			item, ok := AsObject(itemRaw, iloc, errs)
+			iloc := gym.At(loc, i)
+			item, ok := gym.AsObject(itemRaw, iloc, errs)
 			if !ok {
 				continue
 			}
 			var st workflowStage
-			if r, ok := Required(item, "component_id", iloc, errs); ok {
-				st.ComponentID, _ = LaxString(r, At(iloc, "component_id"), errs)
+			if r, ok := gym.Required(item, "component_id", iloc, errs); ok {
+				st.ComponentID, _ = gym.LaxString(r, gym.At(iloc, "component_id"), errs)
 			}
-			if r, ok := Required(item, "config", iloc, errs); ok {
-				if obj, ok := workflowDict(r, At(iloc, "config"), errs); ok {
-					st.Config = ObjectInput(obj)
+			if r, ok := gym.Required(item, "config", iloc, errs); ok {
+				if obj, ok := workflowDict(r, gym.At(iloc, "config"), errs); ok {
+					st.Config = gym.ObjectInput(obj)
 				}
 			}
 			stages = append(stages, st)
@@ -956,7 +956,7 @@ func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byt
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "assemble_pipeline", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "assemble_pipeline", func(st *workflowState) ([]gym.Field, error) {
 		if len(st.Pipelines) >= workflowMaxPipelines {
 			return nil, &workflowStatusError{http.StatusConflict, "Too many pipelines in this session."}
 		}
@@ -975,11 +975,11 @@ func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byt
 				list[i].Name, list[i].Kind = &c.Name, &c.Kind
 			}
 		}
-		return []Field{
-			{"pipeline_id", p.ID},
-			{"status", "assembled"},
-			{"components", list},
-			{"next", "call validate_pipeline with this pipeline_id, then deploy_pipeline"},
+		return []gym.Field{
+			{Key: "pipeline_id", Value: p.ID},
+			{Key: "status", Value: "assembled"},
+			{Key: "components", Value: list},
+			{Key: "next", Value: "call validate_pipeline with this pipeline_id, then deploy_pipeline"},
 		}, nil
 	})
 }
@@ -1009,7 +1009,7 @@ func checkWorkflowPipeline(st *workflowState, p *workflowPipeline) []workflowErr
 		case i > 0 && i < n-1 && c.Kind != "transform":
 			errs = append(errs, workflowError{where, fmt.Sprintf("only transforms go between the source and the sink; %s is a %s", c.Name, c.Kind)})
 		}
-		config, _, _ := DecodeObject(s.Config)
+		config, _, _ := gym.DecodeObject(s.Config)
 		cerrs := validateWorkflowConfig(c, config, where+".config.")
 		errs = append(errs, cerrs...)
 		if len(cerrs) == 0 && !workflowContains(st.Validated, workflowConfigKey(c.ComponentID, normalizeWorkflowConfig(c, config))) {
@@ -1023,14 +1023,14 @@ func workflowNoPipeline(id string) workflowError {
 	return workflowError{"pipeline_id", fmt.Sprintf("no pipeline %q in this session; assemble_pipeline returns the pipeline_id", id)}
 }
 
-func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		id = workflowStringArg(args, "pipeline_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "validate_pipeline", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "validate_pipeline", func(st *workflowState) ([]gym.Field, error) {
 		var errs []workflowError
 		p := st.pipeline(id)
 		if p == nil {
@@ -1044,18 +1044,18 @@ func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byt
 		} else {
 			st.ValidationFailures++
 		}
-		return []Field{{"pipeline_id", id}, {"valid", valid}, {"errors", errs}}, nil
+		return []gym.Field{{Key: "pipeline_id", Value: id}, {Key: "valid", Value: valid}, {Key: "errors", Value: errs}}, nil
 	})
 }
 
-func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte) ([]Field, error) {
+func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var id string
-	if _, err := workflowArgs(body, func(args *Object, errs *ValidationErrors) {
+	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		id = workflowStringArg(args, "pipeline_id", errs)
 	}); err != nil {
 		return nil, err
 	}
-	return wf.update(ctx, sid, "deploy_pipeline", func(st *workflowState) ([]Field, error) {
+	return wf.update(ctx, sid, "deploy_pipeline", func(st *workflowState) ([]gym.Field, error) {
 		errs := []workflowError{}
 		p := st.pipeline(id)
 		switch {
@@ -1066,10 +1066,10 @@ func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte)
 		}
 		if len(errs) > 0 {
 			st.UnvalidatedDeploys++
-			return []Field{{"pipeline_id", id}, {"deployed", false}, {"deployment_id", nil}, {"status", "refused"}, {"errors", errs}}, nil
+			return []gym.Field{{Key: "pipeline_id", Value: id}, {Key: "deployed", Value: false}, {Key: "deployment_id", Value: nil}, {Key: "status", Value: "refused"}, {Key: "errors", Value: errs}}, nil
 		}
 		st.Deployed = id
-		return []Field{{"pipeline_id", id}, {"deployed", true}, {"deployment_id", "dep-" + strings.TrimPrefix(id, "pl-")}, {"status", "running"}, {"errors", errs}}, nil
+		return []gym.Field{{Key: "pipeline_id", Value: id}, {Key: "deployed", Value: true}, {Key: "deployment_id", Value: "dep-" + strings.TrimPrefix(id, "pl-")}, {Key: "status", Value: "running"}, {Key: "errors", Value: errs}}, nil
 	})
 }
 
@@ -1077,42 +1077,42 @@ func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte)
 
 type workflowRequirement struct {
 	ComponentID string
-	Config      *Object
+	Config      *gym.Object
 }
 
-func parseWorkflowRequirements(req *Object, errs *ValidationErrors) []workflowRequirement {
-	raw, ok := Required(req, "requirements", []any{"body"}, errs)
+func parseWorkflowRequirements(req *gym.Object, errs *gym.ValidationErrors) []workflowRequirement {
+	raw, ok := gym.Required(req, "requirements", []any{"body"}, errs)
 	if !ok {
 		return nil
 	}
 	loc := []any{"body", "requirements"}
-	obj, ok := AsObject(raw, loc, errs)
+	obj, ok := gym.AsObject(raw, loc, errs)
 	if !ok {
 		return nil
 	}
-	raw, ok = Required(obj, "components", loc, errs)
+	raw, ok = gym.Required(obj, "components", loc, errs)
 	if !ok {
 		return nil
 	}
-	loc = At(loc, "components")
-	items, ok := LaxList(raw, loc, errs)
+	loc = gym.At(loc, "components")
+	items, ok := gym.LaxList(raw, loc, errs)
 	if !ok {
 		return nil
 	}
 	out := make([]workflowRequirement, 0, len(items))
 	for i, itemRaw := range items {
-		iloc := At(loc, i)
-		item, ok := AsObject(itemRaw, iloc, errs)
+		iloc := gym.At(loc, i)
+		item, ok := gym.AsObject(itemRaw, iloc, errs)
 		if !ok {
 			continue
 		}
 		var r workflowRequirement
-		if v, ok := Required(item, "component_id", iloc, errs); ok {
-			r.ComponentID, _ = LaxString(v, At(iloc, "component_id"), errs)
+		if v, ok := gym.Required(item, "component_id", iloc, errs); ok {
+			r.ComponentID, _ = gym.LaxString(v, gym.At(iloc, "component_id"), errs)
 		}
-		r.Config = &Object{}
-		if v, ok := item.Get("config"); ok && !IsNull(v) {
-			if c, ok := workflowDict(v, At(iloc, "config"), errs); ok {
+		r.Config = &gym.Object{}
+		if v, ok := item.Get("config"); ok && !gym.IsNull(v) {
+			if c, ok := workflowDict(v, gym.At(iloc, "config"), errs); ok {
 				r.Config = c
 			}
 		}
@@ -1121,7 +1121,7 @@ func parseWorkflowRequirements(req *Object, errs *ValidationErrors) []workflowRe
 	return out
 }
 
-func (wf *workflow) verify(_ context.Context, st SessionState, req *Object, _ []OutputItem, errs *ValidationErrors) ([]Field, error) {
+func (wf *workflow) Verify(_ context.Context, st gym.SessionState, req *gym.Object, _ []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
 	want := parseWorkflowRequirements(req, errs)
 	if len(*errs) > 0 {
 		return nil, nil
@@ -1131,7 +1131,7 @@ func (wf *workflow) verify(_ context.Context, st SessionState, req *Object, _ []
 	if ok {
 		var st workflowState
 		if err := json.Unmarshal(raw, &st); err != nil {
-			return nil, &PyError{"ValueError", "corrupt workflow session state: " + err.Error()}
+			return nil, &gym.PyError{Class: "ValueError", Msg: "corrupt workflow session state: " + err.Error()}
 		}
 		v = scoreWorkflow(&st, want)
 	}
@@ -1143,17 +1143,17 @@ func (wf *workflow) verify(_ context.Context, st SessionState, req *Object, _ []
 	if v.pipelineID != "" {
 		pipelineID = v.pipelineID
 	}
-	return []Field{
-		{"reward", PyFloat(reward)},
-		{"reason", v.reason},
-		{"pipeline_id", pipelineID},
-		{"deployed", v.deployed},
-		{"components_correct", PyFloat(v.componentsCorrect)},
-		{"config_valid", v.configValid},
-		{"config_matches", v.configMatches},
-		{"validated_before_deploy", v.validatedBeforeDeploy},
-		{"validation_failures", v.validationFailures},
-		{"steps_in_order", v.stepsInOrder},
+	return []gym.Field{
+		{Key: "reward", Value: gym.PyFloat(reward)},
+		{Key: "reason", Value: v.reason},
+		{Key: "pipeline_id", Value: pipelineID},
+		{Key: "deployed", Value: v.deployed},
+		{Key: "components_correct", Value: gym.PyFloat(v.componentsCorrect)},
+		{Key: "config_valid", Value: v.configValid},
+		{Key: "config_matches", Value: v.configMatches},
+		{Key: "validated_before_deploy", Value: v.validatedBeforeDeploy},
+		{Key: "validation_failures", Value: v.validationFailures},
+		{Key: "steps_in_order", Value: v.stepsInOrder},
 	}, nil
 }
 
@@ -1197,7 +1197,7 @@ func scoreWorkflow(st *workflowState, want []workflowRequirement) workflowVerdic
 	var invalid string
 	for i, s := range got {
 		c := st.component(s.ComponentID)
-		config, _, _ := DecodeObject(s.Config)
+		config, _, _ := gym.DecodeObject(s.Config)
 		if c == nil || config == nil {
 			v.configValid = false
 			continue
@@ -1214,9 +1214,9 @@ func scoreWorkflow(st *workflowState, want []workflowRequirement) workflowVerdic
 	if v.componentsCorrect == 1 {
 		for i, r := range want {
 			// the configuration as deployed, with the schema's defaults filled in
-			config, _, _ := DecodeObject(got[i].Config)
+			config, _, _ := gym.DecodeObject(got[i].Config)
 			if c := st.component(got[i].ComponentID); c != nil && config != nil {
-				config, _, _ = DecodeObject(normalizeWorkflowConfig(c, config))
+				config, _, _ = gym.DecodeObject(normalizeWorkflowConfig(c, config))
 			}
 			if config == nil {
 				mismatch = fmt.Sprintf("components[%d].config is missing", i)

@@ -1,6 +1,9 @@
-package servers
+package counter
 
 import (
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
+	"github.com/rollout-dev/rollout/pkg/servers/gymtest"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -110,9 +113,9 @@ func (c *counterClient) seedAndCount(initial int, steps []int) (int, error) {
 	return n, nil
 }
 
-func startCounter(t *testing.T, opts Options) (*Server, *httptest.Server) {
+func startCounter(t *testing.T, opts gym.Options) (*gym.Server, *httptest.Server) {
 	t.Helper()
-	h, err := New("counter", opts)
+	h, err := newServer("counter", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +155,7 @@ func wantNotFound(t *testing.T, c *counterClient, path, body string) {
 func wantVerify(t *testing.T, c *counterClient, row string, want map[string]any) map[string]any {
 	t.Helper()
 	got := c.mustWant(t, http.StatusOK, "/verify", counterVerify(row))
-	wantFields(t, got, want)
+	gymtest.WantFields(t, got, want)
 	if _, has := want["reason"]; !has {
 		if r, ok := got["reason"]; ok {
 			t.Errorf("reason = %v, want none", r)
@@ -164,7 +167,7 @@ func wantVerify(t *testing.T, c *counterClient, row string, want map[string]any)
 // ---- tests ----
 
 func TestStateCounterHappyPath(t *testing.T) {
-	_, srv := startCounter(t, Options{})
+	_, srv := startCounter(t, gym.Options{})
 	c := newCounterClient(t, srv.URL, nil)
 
 	if code, out, _ := c.post("/seed_session", counterRow(5, 8)); code != http.StatusOK || string(out) != "{}" {
@@ -226,7 +229,7 @@ func TestStateCounterHappyPath(t *testing.T) {
 func TestStateCounterHistoryIsBounded(t *testing.T) {
 	mem := store.NewMemory(store.Options{})
 	defer mem.Close()
-	_, srv := startCounter(t, Options{Store: mem})
+	_, srv := startCounter(t, gym.Options{Store: mem})
 	c := newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(0, make([]int, 0)); err != nil {
 		t.Fatal(err)
@@ -257,7 +260,7 @@ func TestStateCounterHistoryIsBounded(t *testing.T) {
 }
 
 func TestStateCounterSessionIsolation(t *testing.T) {
-	_, srv := startCounter(t, Options{})
+	_, srv := startCounter(t, gym.Options{})
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer transport.CloseIdleConnections()
 
@@ -296,7 +299,7 @@ func TestStateCounterSessionIsolation(t *testing.T) {
 func TestStateCounterMissingState(t *testing.T) {
 	mem := store.NewMemory(store.Options{})
 	defer mem.Close()
-	_, srv := startCounter(t, Options{Store: mem})
+	_, srv := startCounter(t, gym.Options{Store: mem})
 	c := newCounterClient(t, srv.URL, nil)
 
 	// Never seeded: every tool says why, and none creates state.
@@ -340,7 +343,7 @@ func TestStateCounterMissingState(t *testing.T) {
 }
 
 func TestStateCounterLostCookie(t *testing.T) {
-	_, srv := startCounter(t, Options{})
+	_, srv := startCounter(t, gym.Options{})
 	a := newCounterClient(t, srv.URL, nil)
 	if _, err := a.seedAndCount(5, []int{3}); err != nil {
 		t.Fatal(err)
@@ -366,7 +369,7 @@ func TestStateCounterLostCookie(t *testing.T) {
 }
 
 func TestStateCounterBadArguments(t *testing.T) {
-	_, srv := startCounter(t, Options{})
+	_, srv := startCounter(t, gym.Options{})
 	c := newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(1, []int{1}); err != nil {
 		t.Fatal(err)
@@ -421,7 +424,7 @@ func TestStateCounterBadArguments(t *testing.T) {
 func TestStateCounterEndSession(t *testing.T) {
 	mem := store.NewMemory(store.Options{})
 	defer mem.Close()
-	_, srv := startCounter(t, Options{Store: mem})
+	_, srv := startCounter(t, gym.Options{Store: mem})
 	c, other := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(5, []int{3}); err != nil {
 		t.Fatal(err)
@@ -445,7 +448,7 @@ func TestStateCounterEndSession(t *testing.T) {
 
 func TestStateCounterTTL(t *testing.T) {
 	const ttl = 300 * time.Millisecond
-	_, srv := startCounter(t, Options{TTL: ttl})
+	_, srv := startCounter(t, gym.Options{TTL: ttl})
 	c := newCounterClient(t, srv.URL, nil)
 	start := time.Now()
 	if _, err := c.seedAndCount(5, []int{3}); err != nil {

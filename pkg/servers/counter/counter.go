@@ -1,4 +1,4 @@
-package servers
+package counter
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"math/big"
 	"net/http"
 
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
-func init() {
-	register(builtin{name: "counter", class: "CounterResourcesServer", make: newStateCounter})
-}
+// Builtin is the "counter" resource server (see stateCounter).
+var Builtin = gym.Builtin{Name: "counter", Class: "CounterResourcesServer", Stateful: true, New: newStateCounter}
 
 // stateCounter is the "counter" resource server: the stateful pattern done right. It is
 // example_session_state_mgmt's task (one integer counter per session) with the failure modes of
@@ -54,7 +54,7 @@ type stateCounter struct {
 // stateCounterHistory bounds the history kept in a session's state.
 const stateCounterHistory = 32
 
-func newStateCounter(_ string, st store.Store) ResourceServer {
+func newStateCounter(_ string, st store.Store) gym.ResourceServer {
 	return &stateCounter{store: st}
 }
 
@@ -83,9 +83,9 @@ func (*sessionNotFoundError) Error() string {
 }
 
 func (*sessionNotFoundError) StatusBody() (int, []byte) {
-	return http.StatusConflict, MarshalFields([]Field{
-		{"error", "session_not_found"},
-		{"message", "This session has no counter: it was never seeded, its cookie was lost, or it expired or ended. " +
+	return http.StatusConflict, gym.MarshalFields([]gym.Field{
+		{Key: "error", Value: "session_not_found"},
+		{Key: "message", Value: "This session has no counter: it was never seeded, its cookie was lost, or it expired or ended. " +
 			"Call seed_session first (with the task row), and keep the session cookie for every call."},
 	})
 }
@@ -101,7 +101,7 @@ func decodeCounterState(data []byte) (*counterState, error) {
 	return &st, nil
 }
 
-func (c *stateCounter) tool(name string) (ToolFunc, bool) {
+func (c *stateCounter) Tool(name string) (gym.ToolFunc, bool) {
 	switch name {
 	case "increment_counter":
 		return c.add(name, 1), true
@@ -115,11 +115,11 @@ func (c *stateCounter) tool(name string) (ToolFunc, bool) {
 	return nil, false
 }
 
-func (c *stateCounter) seedSession(ctx context.Context, sid string, row *Object) error {
+func (c *stateCounter) SeedSession(ctx context.Context, sid string, row *gym.Object) error {
 	initial := new(big.Int)
-	if raw, ok := row.Get("initial_count"); ok && !IsNull(raw) {
-		var errs ValidationErrors
-		n, ok := LaxInt(raw, []any{"body", "initial_count"}, &errs)
+	if raw, ok := row.Get("initial_count"); ok && !gym.IsNull(raw) {
+		var errs gym.ValidationErrors
+		n, ok := gym.LaxInt(raw, []any{"body", "initial_count"}, &errs)
 		if !ok {
 			return errs
 		}
@@ -164,16 +164,16 @@ func (c *stateCounter) call(ctx context.Context, sid, tool string, by *big.Int, 
 }
 
 // add is increment_counter (sign 1) and decrement_counter (sign -1).
-func (c *stateCounter) add(tool string, sign int64) ToolFunc {
-	return func(ctx context.Context, sid string, body []byte) ([]Field, error) {
-		args, err := ParseBody(body)
+func (c *stateCounter) add(tool string, sign int64) gym.ToolFunc {
+	return func(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
+		args, err := gym.ParseBody(body)
 		if err != nil {
 			return nil, err
 		}
-		var errs ValidationErrors
+		var errs gym.ValidationErrors
 		var by *big.Int
-		if raw, ok := Required(args, "count", []any{"body"}, &errs); ok {
-			by, _ = LaxInt(raw, []any{"body", "count"}, &errs)
+		if raw, ok := gym.Required(args, "count", []any{"body"}, &errs); ok {
+			by, _ = gym.LaxInt(raw, []any{"body", "count"}, &errs)
 		}
 		if len(errs) > 0 {
 			return nil, errs
@@ -183,43 +183,43 @@ func (c *stateCounter) add(tool string, sign int64) ToolFunc {
 		if err != nil {
 			return nil, err
 		}
-		return []Field{{"success", true}, {"count", n}}, nil
+		return []gym.Field{{Key: "success", Value: true}, {Key: "count", Value: n}}, nil
 	}
 }
 
 // get takes no arguments; like a FastAPI route without a body model, it ignores the body.
-func (c *stateCounter) get(ctx context.Context, sid string, _ []byte) ([]Field, error) {
+func (c *stateCounter) get(ctx context.Context, sid string, _ []byte) ([]gym.Field, error) {
 	n, err := c.call(ctx, sid, "get_counter_value", nil, func(*big.Int) {})
 	if err != nil {
 		return nil, err
 	}
-	return []Field{{"count", n}}, nil
+	return []gym.Field{{Key: "count", Value: n}}, nil
 }
 
 // reset takes no arguments and sets the count to 0.
-func (c *stateCounter) reset(ctx context.Context, sid string, _ []byte) ([]Field, error) {
+func (c *stateCounter) reset(ctx context.Context, sid string, _ []byte) ([]gym.Field, error) {
 	n, err := c.call(ctx, sid, "reset_counter", nil, func(n *big.Int) { n.SetInt64(0) })
 	if err != nil {
 		return nil, err
 	}
-	return []Field{{"success", true}, {"count", n}}, nil
+	return []gym.Field{{Key: "success", Value: true}, {Key: "count", Value: n}}, nil
 }
 
-func (c *stateCounter) verify(_ context.Context, st SessionState, req *Object, _ []OutputItem, errs *ValidationErrors) ([]Field, error) {
+func (c *stateCounter) Verify(_ context.Context, st gym.SessionState, req *gym.Object, _ []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
 	var expected *big.Int
-	if raw, ok := Required(req, "expected_count", []any{"body"}, errs); ok {
-		expected, _ = LaxInt(raw, []any{"body", "expected_count"}, errs)
+	if raw, ok := gym.Required(req, "expected_count", []any{"body"}, errs); ok {
+		expected, _ = gym.LaxInt(raw, []any{"body", "expected_count"}, errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
 	}
 	data, ok := st.Data, st.Found
 	if !ok {
-		return []Field{
-			{"reward", PyFloat(0)},
-			{"count_correct", 0},
-			{"tool_calls", 0},
-			{"reason", "session_not_found"},
+		return []gym.Field{
+			{Key: "reward", Value: gym.PyFloat(0)},
+			{Key: "count_correct", Value: 0},
+			{Key: "tool_calls", Value: 0},
+			{Key: "reason", Value: "session_not_found"},
 		}, nil
 	}
 	count, calls, err := readCounterState(data)
@@ -227,19 +227,19 @@ func (c *stateCounter) verify(_ context.Context, st SessionState, req *Object, _
 		return nil, err
 	}
 	if count.Cmp(expected) != 0 {
-		return []Field{
-			{"reward", PyFloat(0)},
-			{"count_correct", 0},
-			{"tool_calls", calls},
-			{"count", count},
-			{"expected_count", expected},
-			{"reason", "count_mismatch"},
+		return []gym.Field{
+			{Key: "reward", Value: gym.PyFloat(0)},
+			{Key: "count_correct", Value: 0},
+			{Key: "tool_calls", Value: calls},
+			{Key: "count", Value: count},
+			{Key: "expected_count", Value: expected},
+			{Key: "reason", Value: "count_mismatch"},
 		}, nil
 	}
-	return []Field{
-		{"reward", PyFloat(1)},
-		{"count_correct", 1},
-		{"tool_calls", calls},
-		{"count", count},
+	return []gym.Field{
+		{Key: "reward", Value: gym.PyFloat(1)},
+		{Key: "count_correct", Value: 1},
+		{Key: "tool_calls", Value: calls},
+		{Key: "count", Value: count},
 	}, nil
 }

@@ -1,6 +1,9 @@
-package servers
+package extraction
 
 import (
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
+	"github.com/rollout-dev/rollout/pkg/servers/gymtest"
+
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -14,10 +17,10 @@ import (
 	"github.com/rollout-dev/rollout/pkg/plan"
 )
 
-var updateExtraction = flag.Bool("update-extraction", false, "rewrite data/extraction.jsonl as GenerateExtraction(seed 1, 240 rows)")
+var updateExtraction = flag.Bool("update-extraction", false, "rewrite data/extraction.jsonl as Generate(seed 1, 240 rows)")
 
 const (
-	extractionDataFile = "../../data/extraction.jsonl"
+	extractionDataFile = "../../../data/extraction.jsonl"
 	extractionDataSeed = 1
 	extractionDataRows = 240
 )
@@ -25,7 +28,7 @@ const (
 func generateExtraction(t *testing.T, seed int64, n int) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := GenerateExtraction(&b, seed, n); err != nil {
+	if err := Generate(&b, seed, n); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -97,7 +100,7 @@ type extractionTaskRow struct {
 func extractionRows(t *testing.T) []*extractionTaskRow {
 	t.Helper()
 	var rows []*extractionTaskRow
-	for i, line := range readJSONL(t, extractionDataFile) {
+	for i, line := range gymtest.ReadJSONL(t, extractionDataFile) {
 		r := &extractionTaskRow{raw: line}
 		if err := json.Unmarshal(line, r); err != nil {
 			t.Fatalf("row %d: %v", i+1, err)
@@ -193,7 +196,7 @@ type playOptions struct {
 // playExtraction plays a row's reference plan in session s (seeded by the caller) and returns
 // the Responses object of the rollout: every call made and its output (also when the call
 // failed, as the runner records it), and the final message.
-func playExtraction(t *testing.T, s *testSession, r *extractionTaskRow, opts playOptions) json.RawMessage {
+func playExtraction(t *testing.T, s *gymtest.Session, r *extractionTaskRow, opts playOptions) json.RawMessage {
 	t.Helper()
 	outputs := map[int]any{}
 	lookup := func(i int) (any, bool) { v, ok := outputs[i]; return v, ok }
@@ -230,7 +233,7 @@ func playExtraction(t *testing.T, s *testSession, r *extractionTaskRow, opts pla
 			calls = append(calls, made{idx, c.Name, args})
 		}
 		for _, c := range calls {
-			code, out := s.post("/"+c.name, c.args)
+			code, out := s.Post("/"+c.name, c.args)
 			if code == http.StatusOK {
 				outputs[c.idx] = plan.DecodeOutput(string(out))
 			}
@@ -262,14 +265,14 @@ func num(v any) float64 {
 }
 
 func TestExtractionReferencePlansSolveEveryRow(t *testing.T) {
-	srv := startServer(t, "extraction")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	for _, r := range extractionRows(t) {
 		t.Run(r.ID, func(t *testing.T) {
 			t.Parallel()
-			s := newSession(t, srv)
-			s.mustPost("/seed_session", r.raw)
-			got := s.verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1}))
-			wantFields(t, got, map[string]any{"reward": 1.0, "accuracy": true, "set_overlap": 1.0, "order_failure": false,
+			s := gymtest.NewSession(t, srv)
+			s.MustPost("/seed_session", r.raw)
+			got := s.Verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1}))
+			gymtest.WantFields(t, got, map[string]any{"reward": 1.0, "accuracy": true, "set_overlap": 1.0, "order_failure": false,
 				"missing_steps": 0.0, "minefield_hit": false, "reason": "ok"})
 		})
 	}
@@ -281,7 +284,7 @@ func TestExtractionReferencePlansSolveEveryRow(t *testing.T) {
 // that), so this takes every 10th row: 24 rows, two of each category and difficulty, since these
 // cycle every 12 rows (every 20th with -short).
 func TestExtractionEveryRequiredCallIsNeeded(t *testing.T) {
-	srv := startServer(t, "extraction")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	every := 10
 	if testing.Short() {
 		every = 20
@@ -296,9 +299,9 @@ func TestExtractionEveryRequiredCallIsNeeded(t *testing.T) {
 		t.Run(r.ID, func(t *testing.T) {
 			t.Parallel()
 			for i, c := range r.plan.Calls() {
-				s := newSession(t, srv)
-				s.mustPost("/seed_session", r.raw)
-				got := s.verify(r.raw, playExtraction(t, s, r, playOptions{skip: i}))
+				s := gymtest.NewSession(t, srv)
+				s.MustPost("/seed_session", r.raw)
+				got := s.Verify(r.raw, playExtraction(t, s, r, playOptions{skip: i}))
 				if c.Optional {
 					if got["reward"] != 1.0 {
 						t.Errorf("optional call %d %s dropped: reward %v (%v)", i, c.Name, got["reward"], got["reason"])
@@ -309,7 +312,7 @@ func TestExtractionEveryRequiredCallIsNeeded(t *testing.T) {
 					t.Errorf("required call %d %s dropped: reward %v", i, c.Name, got["reward"])
 				}
 				if c.Name == "submit_answer" {
-					wantFields(t, got, map[string]any{"accuracy": false, "missing_steps": 0.0, "reason": "no_answer"})
+					gymtest.WantFields(t, got, map[string]any{"accuracy": false, "missing_steps": 0.0, "reason": "no_answer"})
 				} else if num(got["missing_steps"]) < 1 {
 					t.Errorf("required call %d %s dropped: missing_steps %v (%v)", i, c.Name, got["missing_steps"], got["reason"])
 				}
@@ -319,7 +322,7 @@ func TestExtractionEveryRequiredCallIsNeeded(t *testing.T) {
 }
 
 func TestExtractionAnswerMutations(t *testing.T) {
-	srv := startServer(t, "extraction")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	rows := extractionRows(t)
 	reversedSeen := 0
 	t.Run("reversed", func(t *testing.T) {
@@ -330,13 +333,13 @@ func TestExtractionAnswerMutations(t *testing.T) {
 			reversedSeen++
 			t.Run(r.ID, func(t *testing.T) {
 				t.Parallel()
-				s := newSession(t, srv)
-				s.mustPost("/seed_session", r.raw)
-				got := s.verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any {
+				s := gymtest.NewSession(t, srv)
+				s.MustPost("/seed_session", r.raw)
+				got := s.Verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any {
 					slices.Reverse(v)
 					return v
 				}}))
-				wantFields(t, got, map[string]any{"reward": 0.0, "accuracy": false, "set_overlap": 1.0, "order_failure": true,
+				gymtest.WantFields(t, got, map[string]any{"reward": 0.0, "accuracy": false, "set_overlap": 1.0, "order_failure": true,
 					"missing_steps": 0.0, "minefield_hit": false, "reason": "order_failure"})
 			})
 		}
@@ -348,13 +351,13 @@ func TestExtractionAnswerMutations(t *testing.T) {
 	for _, r := range rows[:24] {
 		mine := r.Minefield[len(r.Minefield)-1]
 		// A minefield value instead of the first expected one.
-		s := newSession(t, srv)
-		s.mustPost("/seed_session", r.raw)
-		got := s.verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any {
+		s := gymtest.NewSession(t, srv)
+		s.MustPost("/seed_session", r.raw)
+		got := s.Verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any {
 			v[0] = mine
 			return v
 		}}))
-		wantFields(t, got, map[string]any{"reward": 0.0, "accuracy": false, "minefield_hit": true, "order_failure": false, "missing_steps": 0.0})
+		gymtest.WantFields(t, got, map[string]any{"reward": 0.0, "accuracy": false, "minefield_hit": true, "order_failure": false, "missing_steps": 0.0})
 		if reason, _ := got["reason"].(string); !strings.Contains(reason, "minefield_hit") || !strings.HasPrefix(reason, "wrong_values") {
 			t.Errorf("%s: reason %q", r.ID, reason)
 		}
@@ -367,69 +370,69 @@ func TestExtractionAnswerMutations(t *testing.T) {
 		}
 
 		// A minefield value on top of the right ones.
-		s = newSession(t, srv)
-		s.mustPost("/seed_session", r.raw)
-		got = s.verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any { return append(v, mine) }}))
-		wantFields(t, got, map[string]any{"reward": 0.0, "accuracy": false, "set_overlap": 1.0, "minefield_hit": true, "order_failure": false})
+		s = gymtest.NewSession(t, srv)
+		s.MustPost("/seed_session", r.raw)
+		got = s.Verify(r.raw, playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any { return append(v, mine) }}))
+		gymtest.WantFields(t, got, map[string]any{"reward": 0.0, "accuracy": false, "set_overlap": 1.0, "minefield_hit": true, "order_failure": false})
 
 		// Values as floats and a later corrected submission: only the last one counts.
-		s = newSession(t, srv)
-		s.mustPost("/seed_session", r.raw)
+		s = gymtest.NewSession(t, srv)
+		s.MustPost("/seed_session", r.raw)
 		resp := playExtraction(t, s, r, playOptions{skip: -1, answer: func(v []any) []any {
 			for i, x := range v {
 				v[i] = json.Number(string(x.(json.Number)) + ".0")
 			}
 			return v
 		}})
-		wantFields(t, s.verify(r.raw, resp), map[string]any{"reward": 1.0, "reason": "ok"})
-		wrongLast := mutateOutput(t, resp, func(items []map[string]any) []map[string]any {
+		gymtest.WantFields(t, s.Verify(r.raw, resp), map[string]any{"reward": 1.0, "reason": "ok"})
+		wrongLast := gymtest.MutateOutput(t, resp, func(items []map[string]any) []map[string]any {
 			return append(items, map[string]any{"type": "function_call", "name": "submit_answer", "arguments": `{"values":[1]}`, "call_id": "call_x", "id": "fc_x", "status": "completed"})
 		})
-		wantFields(t, s.verify(r.raw, wrongLast), map[string]any{"reward": 0.0, "accuracy": false, "submitted_values": []any{1.0}})
-		badLast := mutateOutput(t, resp, func(items []map[string]any) []map[string]any {
+		gymtest.WantFields(t, s.Verify(r.raw, wrongLast), map[string]any{"reward": 0.0, "accuracy": false, "submitted_values": []any{1.0}})
+		badLast := gymtest.MutateOutput(t, resp, func(items []map[string]any) []map[string]any {
 			return append(items, map[string]any{"type": "function_call", "name": "submit_answer", "arguments": `{"values":["x"]`, "call_id": "call_x", "id": "fc_x", "status": "completed"})
 		})
-		wantFields(t, s.verify(r.raw, badLast), map[string]any{"reward": 0.0, "accuracy": false, "reason": "invalid_answer", "submitted_values": []any{}})
+		gymtest.WantFields(t, s.Verify(r.raw, badLast), map[string]any{"reward": 0.0, "accuracy": false, "reason": "invalid_answer", "submitted_values": []any{}})
 	}
 }
 
 func TestExtractionSessions(t *testing.T) {
-	srv := startServer(t, "extraction")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	rows := extractionRows(t)
 	r := rows[5]
 
 	t.Run("cookie lost", func(t *testing.T) {
-		s := newSession(t, srv)
-		s.mustPost("/seed_session", r.raw)
+		s := gymtest.NewSession(t, srv)
+		s.MustPost("/seed_session", r.raw)
 		resp := playExtraction(t, s, r, playOptions{skip: -1})
-		got := newSession(t, srv).verify(r.raw, resp) // a new jar: a new, empty session
-		wantFields(t, got, map[string]any{"reward": 0.0, "reason": "session_not_found", "missing_steps": float64(len(r.Steps)),
+		got := gymtest.NewSession(t, srv).Verify(r.raw, resp) // a new jar: a new, empty session
+		gymtest.WantFields(t, got, map[string]any{"reward": 0.0, "reason": "session_not_found", "missing_steps": float64(len(r.Steps)),
 			"accuracy": true, "minefield_hit": false})
-		wantFields(t, s.verify(r.raw, resp), map[string]any{"reward": 1.0})
+		gymtest.WantFields(t, s.Verify(r.raw, resp), map[string]any{"reward": 1.0})
 	})
 
 	t.Run("calls in another session", func(t *testing.T) {
-		a, b := newSession(t, srv), newSession(t, srv)
-		a.mustPost("/seed_session", r.raw)
-		b.mustPost("/seed_session", r.raw)
+		a, b := gymtest.NewSession(t, srv), gymtest.NewSession(t, srv)
+		a.MustPost("/seed_session", r.raw)
+		b.MustPost("/seed_session", r.raw)
 		resp := playExtraction(t, a, r, playOptions{skip: -1})
-		got := b.verify(r.raw, resp) // seeded, but the calls were made in a
-		wantFields(t, got, map[string]any{"reward": 0.0, "accuracy": true, "missing_steps": float64(len(r.Steps))})
+		got := b.Verify(r.raw, resp) // seeded, but the calls were made in a
+		gymtest.WantFields(t, got, map[string]any{"reward": 0.0, "accuracy": true, "missing_steps": float64(len(r.Steps))})
 		if reason, _ := got["reason"].(string); !strings.HasPrefix(reason, "missing_steps: ") {
 			t.Errorf("reason %q", reason)
 		}
 	})
 
 	t.Run("seeding again starts over", func(t *testing.T) {
-		s := newSession(t, srv)
-		s.mustPost("/seed_session", r.raw)
+		s := gymtest.NewSession(t, srv)
+		s.MustPost("/seed_session", r.raw)
 		resp := playExtraction(t, s, r, playOptions{skip: -1})
-		s.mustPost("/seed_session", r.raw)
-		wantFields(t, s.verify(r.raw, resp), map[string]any{"reward": 0.0, "missing_steps": float64(len(r.Steps))})
+		s.MustPost("/seed_session", r.raw)
+		gymtest.WantFields(t, s.Verify(r.raw, resp), map[string]any{"reward": 0.0, "missing_steps": float64(len(r.Steps))})
 	})
 
 	t.Run("unseeded", func(t *testing.T) {
-		s := newSession(t, srv)
+		s := gymtest.NewSession(t, srv)
 		for tool, body := range map[string]string{
 			"list_sources":    `{"region":"North"}`,
 			"find_record_ids": `{"source":"x","product":"Widgets","quarter":null}`,
@@ -437,7 +440,7 @@ func TestExtractionSessions(t *testing.T) {
 			"read_value":      `{"value_key":"v-000000"}`,
 			"submit_answer":   `{"values":[1,2]}`,
 		} {
-			code, out := s.post("/"+tool, []byte(body))
+			code, out := s.Post("/"+tool, []byte(body))
 			var m map[string]any
 			if code != http.StatusConflict || json.Unmarshal(out, &m) != nil || !strings.HasPrefix(fmt.Sprint(m["detail"]), "Session not seeded") {
 				t.Errorf("%s on an unseeded session: %d %s, want 409", tool, code, out)
@@ -445,20 +448,20 @@ func TestExtractionSessions(t *testing.T) {
 		}
 		// verify without state: reward 0, not an error.
 		resp := []byte(`{"id":"resp_1","created_at":1,"model":"m","object":"response","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[]}`)
-		wantFields(t, s.verify(r.raw, resp), map[string]any{"reward": 0.0, "reason": "session_not_found", "accuracy": false, "set_overlap": 0.0})
+		gymtest.WantFields(t, s.Verify(r.raw, resp), map[string]any{"reward": 0.0, "reason": "session_not_found", "accuracy": false, "set_overlap": 0.0})
 		// /end_session drops the state: the next call is a 409 again.
-		s.mustPost("/seed_session", r.raw)
+		s.MustPost("/seed_session", r.raw)
 		region := r.World.Regions[0]
-		s.mustPost("/list_sources", []byte(`{"region":"`+region+`"}`))
-		s.mustPost("/end_session", nil)
-		if code, out := s.post("/list_sources", []byte(`{"region":"`+region+`"}`)); code != http.StatusConflict {
+		s.MustPost("/list_sources", []byte(`{"region":"`+region+`"}`))
+		s.MustPost("/end_session", nil)
+		if code, out := s.Post("/list_sources", []byte(`{"region":"`+region+`"}`)); code != http.StatusConflict {
 			t.Errorf("after /end_session: %d %s, want 409", code, out)
 		}
 	})
 }
 
 func TestExtractionTools(t *testing.T) {
-	srv := startServer(t, "extraction")
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	world := `{"regions":["North","South"],"sources":[
 		{"name":"north-actuals-1","region":"North","kind":"actuals"},
 		{"name":"north-forecast-1","region":"North","kind":"forecast"},
@@ -470,8 +473,8 @@ func TestExtractionTools(t *testing.T) {
 		{"id":"R-1000","source":"south-actuals-1","product":"Widgets","quarter":"2024-Q1","status":"active","value_key":"v-d","value":200},
 		{"id":"R-4000","source":"north-forecast-1","product":"Widgets","quarter":"2024-Q1","status":"active","value_key":"v-e","value":120}]}`
 	row := []byte(`{"responses_create_params":{"input":"q"},"world":` + world + `,"expected_values":[100],"minefield_values":[95,120],"required_steps":["listed:north-actuals-1","found:north-actuals-1/R-1000","fetched:north-actuals-1/R-1000","read:v-b"]}`)
-	s := newSession(t, srv)
-	s.mustPost("/seed_session", row)
+	s := gymtest.NewSession(t, srv)
+	s.MustPost("/seed_session", row)
 
 	for _, c := range []struct{ tool, args, want string }{
 		{"list_sources", `{"region":"north"}`, `{"region": "North", "sources": [{"name": "north-actuals-1", "kind": "actuals"}, {"name": "north-forecast-1", "kind": "forecast"}]}`},
@@ -484,7 +487,7 @@ func TestExtractionTools(t *testing.T) {
 		{"read_value", `{"value_key":"v-c"}`, `{"value_key": "v-c", "value": 110.5}`},
 		{"submit_answer", `{"values":[100]}`, `{"success": true, "count": 1}`},
 	} {
-		if out := s.mustPost("/"+c.tool, []byte(c.args)); string(out) != c.want {
+		if out := s.MustPost("/"+c.tool, []byte(c.args)); string(out) != c.want {
 			t.Errorf("%s %s = %s, want %s", c.tool, c.args, out, c.want)
 		}
 	}
@@ -492,26 +495,26 @@ func TestExtractionTools(t *testing.T) {
 	// Not every step done yet: the right answer scores 0 and says which steps are missing.
 	resp := func(args string) json.RawMessage {
 		return json.RawMessage(`{"id":"r","created_at":1,"model":"m","object":"response","parallel_tool_calls":false,"tool_choice":"auto","tools":[],"output":[` +
-			`{"type":"function_call","name":"submit_answer","arguments":` + string(MarshalValue(args)) + `,"call_id":"c1"},` +
+			`{"type":"function_call","name":"submit_answer","arguments":` + string(gym.MarshalValue(args)) + `,"call_id":"c1"},` +
 			`{"type":"function_call_output","call_id":"c1","output":"{}"},` +
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}`)
 	}
-	wantFields(t, s.verify(row, resp(`{"values":[100]}`)), map[string]any{"reward": 0.0, "accuracy": true, "missing_steps": 2.0,
+	gymtest.WantFields(t, s.Verify(row, resp(`{"values":[100]}`)), map[string]any{"reward": 0.0, "accuracy": true, "missing_steps": 2.0,
 		"reason": "missing_steps: fetched:north-actuals-1/R-1000, read:v-b"})
-	s.mustPost("/get_record", []byte(`{"source":"north-actuals-1","id":"R-1000"}`))
-	s.mustPost("/read_value", []byte(`{"value_key":"v-b"}`))
-	out := s.mustPost("/verify", withResponse(t, row, resp(`{"values":[100]}`)))
+	s.MustPost("/get_record", []byte(`{"source":"north-actuals-1","id":"R-1000"}`))
+	s.MustPost("/read_value", []byte(`{"value_key":"v-b"}`))
+	out := s.MustPost("/verify", gymtest.WithResponse(t, row, resp(`{"values":[100]}`)))
 	if !bytes.Contains(out, []byte(`"reward":1.0,"accuracy":true,"set_overlap":1.0,"order_failure":false,"missing_steps":0,"minefield_hit":false,"reason":"ok","submitted_values":[100]}`)) {
 		t.Errorf("verify = %s", out)
 	}
-	wantFields(t, s.verify(row, resp(`{"values":[95]}`)), map[string]any{"reward": 0.0, "minefield_hit": true, "set_overlap": 0.0,
+	gymtest.WantFields(t, s.Verify(row, resp(`{"values":[95]}`)), map[string]any{"reward": 0.0, "minefield_hit": true, "set_overlap": 0.0,
 		"reason": "wrong_values (0 of 1 expected values submitted); minefield_hit"})
-	wantFields(t, s.verify(row, resp(`{"values":[]}`)), map[string]any{"reward": 0.0, "reason": "wrong_values (0 of 1 expected values submitted)"})
-	wantFields(t, s.verify(row, resp(`{"values":[true]}`)), map[string]any{"reward": 0.0, "reason": "invalid_answer"})
-	wantFields(t, s.verify(row, resp(`{"answer":[100]}`)), map[string]any{"reward": 0.0, "reason": "invalid_answer"})
+	gymtest.WantFields(t, s.Verify(row, resp(`{"values":[]}`)), map[string]any{"reward": 0.0, "reason": "wrong_values (0 of 1 expected values submitted)"})
+	gymtest.WantFields(t, s.Verify(row, resp(`{"values":[true]}`)), map[string]any{"reward": 0.0, "reason": "invalid_answer"})
+	gymtest.WantFields(t, s.Verify(row, resp(`{"answer":[100]}`)), map[string]any{"reward": 0.0, "reason": "invalid_answer"})
 	// MCP-namespaced tool names count.
 	mcp := bytes.Replace(resp(`{"values":[100]}`), []byte(`"name":"submit_answer"`), []byte(`"name":"mcp__extraction__submit_answer"`), 1)
-	wantFields(t, s.verify(row, mcp), map[string]any{"reward": 1.0})
+	gymtest.WantFields(t, s.Verify(row, mcp), map[string]any{"reward": 1.0})
 
 	t.Run("bad arguments", func(t *testing.T) {
 		for _, c := range []struct{ tool, args, mention string }{
@@ -532,7 +535,7 @@ func TestExtractionTools(t *testing.T) {
 			{"submit_answer", `{"values":[1,null]}`, `"loc":["body","values",1]`},
 			{"submit_answer", `{"values":[true]}`, `float_type`},
 		} {
-			code, out := s.post("/"+c.tool, []byte(c.args))
+			code, out := s.Post("/"+c.tool, []byte(c.args))
 			if code != http.StatusUnprocessableEntity || !strings.HasPrefix(string(out), `{"detail":[{`) || !strings.Contains(string(out), c.mention) {
 				t.Errorf("%s %s = %d %s, want 422 mentioning %s", c.tool, c.args, code, out, c.mention)
 			}
@@ -548,7 +551,7 @@ func TestExtractionTools(t *testing.T) {
 			{"get_record", `{"source":"nowhere","id":"R-1000"}`, `Unknown source`},
 			{"read_value", `{"value_key":"v-zzz"}`, `Unknown value_key`},
 		} {
-			code, out := s.post("/"+c.tool, []byte(c.args))
+			code, out := s.Post("/"+c.tool, []byte(c.args))
 			if code != http.StatusNotFound || !strings.HasPrefix(string(out), `{"detail":"`) || !strings.Contains(string(out), c.mention) {
 				t.Errorf("%s %s = %d %s, want 404 mentioning %s", c.tool, c.args, code, out, c.mention)
 			}
@@ -564,15 +567,15 @@ func TestExtractionTools(t *testing.T) {
 			{"duplicate value_key", `{"world":{"sources":[{"name":"a","region":"North","kind":"actuals"}],"records":[{"id":"R-1","source":"a","value_key":"k","value":1},{"id":"R-2","source":"a","value_key":"k","value":2}]}}`, `duplicate value_key`},
 			{"source without a region", `{"world":{"sources":[{"name":"a","kind":"actuals"}],"records":[]}}`, `"sources",0`},
 		} {
-			code, out := newSession(t, srv).post("/seed_session", []byte(c.body))
+			code, out := gymtest.NewSession(t, srv).Post("/seed_session", []byte(c.body))
 			if code != http.StatusUnprocessableEntity || !strings.Contains(string(out), c.mention) {
 				t.Errorf("%s: %d %s, want 422 mentioning %s", c.name, code, out, c.mention)
 			}
 		}
 		// Regions default to the sources' regions.
-		s := newSession(t, srv)
-		s.mustPost("/seed_session", []byte(`{"world":{"sources":[{"name":"a","region":"North","kind":"actuals"}],"records":[]}}`))
-		if out := s.mustPost("/list_sources", []byte(`{"region":"North"}`)); string(out) != `{"region": "North", "sources": [{"name": "a", "kind": "actuals"}]}` {
+		s := gymtest.NewSession(t, srv)
+		s.MustPost("/seed_session", []byte(`{"world":{"sources":[{"name":"a","region":"North","kind":"actuals"}],"records":[]}}`))
+		if out := s.MustPost("/list_sources", []byte(`{"region":"North"}`)); string(out) != `{"region": "North", "sources": [{"name": "a", "kind": "actuals"}]}` {
 			t.Errorf("list_sources = %s", out)
 		}
 	})
@@ -592,16 +595,27 @@ func TestExtractionTools(t *testing.T) {
 			{"expected_values not numbers", "expected_values", []any{"x"}, `"loc":["body","expected_values",0]`},
 			{"required_steps not strings", "required_steps", []any{1}, `"loc":["body","required_steps",0]`},
 		} {
-			code, out := s.post("/verify", withResponse(t, setField(t, row, c.key, c.value), ok))
+			code, out := s.Post("/verify", gymtest.WithResponse(t, gymtest.SetField(t, row, c.key, c.value), ok))
 			if code != http.StatusUnprocessableEntity || !strings.Contains(string(out), c.mention) {
 				t.Errorf("%s: %d %s, want 422 mentioning %s", c.name, code, out, c.mention)
 			}
 		}
 		// The handler's own checks apply too.
-		if code, out := s.post("/verify", row); code != http.StatusUnprocessableEntity || !strings.Contains(string(out), `"loc":["body","response"]`) {
+		if code, out := s.Post("/verify", row); code != http.StatusUnprocessableEntity || !strings.Contains(string(out), `"loc":["body","response"]`) {
 			t.Errorf("no response: %d %s", code, out)
 		}
 		// Lax numbers in the row's expectations, as pydantic's float takes them.
-		wantFields(t, s.verify(setField(t, row, "expected_values", []any{"100"}), ok), map[string]any{"reward": 1.0})
+		gymtest.WantFields(t, s.Verify(gymtest.SetField(t, row, "expected_values", []any{"100"}), ok), map[string]any{"reward": 1.0})
+	})
+}
+
+// A verify of a seeded session is scored on the state it read, or answered 409
+// session_not_found, when the Redis restarts empty during the verify (see the counter's test of
+// the same name).
+func TestSharedStoreRestartDuringVerify(t *testing.T) {
+	gymtest.RestartDuringVerify(t, Builtin, func(t *testing.T, s *gymtest.Session) []byte {
+		r := extractionRows(t)[5]
+		s.MustPost("/seed_session", r.raw)
+		return gymtest.WithResponse(t, r.raw, playExtraction(t, s, r, playOptions{skip: -1}))
 	})
 }

@@ -1,4 +1,4 @@
-package servers
+package workflow
 
 import (
 	"bufio"
@@ -10,9 +10,10 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 )
 
-// GenerateWorkflow writes n task rows for the workflow server as JSONL: each asks, in plain
+// Generate writes n task rows for the workflow server as JSONL: each asks, in plain
 // words, for a data pipeline (a source, zero to two transforms and a sink, each configured with
 // values from the request) to be found in a per-task component catalogue, configured, validated,
 // assembled and deployed. The same seed gives the same bytes.
@@ -30,7 +31,7 @@ import (
 // credential (connectors) or worker pool (transforms) of the requested environment exists only
 // in the enum of the component's config schema; configurations must pass validate_config before
 // validate_pipeline accepts the pipeline, and deploy_pipeline needs a validated pipeline.
-func GenerateWorkflow(w io.Writer, seed int64, n int) error {
+func Generate(w io.Writer, seed int64, n int) error {
 	if n < 0 {
 		return fmt.Errorf("workflow: n = %d, want ≥ 0", n)
 	}
@@ -51,7 +52,7 @@ func GenerateWorkflow(w io.Writer, seed int64, n int) error {
 				return fmt.Errorf("workflow: cannot make %d distinct tasks", n)
 			}
 		}
-		bw.Write(MarshalFields(row))
+		bw.Write(gym.MarshalFields(row))
 		bw.WriteByte('\n')
 	}
 	return bw.Flush()
@@ -60,12 +61,12 @@ func GenerateWorkflow(w io.Writer, seed int64, n int) error {
 var workflowDifficulties = []string{"easy", "medium", "hard"}
 
 // workflowObj is a JSON object that keeps its members' order.
-type workflowObj []Field
+type workflowObj []gym.Field
 
-func (o workflowObj) MarshalJSON() ([]byte, error) { return MarshalFields(o), nil }
+func (o workflowObj) MarshalJSON() ([]byte, error) { return gym.MarshalFields(o), nil }
 
 func workflowRef(ref string, args ...any) workflowObj {
-	return workflowObj{{"$ref", fmt.Sprintf(ref, args...)}}
+	return workflowObj{{Key: "$ref", Value: fmt.Sprintf(ref, args...)}}
 }
 
 // ---- the component templates ----
@@ -139,7 +140,7 @@ var workflowTemplates = []workflowTemplate{
 			offset := workflowOne(r, []string{"earliest", "latest"})
 			words := map[string]string{"earliest": "the earliest offset", "latest": "the latest offset (new events only)"}[offset]
 			return workflowPick{
-				values: workflowObj{{"topic", topic}, {"consumer_group", group}, {"start_offset", offset}},
+				values: workflowObj{{Key: "topic", Value: topic}, {Key: "consumer_group", Value: group}, {Key: "start_offset", Value: offset}},
 				phrase: fmt.Sprintf("reads the Kafka topic `%s` as consumer group `%s`, starting from %s", topic, group, words),
 			}
 		},
@@ -159,7 +160,7 @@ var workflowTemplates = []workflowTemplate{
 			mode := workflowOne(r, []string{"initial", "never"})
 			words := map[string]string{"initial": "taking an initial snapshot first", "never": "without an initial snapshot"}[mode]
 			return workflowPick{
-				values: workflowObj{{"table", table}, {"slot_name", slot}, {"snapshot_mode", mode}},
+				values: workflowObj{{Key: "table", Value: table}, {Key: "slot_name", Value: slot}, {Key: "snapshot_mode", Value: mode}},
 				phrase: fmt.Sprintf("captures the changes of the PostgreSQL table `%s` through the replication slot `%s`, %s", table, slot, words),
 			}
 		},
@@ -179,7 +180,7 @@ var workflowTemplates = []workflowTemplate{
 			prefix := workflowDash(e) + "/incoming/"
 			format := workflowOne(r, []string{"csv", "json", "parquet"})
 			return workflowPick{
-				values: workflowObj{{"bucket", bucket}, {"prefix", prefix}, {"format", format}},
+				values: workflowObj{{Key: "bucket", Value: bucket}, {Key: "prefix", Value: prefix}, {Key: "format", Value: format}},
 				phrase: fmt.Sprintf("reads the %s files under the prefix `%s` of the S3 bucket `%s`", workflowFormats[format], prefix, bucket),
 			}
 		},
@@ -197,7 +198,7 @@ var workflowTemplates = []workflowTemplate{
 			mode := workflowOne(r, []string{"hmac", "bearer"})
 			words := map[string]string{"hmac": "checking HMAC signatures", "bearer": "checking a bearer token"}[mode]
 			return workflowPick{
-				values: workflowObj{{"path", path}, {"auth_mode", mode}},
+				values: workflowObj{{Key: "path", Value: path}, {Key: "auth_mode", Value: mode}},
 				phrase: fmt.Sprintf("receives events on the webhook path `%s`, %s", path, words),
 			}
 		},
@@ -213,7 +214,7 @@ var workflowTemplates = []workflowTemplate{
 		pick: func(r *rand.Rand, e string) workflowPick {
 			sub := fmt.Sprintf("%s-sub-%d", workflowDash(e), workflowNN(r))
 			return workflowPick{
-				values: workflowObj{{"subscription", sub}},
+				values: workflowObj{{Key: "subscription", Value: sub}},
 				phrase: fmt.Sprintf("pulls the messages of the Pub/Sub subscription `%s`", sub),
 			}
 		},
@@ -247,7 +248,7 @@ var workflowTemplates = []workflowTemplate{
 			op, value := workflowOne(r, c.ops), workflowOne(r, c.values)
 			words := map[string]string{"eq": "equals", "ne": "is not", "gt": "is greater than", "lt": "is less than", "contains": "contains"}[op]
 			return workflowPick{
-				values: workflowObj{{"field", c.field}, {"operator", op}, {"value", value}},
+				values: workflowObj{{Key: "field", Value: c.field}, {Key: "operator", Value: op}, {Key: "value", Value: value}},
 				phrase: fmt.Sprintf("keeps only the records whose `%s` %s `%s`", c.field, words, value),
 			}
 		},
@@ -270,14 +271,14 @@ var workflowTemplates = []workflowTemplate{
 			fn := workflowOne(r, []string{"count", "sum", "avg", "min", "max"})
 			if fn == "count" {
 				return workflowPick{
-					values: workflowObj{{"window", window}, {"group_by", group}, {"function", fn}},
+					values: workflowObj{{Key: "window", Value: window}, {Key: "group_by", Value: group}, {Key: "function", Value: fn}},
 					phrase: fmt.Sprintf("counts the records per `%s` in %s windows", group, windowWords),
 				}
 			}
 			value := workflowOne(r, []string{"amount", "quantity", "duration_ms", "price"})
 			fnWords := map[string]string{"sum": "sum", "avg": "average", "min": "minimum", "max": "maximum"}[fn]
 			return workflowPick{
-				values: workflowObj{{"window", window}, {"group_by", group}, {"function", fn}, {"value_field", value}},
+				values: workflowObj{{Key: "window", Value: window}, {Key: "group_by", Value: group}, {Key: "function", Value: fn}, {Key: "value_field", Value: value}},
 				phrase: fmt.Sprintf("computes the %s of `%s` per `%s` in %s windows", fnWords, value, group, windowWords),
 			}
 		},
@@ -297,7 +298,7 @@ var workflowTemplates = []workflowTemplate{
 			method := workflowOne(r, []string{"hash", "redact", "tokenize"})
 			words := map[string]string{"hash": "hashing", "redact": "redacting", "tokenize": "tokenizing"}[method]
 			return workflowPick{
-				values: workflowObj{{"fields", []string{all[i], all[j]}}, {"method", method}},
+				values: workflowObj{{Key: "fields", Value: []string{all[i], all[j]}}, {Key: "method", Value: method}},
 				phrase: fmt.Sprintf("masks the `%s` and `%s` fields by %s them", all[i], all[j], words),
 			}
 		},
@@ -315,7 +316,7 @@ var workflowTemplates = []workflowTemplate{
 			window := workflowOne(r, []string{"5m", "1h", "1d"})
 			words := map[string]string{"5m": "five-minute", "1h": "one-hour", "1d": "one-day"}[window]
 			return workflowPick{
-				values: workflowObj{{"key_field", key}, {"window", window}},
+				values: workflowObj{{Key: "key_field", Value: key}, {Key: "window", Value: window}},
 				phrase: fmt.Sprintf("drops duplicate records with the same `%s` within a %s window", key, words),
 			}
 		},
@@ -334,7 +335,7 @@ var workflowTemplates = []workflowTemplate{
 			target := workflowOne(r, []string{"geo", "location", "geoip"})
 			precision := workflowOne(r, []string{"country", "city"})
 			return workflowPick{
-				values: workflowObj{{"ip_field", ip}, {"target_field", target}, {"precision", precision}},
+				values: workflowObj{{Key: "ip_field", Value: ip}, {Key: "target_field", Value: target}, {Key: "precision", Value: precision}},
 				phrase: fmt.Sprintf("adds the %s-level location of `%s` to the field `%s`", precision, ip, target),
 			}
 		},
@@ -354,7 +355,7 @@ var workflowTemplates = []workflowTemplate{
 			table := strings.ToUpper(e) + workflowOne(r, []string{"_DAILY", "_CLEAN", "_HOURLY", "_SUMMARY"})
 			mode := workflowOne(r, []string{"append", "overwrite", "merge"})
 			return workflowPick{
-				values: workflowObj{{"database", db}, {"table", table}, {"write_mode", mode}},
+				values: workflowObj{{Key: "database", Value: db}, {Key: "table", Value: table}, {Key: "write_mode", Value: mode}},
 				phrase: fmt.Sprintf("loads the result into the Snowflake table `%s` of the database `%s` in %s mode", table, db, mode),
 			}
 		},
@@ -373,7 +374,7 @@ var workflowTemplates = []workflowTemplate{
 			mode := workflowOne(r, []string{"insert", "upsert"})
 			words := map[string]string{"insert": "inserting new rows", "upsert": "upserting rows"}[mode]
 			return workflowPick{
-				values: workflowObj{{"table", table}, {"write_mode", mode}},
+				values: workflowObj{{Key: "table", Value: table}, {Key: "write_mode", Value: mode}},
 				phrase: fmt.Sprintf("writes the result to the PostgreSQL table `%s`, %s", table, words),
 			}
 		},
@@ -395,7 +396,7 @@ var workflowTemplates = []workflowTemplate{
 			comp := workflowOne(r, []string{"none", "gzip", "zstd"})
 			words := map[string]string{"none": "uncompressed", "gzip": "gzip-compressed", "zstd": "zstd-compressed"}[comp]
 			return workflowPick{
-				values: workflowObj{{"bucket", bucket}, {"prefix", prefix}, {"format", format}, {"compression", comp}},
+				values: workflowObj{{Key: "bucket", Value: bucket}, {Key: "prefix", Value: prefix}, {Key: "format", Value: format}, {Key: "compression", Value: comp}},
 				phrase: fmt.Sprintf("archives the result as %s %s files under the prefix `%s` of the S3 bucket `%s`", words, workflowFormats[format], prefix, bucket),
 			}
 		},
@@ -413,7 +414,7 @@ var workflowTemplates = []workflowTemplate{
 			index := fmt.Sprintf("%s-v%d", workflowDash(e), 1+r.IntN(9))
 			id := workflowOne(r, []string{"id", "event_id", "order_id", "uuid"})
 			return workflowPick{
-				values: workflowObj{{"index", index}, {"id_field", id}},
+				values: workflowObj{{Key: "index", Value: index}, {Key: "id_field", Value: id}},
 				phrase: fmt.Sprintf("indexes the result into the Elasticsearch index `%s`, using `%s` as the document id", index, id),
 			}
 		},
@@ -432,7 +433,7 @@ var workflowTemplates = []workflowTemplate{
 			mention := workflowOne(r, []string{"none", "here", "channel"})
 			words := map[string]string{"none": "without mentioning anyone", "here": "mentioning @here", "channel": "mentioning @channel"}[mention]
 			return workflowPick{
-				values: workflowObj{{"channel", channel}, {"mention", mention}},
+				values: workflowObj{{Key: "channel", Value: channel}, {Key: "mention", Value: mention}},
 				phrase: fmt.Sprintf("posts every result as an alert to the Slack channel `%s`, %s", channel, words),
 			}
 		},
@@ -468,36 +469,36 @@ func workflowSchemaOf(t *workflowTemplate, creds []string) workflowObj {
 	props := workflowObj{}
 	required := []string{}
 	for _, p := range t.props {
-		s := workflowObj{{"type", p.typ}, {"description", p.desc}}
+		s := workflowObj{{Key: "type", Value: p.typ}, {Key: "description", Value: p.desc}}
 		if p.items != "" {
-			s = append(s, Field{"items", workflowObj{{"type", p.items}}}, Field{"minItems", 1})
+			s = append(s, gym.Field{Key: "items", Value: workflowObj{{Key: "type", Value: p.items}}}, gym.Field{Key: "minItems", Value: 1})
 		}
 		if len(p.enum) > 0 {
-			s = append(s, Field{"enum", p.enum})
+			s = append(s, gym.Field{Key: "enum", Value: p.enum})
 		}
 		if p.max > 0 {
-			s = append(s, Field{"minimum", p.min}, Field{"maximum", p.max})
+			s = append(s, gym.Field{Key: "minimum", Value: p.min}, gym.Field{Key: "maximum", Value: p.max})
 		}
 		if p.pattern != "" {
-			s = append(s, Field{"pattern", p.pattern})
+			s = append(s, gym.Field{Key: "pattern", Value: p.pattern})
 		}
 		if p.def != nil {
-			s = append(s, Field{"default", p.def})
+			s = append(s, gym.Field{Key: "default", Value: p.def})
 		}
-		props = append(props, Field{p.name, s})
+		props = append(props, gym.Field{Key: p.name, Value: s})
 		if p.required {
 			required = append(required, p.name)
 		}
 	}
 	if t.envProp != "" {
-		props = append(props, Field{t.envProp, workflowObj{
-			{"type", "string"},
-			{"description", workflowEnvPropDescriptions[t.envProp]},
-			{"enum", creds},
+		props = append(props, gym.Field{Key: t.envProp, Value: workflowObj{
+			{Key: "type", Value: "string"},
+			{Key: "description", Value: workflowEnvPropDescriptions[t.envProp]},
+			{Key: "enum", Value: creds},
 		}})
 		required = append(required, t.envProp)
 	}
-	return workflowObj{{"type", "object"}, {"properties", props}, {"required", required}}
+	return workflowObj{{Key: "type", Value: "object"}, {Key: "properties", Value: props}, {Key: "required", Value: required}}
 }
 
 // ---- one task ----
@@ -629,16 +630,16 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 	catalogJSON := make([]workflowObj, len(catalog))
 	for i, b := range catalog {
 		name, desc, version := b.t.name, b.t.description, fmt.Sprintf("%d.%d.%d", 2+r.IntN(3), r.IntN(10), r.IntN(10))
-		c := workflowObj{{"component_id", b.id}}
+		c := workflowObj{{Key: "component_id", Value: b.id}}
 		if b.deprecated {
 			name, desc, version = b.t.legacyName, "Deprecated: superseded by "+b.t.name+". "+b.t.description, fmt.Sprintf("1.%d.%d", r.IntN(10), r.IntN(10))
 		}
-		c = append(c, Field{"name", name}, Field{"kind", b.t.kind}, Field{"description", desc},
-			Field{"tags", b.t.tags}, Field{"version", version}, Field{"deprecated", b.deprecated})
+		c = append(c, gym.Field{Key: "name", Value: name}, gym.Field{Key: "kind", Value: b.t.kind}, gym.Field{Key: "description", Value: desc},
+			gym.Field{Key: "tags", Value: b.t.tags}, gym.Field{Key: "version", Value: version}, gym.Field{Key: "deprecated", Value: b.deprecated})
 		if b.deprecated {
-			c = append(c, Field{"superseded_by", b.t.name})
+			c = append(c, gym.Field{Key: "superseded_by", Value: b.t.name})
 		}
-		c = append(c, Field{"config_schema", workflowSchemaOf(b.t, b.creds)})
+		c = append(c, gym.Field{Key: "config_schema", Value: workflowSchemaOf(b.t, b.creds)})
 		catalogJSON[i] = c
 	}
 
@@ -647,9 +648,9 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 	for i, b := range needed {
 		config := append(workflowObj{}, picks[i].values...)
 		if b.cred != "" {
-			config = append(config, Field{b.t.envProp, b.cred})
+			config = append(config, gym.Field{Key: b.t.envProp, Value: b.cred})
 		}
-		reqs[i] = workflowObj{{"component_id", b.id}, {"kind", b.t.kind}, {"name", b.t.name}, {"config", config}}
+		reqs[i] = workflowObj{{Key: "component_id", Value: b.id}, {Key: "kind", Value: b.t.kind}, {Key: "name", Value: b.t.name}, {Key: "config", Value: config}}
 	}
 
 	// the plan
@@ -663,20 +664,20 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 	}
 	round := []workflowObj{}
 	for _, b := range needed {
-		round = append(round, workflowObj{{"name", "search_components"}, {"arguments", workflowObj{{"query", b.t.name}}}})
+		round = append(round, workflowObj{{Key: "name", Value: "search_components"}, {Key: "arguments", Value: workflowObj{{Key: "query", Value: b.t.name}}}})
 	}
 	search := add(round)
 	idRef := func(i int) workflowObj { return workflowRef("%d/results/0/component_id", search+i) }
 	if difficulty == "hard" {
 		round = nil
 		for i := range needed {
-			round = append(round, workflowObj{{"name", "get_component_info"}, {"arguments", workflowObj{{"component_id", idRef(i)}}}, {"optional", true}})
+			round = append(round, workflowObj{{Key: "name", Value: "get_component_info"}, {Key: "arguments", Value: workflowObj{{Key: "component_id", Value: idRef(i)}}}, {Key: "optional", Value: true}})
 		}
 		add(round)
 	}
 	round = nil
 	for i := range needed {
-		round = append(round, workflowObj{{"name", "get_config_schema"}, {"arguments", workflowObj{{"component_id", idRef(i)}}}})
+		round = append(round, workflowObj{{Key: "name", Value: "get_config_schema"}, {Key: "arguments", Value: workflowObj{{Key: "component_id", Value: idRef(i)}}}})
 	}
 	schemas := add(round)
 	round = nil
@@ -689,36 +690,36 @@ func workflowTask(r *rand.Rand, index int, difficulty string) (workflowObj, stri
 					k = j
 				}
 			}
-			config = append(config, Field{b.t.envProp, workflowRef("%d/config_schema/properties/%s/enum/%d", schemas+i, b.t.envProp, k)})
+			config = append(config, gym.Field{Key: b.t.envProp, Value: workflowRef("%d/config_schema/properties/%s/enum/%d", schemas+i, b.t.envProp, k)})
 		}
-		round = append(round, workflowObj{{"name", "validate_config"}, {"arguments", workflowObj{{"component_id", idRef(i)}, {"config", config}}}})
+		round = append(round, workflowObj{{Key: "name", Value: "validate_config"}, {Key: "arguments", Value: workflowObj{{Key: "component_id", Value: idRef(i)}, {Key: "config", Value: config}}}})
 	}
 	validated := add(round)
 	stages := make([]workflowObj, len(needed))
 	for i := range needed {
-		stages[i] = workflowObj{{"component_id", idRef(i)}, {"config", workflowRef("%d/normalized_config", validated+i)}}
+		stages[i] = workflowObj{{Key: "component_id", Value: idRef(i)}, {Key: "config", Value: workflowRef("%d/normalized_config", validated+i)}}
 	}
-	assemble := add([]workflowObj{{{"name", "assemble_pipeline"}, {"arguments", workflowObj{{"components", stages}}}}})
-	add([]workflowObj{{{"name", "validate_pipeline"}, {"arguments", workflowObj{{"pipeline_id", workflowRef("%d/pipeline_id", assemble)}}}}})
-	deploy := add([]workflowObj{{{"name", "deploy_pipeline"}, {"arguments", workflowObj{{"pipeline_id", workflowRef("%d/pipeline_id", assemble)}}}}})
+	assemble := add([]workflowObj{{{Key: "name", Value: "assemble_pipeline"}, {Key: "arguments", Value: workflowObj{{Key: "components", Value: stages}}}}})
+	add([]workflowObj{{{Key: "name", Value: "validate_pipeline"}, {Key: "arguments", Value: workflowObj{{Key: "pipeline_id", Value: workflowRef("%d/pipeline_id", assemble)}}}}})
+	deploy := add([]workflowObj{{{Key: "name", Value: "deploy_pipeline"}, {Key: "arguments", Value: workflowObj{{Key: "pipeline_id", Value: workflowRef("%d/pipeline_id", assemble)}}}}})
 	final := workflowObj{
-		{"pipeline_id", workflowRef("%d/pipeline_id", deploy)},
-		{"deployment_id", workflowRef("%d/deployment_id", deploy)},
-		{"status", workflowRef("%d/status", deploy)},
+		{Key: "pipeline_id", Value: workflowRef("%d/pipeline_id", deploy)},
+		{Key: "deployment_id", Value: workflowRef("%d/deployment_id", deploy)},
+		{Key: "status", Value: workflowRef("%d/status", deploy)},
 	}
 
 	row := workflowObj{
-		{"id", fmt.Sprintf("workflow-%04d", index+1)},
-		{"category", chain[len(chain)-1].category},
-		{"difficulty", difficulty},
-		{"responses_create_params", workflowObj{
-			{"input", []workflowObj{{{"role", "user"}, {"content", text}}}},
-			{"tools", workflowToolsJSON},
+		{Key: "id", Value: fmt.Sprintf("workflow-%04d", index+1)},
+		{Key: "category", Value: chain[len(chain)-1].category},
+		{Key: "difficulty", Value: difficulty},
+		{Key: "responses_create_params", Value: workflowObj{
+			{Key: "input", Value: []workflowObj{{{Key: "role", Value: "user"}, {Key: "content", Value: text}}}},
+			{Key: "tools", Value: workflowToolsJSON},
 		}},
-		{"catalog", catalogJSON},
-		{"requirements", workflowObj{{"components", reqs}}},
-		{"reference_plan", workflowObj{{"rounds", rounds}, {"final", final}}},
-		{"agent_ref", workflowObj{{"type", "responses_api_agents"}, {"name", "workflow"}}},
+		{Key: "catalog", Value: catalogJSON},
+		{Key: "requirements", Value: workflowObj{{Key: "components", Value: reqs}}},
+		{Key: "reference_plan", Value: workflowObj{{Key: "rounds", Value: rounds}, {Key: "final", Value: final}}},
+		{Key: "agent_ref", Value: workflowObj{{Key: "type", Value: "responses_api_agents"}, {Key: "name", Value: "workflow"}}},
 	}
 	return row, text
 }
@@ -759,22 +760,22 @@ var workflowToolsJSON = func() []workflowObj {
 	out := make([]workflowObj, len(workflowTools))
 	for i, t := range workflowTools {
 		out[i] = workflowObj{
-			{"type", "function"},
-			{"name", t.name},
-			{"description", t.description},
-			{"parameters", json.RawMessage(t.parameters)},
-			{"strict", false},
+			{Key: "type", Value: "function"},
+			{Key: "name", Value: t.name},
+			{Key: "description", Value: t.description},
+			{Key: "parameters", Value: json.RawMessage(t.parameters)},
+			{Key: "strict", Value: false},
 		}
 	}
 	return out
 }()
 
-// WorkflowStep is one step of the workflow arm for the workflow server's tasks (seed 003), in
+// Step is one step of the workflow arm for the workflow server's tasks, in
 // the steps-file format the workflow policy reads (agent.Step).
-type WorkflowStep = agent.Step
+type Step = agent.Step
 
-// WorkflowSteps are the workflow server's steps: discovery, configuration, assembly.
-var WorkflowSteps = []WorkflowStep{
+// Steps are the workflow server's steps: discovery, configuration, assembly.
+var Steps = []Step{
 	{
 		Name: "discovery",
 		Prompt: "Step 1 of 3: discovery. Follow this workflow in order. Do NOT skip steps or go back.\n" +
@@ -815,10 +816,10 @@ var WorkflowSteps = []WorkflowStep{
 	},
 }
 
-// WriteWorkflowSteps writes WorkflowSteps as indented JSON (data/workflow.steps.json).
-func WriteWorkflowSteps(w io.Writer) error {
+// WriteSteps writes Steps as indented JSON (data/workflow.steps.json).
+func WriteSteps(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	return enc.Encode(WorkflowSteps)
+	return enc.Encode(Steps)
 }

@@ -1,4 +1,4 @@
-package servers
+package nemogym
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"math/big"
 	"strings"
 
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
-func init() {
-	register(builtin{name: "example_multi_step", class: "ExampleMultiStepResourcesServer", make: newMultiStep})
-}
+// MultiStep is NeMo Gym's example_multi_step server (see multiStep).
+var MultiStep = gym.Builtin{Name: "example_multi_step", Class: "ExampleMultiStepResourcesServer", New: newMultiStep}
 
 // multiStep is example_multi_step: the model looks up the value of every relevant synonym with
 // get_synonym_value and reports the list with extract_synonym_values. Stateless.
@@ -35,9 +35,9 @@ type multiStep struct {
 	name string
 }
 
-func newMultiStep(name string, _ store.Store) ResourceServer { return &multiStep{name: name} }
+func newMultiStep(name string, _ store.Store) gym.ResourceServer { return &multiStep{name: name} }
 
-func (m *multiStep) tool(name string) (ToolFunc, bool) {
+func (m *multiStep) Tool(name string) (gym.ToolFunc, bool) {
 	switch name {
 	case "get_synonym_value":
 		return m.getSynonymValue, true
@@ -57,58 +57,58 @@ func synonymValue(s string) int64 {
 	return sum
 }
 
-func (m *multiStep) getSynonymValue(_ context.Context, _ string, body []byte) ([]Field, error) {
-	args, err := ParseBody(body)
+func (m *multiStep) getSynonymValue(_ context.Context, _ string, body []byte) ([]gym.Field, error) {
+	args, err := gym.ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs ValidationErrors
+	var errs gym.ValidationErrors
 	var synonym string
-	if raw, ok := Required(args, "synonym", []any{"body"}, &errs); ok {
-		synonym, _ = LaxString(raw, []any{"body", "synonym"}, &errs)
+	if raw, ok := gym.Required(args, "synonym", []any{"body"}, &errs); ok {
+		synonym, _ = gym.LaxString(raw, []any{"body", "synonym"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return []Field{{"synonym_value", synonymValue(synonym)}}, nil
+	return []gym.Field{{Key: "synonym_value", Value: synonymValue(synonym)}}, nil
 }
 
-func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byte) ([]Field, error) {
-	args, err := ParseBody(body)
+func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byte) ([]gym.Field, error) {
+	args, err := gym.ParseBody(body)
 	if err != nil {
 		return nil, err
 	}
-	var errs ValidationErrors
-	if raw, ok := Required(args, "synonym_values", []any{"body"}, &errs); ok {
-		LaxIntList(raw, []any{"body", "synonym_values"}, &errs)
+	var errs gym.ValidationErrors
+	if raw, ok := gym.Required(args, "synonym_values", []any{"body"}, &errs); ok {
+		gym.LaxIntList(raw, []any{"body", "synonym_values"}, &errs)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	return []Field{{"success", true}}, nil
+	return []gym.Field{{Key: "success", Value: true}}, nil
 }
 
-func (m *multiStep) seedSession(context.Context, string, *Object) error { return nil }
+func (m *multiStep) SeedSession(context.Context, string, *gym.Object) error { return nil }
 
-func (m *multiStep) verify(_ context.Context, _ SessionState, req *Object, output []OutputItem, errs *ValidationErrors) ([]Field, error) {
+func (m *multiStep) Verify(_ context.Context, _ gym.SessionState, req *gym.Object, output []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
 	loc := []any{"body"}
-	if raw, ok := Required(req, "id", loc, errs); ok {
-		LaxInt(raw, At(loc, "id"), errs)
+	if raw, ok := gym.Required(req, "id", loc, errs); ok {
+		gym.LaxInt(raw, gym.At(loc, "id"), errs)
 	}
 	var expected []*big.Int
-	if raw, ok := Required(req, "expected_synonym_values", loc, errs); ok {
-		expected, _ = LaxIntList(raw, At(loc, "expected_synonym_values"), errs)
+	if raw, ok := gym.Required(req, "expected_synonym_values", loc, errs); ok {
+		expected, _ = gym.LaxIntList(raw, gym.At(loc, "expected_synonym_values"), errs)
 	}
-	if raw, ok := Required(req, "expected_synonyms", loc, errs); ok {
-		LaxStringList(raw, At(loc, "expected_synonyms"), errs)
+	if raw, ok := gym.Required(req, "expected_synonyms", loc, errs); ok {
+		gym.LaxStringList(raw, gym.At(loc, "expected_synonyms"), errs)
 	}
 	var label string
-	if raw, ok := Required(req, "minefield_label", loc, errs); ok {
-		label, _ = LaxString(raw, At(loc, "minefield_label"), errs)
+	if raw, ok := gym.Required(req, "minefield_label", loc, errs); ok {
+		label, _ = gym.LaxString(raw, gym.At(loc, "minefield_label"), errs)
 	}
 	var labelValue *big.Int
-	if raw, ok := Required(req, "minefield_label_value", loc, errs); ok {
-		labelValue, _ = LaxInt(raw, At(loc, "minefield_label_value"), errs)
+	if raw, ok := gym.Required(req, "minefield_label_value", loc, errs); ok {
+		labelValue, _ = gym.LaxInt(raw, gym.At(loc, "minefield_label_value"), errs)
 	}
 	if len(*errs) > 0 {
 		return nil, nil
@@ -117,19 +117,19 @@ func (m *multiStep) verify(_ context.Context, _ SessionState, req *Object, outpu
 	var actual any = []any{}
 	for i := len(output) - 1; i >= 0; i-- {
 		item := output[i]
-		if item.Type != "function_call" || normalizeToolName(item.Name, m.name) != "extract_synonym_values" {
+		if item.Type != "function_call" || gym.NormalizeToolName(item.Name, m.name) != "extract_synonym_values" {
 			continue
 		}
-		args, err := DecodePython([]byte(item.Arguments))
+		args, err := gym.DecodePython([]byte(item.Arguments))
 		if err != nil {
-			return nil, &PyError{"JSONDecodeError", JSONErrorMessage([]byte(item.Arguments), err)}
+			return nil, &gym.PyError{Class: "JSONDecodeError", Msg: gym.JSONErrorMessage([]byte(item.Arguments), err)}
 		}
 		obj, ok := args.(map[string]any)
 		if !ok {
 			return nil, subscriptError(args)
 		}
 		if actual, ok = obj["synonym_values"]; !ok {
-			return nil, &PyError{"KeyError", "synonym_values"}
+			return nil, &gym.PyError{Class: "KeyError", Msg: "synonym_values"}
 		}
 		break
 	}
@@ -139,28 +139,28 @@ func (m *multiStep) verify(_ context.Context, _ SessionState, req *Object, outpu
 	switch a := actual.(type) {
 	case []any:
 		for _, v := range a {
-			if !PyHashable(v) {
-				return nil, &PyError{"TypeError", fmt.Sprintf("unhashable type: '%s'", PyTypeName(v))}
+			if !gym.PyHashable(v) {
+				return nil, &gym.PyError{Class: "TypeError", Msg: fmt.Sprintf("unhashable type: '%s'", gym.PyTypeName(v))}
 			}
 		}
 	case string, map[string]any:
 	default:
-		return nil, &PyError{"TypeError", fmt.Sprintf("'%s' object is not iterable", PyTypeName(actual))}
+		return nil, &gym.PyError{Class: "TypeError", Msg: fmt.Sprintf("'%s' object is not iterable", gym.PyTypeName(actual))}
 	}
 	if len(expected) == 0 {
-		return nil, &PyError{"ZeroDivisionError", "division by zero"}
+		return nil, &gym.PyError{Class: "ZeroDivisionError", Msg: "division by zero"}
 	}
 	if !isList {
 		// A str or dict gets through set(), `in` and the arithmetic (or fails in `in`), but
 		// never through the response model's List[int].
 		if s, isStr := actual.(string); isStr && !strings.Contains(s, label) {
-			return nil, &PyError{"TypeError", "'in <string>' requires string as left operand, not int"}
+			return nil, &gym.PyError{Class: "TypeError", Msg: "'in <string>' requires string as left operand, not int"}
 		}
 		return nil, responseValidationError("parsed_synonym_values", "Input should be a valid list")
 	}
 
-	expectedPy := IntsToPy(expected)
-	accuracy := PyEqual(expectedPy, list)
+	expectedPy := gym.IntsToPy(expected)
+	accuracy := gym.PyEqual(expectedPy, list)
 	overlap := 0
 	for i, e := range expectedPy {
 		if containsPy(expectedPy[:i], e) {
@@ -175,7 +175,7 @@ func (m *multiStep) verify(_ context.Context, _ SessionState, req *Object, outpu
 
 	parsed := make([]*big.Int, len(list))
 	for i, a := range list {
-		n, msg := PyLaxInt(a)
+		n, msg := gym.PyLaxInt(a)
 		if msg != "" {
 			return nil, responseValidationError(fmt.Sprintf("parsed_synonym_values.%d", i), msg)
 		}
@@ -186,20 +186,20 @@ func (m *multiStep) verify(_ context.Context, _ SessionState, req *Object, outpu
 	if accuracy {
 		reward = 1.0
 	}
-	return []Field{
-		{"reward", PyFloat(reward)},
-		{"parsed_synonym_values", parsed},
-		{"accuracy", accuracy},
-		{"set_overlap", PyFloat(setOverlap)},
-		{"original_term_minefield_hit", minefieldHit},
-		{"order_instruction_following_failure", !accuracy && setOverlap == 1.0},
+	return []gym.Field{
+		{Key: "reward", Value: gym.PyFloat(reward)},
+		{Key: "parsed_synonym_values", Value: parsed},
+		{Key: "accuracy", Value: accuracy},
+		{Key: "set_overlap", Value: gym.PyFloat(setOverlap)},
+		{Key: "original_term_minefield_hit", Value: minefieldHit},
+		{Key: "order_instruction_following_failure", Value: !accuracy && setOverlap == 1.0},
 	}, nil
 }
 
 // containsPy is Python's `v in list`.
 func containsPy(list []any, v any) bool {
 	for _, a := range list {
-		if PyEqual(a, v) {
+		if gym.PyEqual(a, v) {
 			return true
 		}
 	}
@@ -210,24 +210,15 @@ func containsPy(list []any, v any) bool {
 func subscriptError(v any) error {
 	switch v.(type) {
 	case []any:
-		return &PyError{"TypeError", "list indices must be integers or slices, not str"}
+		return &gym.PyError{Class: "TypeError", Msg: "list indices must be integers or slices, not str"}
 	case string:
-		return &PyError{"TypeError", "string indices must be integers, not 'str'"}
+		return &gym.PyError{Class: "TypeError", Msg: "string indices must be integers, not 'str'"}
 	}
-	return &PyError{"TypeError", fmt.Sprintf("'%s' object is not subscriptable", PyTypeName(v))}
+	return &gym.PyError{Class: "TypeError", Msg: fmt.Sprintf("'%s' object is not subscriptable", gym.PyTypeName(v))}
 }
 
 // responseValidationError is the pydantic ValidationError raised when the verify response model
 // rejects a value the verify function computed.
 func responseValidationError(loc, msg string) error {
-	return &PyError{"ValidationError", "1 validation error for ExampleMultiStepVerifyResponse\n" + loc + "\n  " + msg}
-}
-
-// normalizeToolName strips this server's MCP namespace ("mcp__<server>__") from a tool-call name,
-// as NeMo Gym's normalize_tool_name does for servers exposed over MCP.
-func normalizeToolName(name, server string) string {
-	if !strings.HasPrefix(name, "mcp__") {
-		return name
-	}
-	return strings.TrimPrefix(name, "mcp__"+server+"__")
+	return &gym.PyError{Class: "ValidationError", Msg: "1 validation error for ExampleMultiStepVerifyResponse\n" + loc + "\n  " + msg}
 }

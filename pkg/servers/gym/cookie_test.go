@@ -1,16 +1,19 @@
-package servers
+package gym
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // The session cookie is written as http.SetCookie writes it, for a new session and a known one,
 // and a known session keeps its cookie value.
 func TestSessionCookieHeader(t *testing.T) {
-	srv, err := New("counter", Options{})
+	srv, err := New(context.Background(), testBuiltin, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,4 +43,17 @@ func TestSessionCookieHeader(t *testing.T) {
 			t.Fatalf("known session: Set-Cookie %q, want %q", got, want(value))
 		}
 	}
+}
+
+// testBuiltin is a server without tools, for the framework's own tests: the cookie name is the
+// counter server's.
+var testBuiltin = Builtin{Name: "counter", Class: "CounterResourcesServer",
+	New: func(string, store.Store) ResourceServer { return noTools{} }}
+
+type noTools struct{}
+
+func (noTools) Tool(string) (ToolFunc, bool)                       { return nil, false }
+func (noTools) SeedSession(context.Context, string, *Object) error { return nil }
+func (noTools) Verify(context.Context, SessionState, *Object, []OutputItem, *ValidationErrors) ([]Field, error) {
+	return []Field{{Key: "reward", Value: PyFloat(0)}}, nil
 }

@@ -1,0 +1,50 @@
+package nemogym
+
+import (
+	"context"
+
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
+	"github.com/rollout-dev/rollout/pkg/servers/store"
+)
+
+// SingleToolCall is NeMo Gym's example_single_tool_call server (see weather).
+var SingleToolCall = gym.Builtin{Name: "example_single_tool_call", Class: "SimpleWeatherResourcesServer", New: newWeather}
+
+// weather is example_single_tool_call (formerly example_simple_weather): one tool, get_weather
+// {city} → {"city": city, "weather_description": "The weather in <city> is cold."}; verify always
+// answers reward 1.0. Stateless.
+type weather struct{}
+
+func newWeather(string, store.Store) gym.ResourceServer { return weather{} }
+
+func (weather) Tool(name string) (gym.ToolFunc, bool) {
+	if name == "get_weather" {
+		return getWeather, true
+	}
+	return nil, false
+}
+
+func getWeather(_ context.Context, _ string, body []byte) ([]gym.Field, error) {
+	args, err := gym.ParseBody(body)
+	if err != nil {
+		return nil, err
+	}
+	var errs gym.ValidationErrors
+	var city string
+	if raw, ok := gym.Required(args, "city", []any{"body"}, &errs); ok {
+		city, _ = gym.LaxString(raw, []any{"body", "city"}, &errs)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return []gym.Field{
+		{Key: "city", Value: city},
+		{Key: "weather_description", Value: "The weather in " + city + " is cold."},
+	}, nil
+}
+
+func (weather) SeedSession(context.Context, string, *gym.Object) error { return nil }
+
+func (weather) Verify(context.Context, gym.SessionState, *gym.Object, []gym.OutputItem, *gym.ValidationErrors) ([]gym.Field, error) {
+	return []gym.Field{{Key: "reward", Value: gym.PyFloat(1.0)}}, nil
+}
