@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -113,18 +112,6 @@ func (c *counterClient) seedAndCount(initial int, steps []int) (int, error) {
 	return n, nil
 }
 
-func startCounter(t *testing.T, opts gym.Options) (*gym.Server, *httptest.Server) {
-	t.Helper()
-	h, err := newServer("counter", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return h, srv
-}
-
 // mustWant is want that fails the test on an error.
 func (c *counterClient) mustWant(t *testing.T, status int, path, body string) map[string]any {
 	t.Helper()
@@ -167,7 +154,7 @@ func wantVerify(t *testing.T, c *counterClient, row string, want map[string]any)
 // ---- tests ----
 
 func TestStateCounterHappyPath(t *testing.T) {
-	_, srv := startCounter(t, gym.Options{})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	c := newCounterClient(t, srv.URL, nil)
 
 	if code, out, _ := c.post("/seed_session", counterRow(5, 8)); code != http.StatusOK || string(out) != "{}" {
@@ -229,7 +216,7 @@ func TestStateCounterHappyPath(t *testing.T) {
 func TestStateCounterHistoryIsBounded(t *testing.T) {
 	mem := store.NewMemory(store.Options{})
 	defer mem.Close()
-	_, srv := startCounter(t, gym.Options{Store: mem})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{Store: mem})
 	c := newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(0, make([]int, 0)); err != nil {
 		t.Fatal(err)
@@ -260,7 +247,7 @@ func TestStateCounterHistoryIsBounded(t *testing.T) {
 }
 
 func TestStateCounterSessionIsolation(t *testing.T) {
-	_, srv := startCounter(t, gym.Options{})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer transport.CloseIdleConnections()
 
@@ -299,7 +286,7 @@ func TestStateCounterSessionIsolation(t *testing.T) {
 func TestStateCounterMissingState(t *testing.T) {
 	mem := store.NewMemory(store.Options{})
 	defer mem.Close()
-	_, srv := startCounter(t, gym.Options{Store: mem})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{Store: mem})
 	c := newCounterClient(t, srv.URL, nil)
 
 	// Never seeded: every tool says why, and none creates state.
@@ -343,7 +330,7 @@ func TestStateCounterMissingState(t *testing.T) {
 }
 
 func TestStateCounterLostCookie(t *testing.T) {
-	_, srv := startCounter(t, gym.Options{})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	a := newCounterClient(t, srv.URL, nil)
 	if _, err := a.seedAndCount(5, []int{3}); err != nil {
 		t.Fatal(err)
@@ -369,7 +356,7 @@ func TestStateCounterLostCookie(t *testing.T) {
 }
 
 func TestStateCounterBadArguments(t *testing.T) {
-	_, srv := startCounter(t, gym.Options{})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{})
 	c := newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(1, []int{1}); err != nil {
 		t.Fatal(err)
@@ -424,7 +411,7 @@ func TestStateCounterBadArguments(t *testing.T) {
 func TestStateCounterEndSession(t *testing.T) {
 	mem := store.NewMemory(store.Options{})
 	defer mem.Close()
-	_, srv := startCounter(t, gym.Options{Store: mem})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{Store: mem})
 	c, other := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
 	if _, err := c.seedAndCount(5, []int{3}); err != nil {
 		t.Fatal(err)
@@ -448,7 +435,7 @@ func TestStateCounterEndSession(t *testing.T) {
 
 func TestStateCounterTTL(t *testing.T) {
 	const ttl = 300 * time.Millisecond
-	_, srv := startCounter(t, gym.Options{TTL: ttl})
+	_, srv := gymtest.Start(t, Builtin, gym.Options{TTL: ttl})
 	c := newCounterClient(t, srv.URL, nil)
 	start := time.Now()
 	if _, err := c.seedAndCount(5, []int{3}); err != nil {

@@ -61,7 +61,7 @@ var extractionToolsJSON = func() json.RawMessage {
 ]`
 	var b bytes.Buffer
 	if err := json.Compact(&b, []byte(tools)); err != nil {
-		panic("servers: extraction tools: " + err.Error())
+		panic("extraction: tools: " + err.Error())
 	}
 	return b.Bytes()
 }()
@@ -446,7 +446,7 @@ func extractionPlan(w *extractionWorld, cat string, asked []string, actuals map[
 	call := func(round int, name string, args map[string]any, optional bool) int {
 		raw, err := json.Marshal(args)
 		if err != nil {
-			panic("servers: extraction plan: " + err.Error())
+			panic("extraction: plan: " + err.Error())
 		}
 		for len(p.Rounds) <= round {
 			p.Rounds = append(p.Rounds, nil)
@@ -510,7 +510,7 @@ func extractionPlan(w *extractionWorld, cat string, asked []string, actuals map[
 		rec := w.Records[t.rec]
 		gc, ok := getCall[rec.ID]
 		if !ok {
-			panic("servers: extraction plan: asked record " + rec.ID + " not found by any query")
+			panic("extraction: plan: asked record " + rec.ID + " not found by any query")
 		}
 		rc := call(3, "read_value", map[string]any{"value_key": extractionRef(gc, "value_key")}, false)
 		values = append(values, extractionRef(rc, "value"))

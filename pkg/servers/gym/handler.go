@@ -290,7 +290,7 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request, seeding bool) 
 	if sid == "" {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
-			panic(fmt.Sprintf("servers: session id: %v", err)) // crypto/rand never fails on supported platforms
+			panic(fmt.Sprintf("gym: session id: %v", err)) // crypto/rand never fails on supported platforms
 		}
 		sid = hex.EncodeToString(b)
 		value = sid + "." + h.sign(sid)

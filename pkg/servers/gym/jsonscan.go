@@ -62,7 +62,7 @@ var interned = func() map[string]string {
 	}
 	for k := range m {
 		if len(k) > maxInterned {
-			panic("servers: interned string longer than maxInterned: " + k)
+			panic("gym: interned string longer than maxInterned: " + k)
 		}
 	}
 	return m

@@ -235,7 +235,7 @@ func MarshalValue(v any) []byte {
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		panic(fmt.Sprintf("servers: marshal %T: %v", v, err)) // only our own plain values get here
+		panic(fmt.Sprintf("gym: marshal %T: %v", v, err)) // only our own plain values get here
 	}
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
@@ -246,7 +246,7 @@ type PyFloat float64
 func (f PyFloat) MarshalJSON() ([]byte, error) {
 	v := float64(f)
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil, fmt.Errorf("servers: %v is not valid JSON", v)
+		return nil, fmt.Errorf("gym: %v is not valid JSON", v)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
