@@ -2,7 +2,7 @@ package counter
 
 import (
 	"github.com/rollout-dev/rollout/pkg/servers/gym"
-	"github.com/rollout-dev/rollout/pkg/servers/gymtest"
+	"github.com/rollout-dev/rollout/pkg/servers/gym/gymtest"
 
 	"bytes"
 	"context"

@@ -389,7 +389,7 @@ func extractionNumbers(raw json.RawMessage, loc []any, lax bool, errs *gym.Valid
 	return out, ok
 }
 
-// seedSession loads the row's world into a fresh session state (seeding again starts over).
+// SeedSession loads the row's world into a fresh session state (seeding again starts over).
 func (x *extraction) SeedSession(ctx context.Context, sid string, row *gym.Object) error {
 	var errs gym.ValidationErrors
 	raw, ok := gym.Required(row, "world", []any{"body"}, &errs)

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/servers/gym"
-	"github.com/rollout-dev/rollout/pkg/servers/gymtest"
+	"github.com/rollout-dev/rollout/pkg/servers/gym/gymtest"
 )
 
 func TestSynonymValue(t *testing.T) {

@@ -82,7 +82,7 @@ func (s *Session) Post(path string, body []byte) (int, []byte) {
 	return code, out
 }
 
-// mustPost posts and wants a 200.
+// MustPost posts and wants a 200.
 func (s *Session) MustPost(path string, body []byte) []byte {
 	s.t.Helper()
 	code, out := s.Post(path, body)
@@ -128,10 +128,10 @@ func ReadJSONL(t *testing.T, path string) [][]byte {
 }
 
 // DataPath is the path of file of a NeMo Gym example server's data in the repository's
-// testdata/nemo-gym (copies of NeMo Gym's own files; see testdata/nemo-gym's README).
+// testdata/nemo-gym (copies of NeMo Gym's own files; see testdata/nemo-gym/SOURCE.md).
 func DataPath(server, file string) string {
 	_, here, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(here), "..", "..", "..", "testdata", "nemo-gym", server, file)
+	return filepath.Join(filepath.Dir(here), "..", "..", "..", "..", "testdata", "nemo-gym", server, file)
 }
 
 // UserText is the content of the last user message of a row's responses_create_params.input.
