@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -37,15 +38,15 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	load := func(path string) ([]report.Record, error) {
-		var recs []report.Record
-		if err := addRecords(func(r *report.Record) { recs = append(recs, *r) }, path, e); err != nil {
+	load := func(path string) ([]record.Record, error) {
+		var recs []record.Record
+		if err := addRecords(func(r *record.Record) { recs = append(recs, *r) }, path, e); err != nil {
 			return nil, usageError{fmt.Errorf("compare: %w", err)}
 		}
 		return recs, nil
 	}
-	byArm := func(recs []report.Record, name string) []report.Record {
-		var out []report.Record
+	byArm := func(recs []record.Record, name string) []record.Record {
+		var out []record.Record
 		for _, r := range recs {
 			if r.Arm == name {
 				out = append(out, r)
@@ -53,7 +54,7 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 		}
 		return out
 	}
-	armsOf := func(recs []report.Record) []string {
+	armsOf := func(recs []record.Record) []string {
 		set := map[string]bool{}
 		for _, r := range recs {
 			set[r.Arm] = true
@@ -66,7 +67,7 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 		return names
 	}
 
-	var a, b []report.Record
+	var a, b []record.Record
 	var nameA, nameB string
 	switch {
 	case len(paths) == 1 && *arms != "":
@@ -81,7 +82,7 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 		a, b = byArm(recs, an), byArm(recs, bn)
 		for _, side := range []struct {
 			name string
-			recs []report.Record
+			recs []record.Record
 		}{{an, a}, {bn, b}} {
 			if len(side.recs) == 0 {
 				return badUsage("compare: %s has no arm %q (its arms: %s)", paths[0], side.name, strings.Join(armsOf(recs), ", "))

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -23,7 +24,7 @@ import (
 // arrives first.
 func TestFaultsReproducibleAcrossArms(t *testing.T) {
 	input := headLines(t, extractionData, 40)
-	run := func() map[report.Key]report.Record {
+	run := func() map[record.Key]record.Record {
 		dir := t.TempDir()
 		r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
 			"--server", "builtin:extraction", "--arms", "single,multi", "--num-repeats", "3", "--concurrency", "64",
@@ -31,7 +32,7 @@ func TestFaultsReproducibleAcrossArms(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("run: exit %d: %s", r.code, r.stderr)
 		}
-		out := map[report.Key]report.Record{}
+		out := map[record.Key]record.Record{}
 		for _, rec := range readRecords(t, dir) {
 			out[rec.Key()] = rec
 		}
@@ -42,7 +43,7 @@ func TestFaultsReproducibleAcrossArms(t *testing.T) {
 		t.Fatalf("%d and %d records, want 240", len(a), len(b))
 	}
 	// What the faults decide: the reward, the failure, the attempts, the rounds and calls.
-	outcome := func(r report.Record) string {
+	outcome := func(r record.Record) string {
 		return fmt.Sprintf("reward %v has %v failure %q attempts %d rounds %d calls %d termination %q",
 			r.Reward, r.HasReward, r.FailureClass, r.Attempts, r.Rounds, r.ToolCalls, r.Termination)
 	}
@@ -99,11 +100,11 @@ func TestRetryFailedRunsModelErrors(t *testing.T) {
 	classes := func() []string {
 		var out []string
 		for _, rec := range readRecords(t, dir) {
-			out = append(out, rec.FailureClass)
+			out = append(out, string(rec.FailureClass))
 		}
 		return out
 	}
-	if got := classes(); !slices.Equal(got, []string{report.FailModelError, report.FailModelError, report.FailModelError, report.FailBadTask}) {
+	if got := classes(); !slices.Equal(got, []string{record.FailModelError, record.FailModelError, record.FailModelError, record.FailBadTask}) {
 		t.Fatalf("classes %v", got)
 	}
 	var sum report.Summary
@@ -115,7 +116,7 @@ func TestRetryFailedRunsModelErrors(t *testing.T) {
 	if r := runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed", "--fail-on-error", "1")...); r.code != 0 { // the bad task stays
 		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
 	}
-	if got := classes(); !slices.Equal(got, []string{"", "", "", report.FailBadTask}) {
+	if got := classes(); !slices.Equal(got, []string{"", "", "", record.FailBadTask}) {
 		t.Errorf("after --retry-failed: classes %v, want the model errors run again and the bad task kept", got)
 	}
 }
@@ -141,7 +142,7 @@ func TestTrajectoryEndsLikeTheRecord(t *testing.T) {
 	}
 	terms := map[int64]string{}
 	for _, rec := range readRecords(t, dir) {
-		if rec.FailureClass != report.FailVerify || rec.Termination != "verify_error" {
+		if rec.FailureClass != record.FailVerify || rec.Termination != "verify_error" {
 			t.Errorf("task %d: class %q termination %q", rec.TaskIndex, rec.FailureClass, rec.Termination)
 		}
 		terms[rec.TaskIndex] = rec.Termination
@@ -162,7 +163,7 @@ func TestTrajectoryEndsLikeTheRecord(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.Trajectory.Termination != terms[l.TaskIndex] || l.Trajectory.FailureClass != report.FailVerify {
+		if l.Trajectory.Termination != terms[l.TaskIndex] || l.Trajectory.FailureClass != record.FailVerify {
 			t.Errorf("task %d: trajectory ends %q (%q), record %q", l.TaskIndex, l.Trajectory.Termination, l.Trajectory.FailureClass, terms[l.TaskIndex])
 		}
 	}

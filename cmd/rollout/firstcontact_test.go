@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/testnet"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -340,8 +341,8 @@ func TestClosest(t *testing.T) {
 
 // The early-stop watch counts only the first N records, and only one infrastructure class.
 func TestFailureWatch(t *testing.T) {
-	rec := func(class string) *report.Result {
-		return &report.Result{Record: report.Record{TaskID: "t", FailureClass: class, Error: class + " error"}}
+	rec := func(class string) *record.Result {
+		return &record.Result{Record: record.Record{TaskID: "t", FailureClass: record.FailureClass(class), Error: class + " error"}}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -570,7 +571,7 @@ func TestResumeFromManifest(t *testing.T) {
 		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
 	}
 	got, want := readRecords(t, dir), readRecords(t, whole)
-	key := func(r report.Record) string { return fmt.Sprintf("%d/%d/%s", r.TaskIndex, r.RolloutIndex, r.Arm) }
+	key := func(r record.Record) string { return fmt.Sprintf("%d/%d/%s", r.TaskIndex, r.RolloutIndex, r.Arm) }
 	rewards := map[string]float64{}
 	for _, r := range want {
 		rewards[key(r)] = r.Reward
@@ -605,7 +606,7 @@ func TestShow(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
 	}
-	var rec report.Record
+	var rec record.Record
 	for _, x := range readRecords(t, dir) {
 		if x.TaskIndex == 0 && x.Arm == "multi" {
 			rec = x

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -41,7 +42,7 @@ var builtinServers = []string{
 	"--server", "example_single_tool_call=builtin:example_single_tool_call",
 }
 
-func readRecords(t *testing.T, dir string) []report.Record {
+func readRecords(t *testing.T, dir string) []record.Record {
 	t.Helper()
 	recs, err := report.ReadParquet(filepath.Join(dir, "rollouts.parquet"))
 	if err != nil {
@@ -312,7 +313,7 @@ func TestRunFailuresAreRecords(t *testing.T) {
 				t.Fatalf("%d records", len(recs))
 			}
 			for _, rec := range recs {
-				if rec.FailureClass != tc.class || rec.Termination != tc.termination || rec.HasReward || rec.Error == "" {
+				if string(rec.FailureClass) != tc.class || rec.Termination != tc.termination || rec.HasReward || rec.Error == "" {
 					t.Errorf("record %d: class %q termination %q has reward %v error %q", rec.TaskIndex, rec.FailureClass, rec.Termination, rec.HasReward, rec.Error)
 				}
 				if len(rec.Error) > 600 {

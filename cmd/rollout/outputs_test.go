@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/redistest"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -279,7 +280,7 @@ func TestHugeRewardIsAVerifyFailure(t *testing.T) {
 	}
 	recs := readRecords(t, dir)
 	for _, rec := range recs {
-		if rec.FailureClass != report.FailVerify || rec.HasReward || !strings.Contains(rec.Error, "reward 1e+200 is outside the sane range") {
+		if rec.FailureClass != record.FailVerify || rec.HasReward || !strings.Contains(rec.Error, "reward 1e+200 is outside the sane range") {
 			t.Errorf("record %d: class %q reward %v error %q", rec.TaskIndex, rec.FailureClass, rec.HasReward, rec.Error)
 		}
 	}
@@ -324,12 +325,12 @@ func TestRedisRestartLosesNoRollout(t *testing.T) {
 		switch {
 		case rec.HasReward && rec.Reward != 1:
 			t.Errorf("task %d: reward %v after the restart (%s; tool errors %d)", rec.TaskIndex, rec.Reward, rec.Termination, rec.ToolErrors)
-		case rec.FailureClass == report.FailResourceServer:
+		case rec.FailureClass == record.FailResourceServer:
 			lost++
 			if !strings.Contains(rec.Error, "session_not_found") {
 				t.Errorf("task %d: %s", rec.TaskIndex, rec.Error)
 			}
-		case !rec.HasReward && !report.InfraFailure(rec.FailureClass):
+		case !rec.HasReward && !rec.FailureClass.Infra():
 			t.Errorf("task %d: %s %s", rec.TaskIndex, rec.FailureClass, rec.Error)
 		}
 	}
@@ -389,7 +390,7 @@ func TestModel403TextBodyKept(t *testing.T) {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for _, rec := range readRecords(t, dir) {
-		if rec.FailureClass != report.FailModelError || !strings.Contains(rec.Error, "403") || !strings.Contains(rec.Error, text) {
+		if rec.FailureClass != record.FailModelError || !strings.Contains(rec.Error, "403") || !strings.Contains(rec.Error, text) {
 			t.Errorf("record %d: %s %q", rec.TaskIndex, rec.FailureClass, rec.Error)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/runner"
 )
 
@@ -169,13 +169,13 @@ func bodyMessage(resp *http.Response, body []byte) string {
 		var s string
 		switch {
 		case v.Message != "":
-			return ": " + report.Clip(v.Message, 300)
+			return ": " + record.Clip(v.Message, 300)
 		case json.Unmarshal(v.Error, &nested) == nil && nested.Message != "":
-			return ": " + report.Clip(nested.Message, 300)
+			return ": " + record.Clip(nested.Message, 300)
 		case json.Unmarshal(v.Error, &s) == nil && s != "":
-			return ": " + report.Clip(s, 300)
+			return ": " + record.Clip(s, 300)
 		case json.Unmarshal(v.Detail, &s) == nil && s != "":
-			return ": " + report.Clip(s, 300)
+			return ": " + record.Clip(s, 300)
 		}
 		return ""
 	}
@@ -190,14 +190,14 @@ func describeBody(resp *http.Response, body []byte) string {
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if m := htmlTitle.FindSubmatch(body); ct == "text/html" || m != nil {
 		if m != nil {
-			return fmt.Sprintf("an HTML page %q", report.Clip(string(m[1]), 80))
+			return fmt.Sprintf("an HTML page %q", record.Clip(string(m[1]), 80))
 		}
 		return "an HTML page"
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return "an empty body"
 	}
-	return fmt.Sprintf("%s %q", cmp.Or(ct, "a body"), report.Clip(string(body), 80))
+	return fmt.Sprintf("%s %q", cmp.Or(ct, "a body"), record.Clip(string(body), 80))
 }
 
 // listSome is "a, b, c" or "a, b, c and 7 more".

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -59,7 +60,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 
 // addRecords adds the records of one argument: a run directory, a .parquet file or a journal.
 // Errors name the file.
-func addRecords(add func(*report.Record), path string, e env) error {
+func addRecords(add func(*record.Record), path string, e env) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return err // *PathError: names the path
@@ -85,7 +86,7 @@ func addRecords(add func(*report.Record), path string, e env) error {
 	return fmt.Errorf("%s: not a .parquet file, a journal (.jsonl) or a run directory", path)
 }
 
-func addParquet(add func(*report.Record), path string) error {
+func addParquet(add func(*record.Record), path string) error {
 	recs, err := report.ReadParquet(path)
 	if err != nil {
 		if !strings.Contains(err.Error(), path) {
@@ -99,9 +100,9 @@ func addParquet(add func(*report.Record), path string) error {
 	return nil
 }
 
-func addJournal(add func(*report.Record), path string) error {
+func addJournal(add func(*record.Record), path string) error {
 	line := 0
-	err := report.ScanJournal(path, func(rec *report.Record) error {
+	err := report.ScanJournal(path, func(rec *record.Record) error {
 		line++
 		// Every record has a start time: a line without one is not a record (a task file,
 		// say, which would otherwise read as records without rewards).

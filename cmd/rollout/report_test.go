@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -41,7 +42,7 @@ func choose(n, k int) float64 {
 
 // expectScores computes, from records, what report gives for them: counts, mean reward and
 // pass@k, pass^k over tasks (one arm), failures left out.
-func expectScores(recs []report.Record, ks []int) (rollouts, failed, scored, tasks int, mean float64, pass, passHat map[int]float64) {
+func expectScores(recs []record.Record, ks []int) (rollouts, failed, scored, tasks int, mean float64, pass, passHat map[int]float64) {
 	type nc struct{ n, c int }
 	per := map[int64]*nc{}
 	var sum float64
@@ -112,14 +113,14 @@ func TestReportGroupsMatchRecords(t *testing.T) {
 	if !slices.Equal(ev.K, []int{1, 2, 4}) {
 		t.Errorf("k %v, want 1 2 4", ev.K)
 	}
-	groups := map[string][]report.Record{}
+	groups := map[string][]record.Record{}
 	for _, rec := range recs {
 		groups[rec.TaskFields["difficulty"]] = append(groups[rec.TaskFields["difficulty"]], rec)
 	}
 	if len(groups) != 3 || len(ev.ByGroup) != 3 {
 		t.Fatalf("groups %d in the records, %d in the report", len(groups), len(ev.ByGroup))
 	}
-	check := func(s report.Scores, recs []report.Record) {
+	check := func(s report.Scores, recs []record.Record) {
 		t.Helper()
 		rollouts, failed, scored, tasks, mean, pass, passHat := expectScores(recs, ev.K)
 		if s.Rollouts != rollouts || s.Failed != failed || s.Scored != scored || s.Tasks != tasks || math.Abs(s.MeanReward-mean) > 1e-12 {
@@ -190,7 +191,7 @@ func TestReportFormatsAndOptions(t *testing.T) {
 
 	// A failed rollout added through a journal: left out, or scored as 0.
 	fail := recs[0]
-	fail.RolloutIndex, fail.FailureClass, fail.Reward, fail.HasReward, fail.Error = 4, report.FailRateLimited, 0, false, "429"
+	fail.RolloutIndex, fail.FailureClass, fail.Reward, fail.HasReward, fail.Error = 4, record.FailRateLimited, 0, false, "429"
 	b, err := json.Marshal(fail)
 	if err != nil {
 		t.Fatal(err)

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 // checkExactlyOnce fails unless dir's Parquet file, journal and trajectories hold exactly one
 // entry for each (task, rollout) of tasks × repeats.
-func checkExactlyOnce(t *testing.T, dir string, tasks, repeats int) []report.Record {
+func checkExactlyOnce(t *testing.T, dir string, tasks, repeats int) []record.Record {
 	t.Helper()
 	recs := readRecords(t, dir)
 	seen := map[[2]int64]int{}

@@ -25,6 +25,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/plan"
 	"github.com/rollout-dev/rollout/pkg/progress"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
@@ -404,7 +405,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	runCtx, endEarly := context.WithCancel(ctx)
 	defer endEarly()
 	watch := newFailureWatch(e.stderr, f.earlyStop, endEarly)
-	rep, runErr := runner.Run(runCtx, opts, []report.Output{sink, watch})
+	rep, runErr := runner.Run(runCtx, opts, []runner.Output{sink, watch})
 	closeErr := sink.Close()
 	// An input read from stdin is only known to be empty now: no rollout, no earlier record.
 	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.resumed
@@ -470,7 +471,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	if watch.stopped {
 		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s",
-			f.earlyStop, watch.same, report.Clip(sum.FailureMessages[watch.same].Message, 300), f.out, f.out)}
+			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
 	}
 	return checkFailures(sum, f.failOnError, f.out)
 }
@@ -552,7 +553,7 @@ var runFiles = []string{report.ManifestFile, report.JournalFile, report.Trajecto
 
 // preparedOut is --out made ready for the run: locked, and with what a resume skips.
 type preparedOut struct {
-	done      report.Done // the rollouts that have a record
+	done      record.Done // the rollouts that have a record
 	resumed   bool
 	cancelled int    // records kept (on a plain --resume) whose failure class is cancelled
 	unlock    func() // releases --out's lock; held until the run's last file is written
@@ -634,7 +635,7 @@ func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
 	if err := report.WriteManifest(f.out, mf); err != nil {
 		return p, badUsage("--out %s: %v", f.out, err)
 	}
-	p.done = report.Done{}
+	p.done = record.Done{}
 	return p, nil
 }
 
@@ -662,9 +663,9 @@ func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, err
 		}
 		return p, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
 	}
-	var keep func(*report.Record) bool // nil: every record stays, read for its key only
+	var keep func(*record.Record) bool // nil: every record stays, read for its key only
 	if f.retryFailed {
-		keep = func(r *report.Record) bool { return !report.InfraFailure(r.FailureClass) }
+		keep = func(r *record.Record) bool { return !r.FailureClass.Infra() }
 	}
 	var nemoGym string
 	if f.jsonlOut != "" {
@@ -674,7 +675,7 @@ func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, err
 		return p, fmt.Errorf("--resume: %w", err)
 	}
 	if !f.retryFailed {
-		if p.cancelled, err = report.CountClass(f.out, report.FailCancelled); err != nil {
+		if p.cancelled, err = report.CountClass(f.out, record.FailCancelled); err != nil {
 			return p, fmt.Errorf("--resume: %w", err)
 		}
 	}

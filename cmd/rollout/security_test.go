@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
@@ -178,7 +179,7 @@ func TestSecurityAPIKeyNeverWritten(t *testing.T) {
 				w.Write(b)
 			})
 			return m.URL + "/v1", m.authsSeen
-		}, report.FailModelError, true},
+		}, record.FailModelError, true},
 		{"hostile 200 echoing the key in its answer", func(t *testing.T) (string, func() []string) {
 			m := newKeyModel(t, func(w http.ResponseWriter, r *http.Request, auth string) {
 				writeChat(w, "Here is what you sent me: "+auth)
@@ -210,7 +211,7 @@ func TestSecurityAPIKeyNeverWritten(t *testing.T) {
 				io.WriteString(w, `{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}`)
 			})
 			return m.URL + "/v1", m.authsSeen
-		}, report.FailModelUnavailable, false},
+		}, record.FailModelUnavailable, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,7 +231,7 @@ func TestSecurityAPIKeyNeverWritten(t *testing.T) {
 				t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
 			}
 			for _, rec := range readRecords(t, out) {
-				if rec.FailureClass != tc.class {
+				if string(rec.FailureClass) != tc.class {
 					t.Errorf("record %d: failure class %q (%s), want %q", rec.TaskIndex, rec.FailureClass, rec.Error, tc.class)
 				}
 			}
@@ -387,7 +388,7 @@ func TestSecurityToolNamesNeverReachTheServer(t *testing.T) {
 			t.Errorf("the resource server saw %q", p)
 		}
 	}
-	if rec := recs[0]; rec.FailureClass == report.FailBadTask {
+	if rec := recs[0]; rec.FailureClass == record.FailBadTask {
 		// The row itself was refused for its tool names: nothing could reach the server.
 		t.Logf("the row was refused: %s", rec.Error)
 		return
@@ -408,7 +409,7 @@ func TestSimChaosFlags(t *testing.T) {
 		flags []string
 		class string
 	}{
-		{[]string{"--sim-connection-reset", "1"}, report.FailModelUnavailable},
+		{[]string{"--sim-connection-reset", "1"}, record.FailModelUnavailable},
 		{[]string{"--sim-hang", "1", "--model-timeout", "100ms"}, ""}, // a timeout class, named by pkg/agent
 	} {
 		dir := t.TempDir()
@@ -419,7 +420,7 @@ func TestSimChaosFlags(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", tc.flags, r.code, r.stderr)
 		}
 		for _, rec := range readRecords(t, dir) {
-			if rec.HasReward || rec.FailureClass == "" || (tc.class != "" && rec.FailureClass != tc.class) || rec.Attempts != 3 {
+			if rec.HasReward || rec.FailureClass == "" || (tc.class != "" && string(rec.FailureClass) != tc.class) || rec.Attempts != 3 {
 				t.Errorf("%v: task %d: has reward %v, class %q (want %q), %d attempts (want seed + 2): %s",
 					tc.flags, rec.TaskIndex, rec.HasReward, rec.FailureClass, tc.class, rec.Attempts, rec.Error)
 			}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -49,9 +50,9 @@ func cmdShow(_ context.Context, args []string, e env) error {
 		return badUsage("show: %s holds no run (%v)", dir, errors.Unwrap(err))
 	}
 	// The records of the task: by id, or by index when no id matches.
-	var recs []report.Record
+	var recs []record.Record
 	ids := map[string]bool{}
-	err = report.ScanJournal(journal, func(r *report.Record) error {
+	err = report.ScanJournal(journal, func(r *record.Record) error {
 		ids[r.TaskID] = true
 		if r.TaskID == *task || fmt.Sprint(r.TaskIndex) == *task {
 			recs = append(recs, *r)
@@ -69,7 +70,7 @@ func cmdShow(_ context.Context, args []string, e env) error {
 		return badUsage("%s", msg)
 	}
 	arms := map[string]bool{}
-	var rec *report.Record
+	var rec *record.Record
 	for i := range recs {
 		r := &recs[i]
 		arms[r.Arm] = true
@@ -92,7 +93,7 @@ func cmdShow(_ context.Context, args []string, e env) error {
 }
 
 // findTrajectory reads the trajectory of rec from the trajectories file (nil when it has none).
-func findTrajectory(path string, rec *report.Record) (*agent.Trajectory, error) {
+func findTrajectory(path string, rec *record.Record) (*agent.Trajectory, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -126,11 +127,11 @@ func findTrajectory(path string, rec *report.Record) (*agent.Trajectory, error) 
 }
 
 // printRollout writes a rollout for people: the record, then the transcript.
-func printRollout(w io.Writer, r *report.Record, tr *agent.Trajectory, max int) error {
+func printRollout(w io.Writer, r *record.Record, tr *agent.Trajectory, max int) error {
 	bw := bufio.NewWriter(w)
 	clip := func(s string) string {
 		if max > 0 {
-			return report.Clip(s, max)
+			return record.Clip(s, max)
 		}
 		return strings.TrimSpace(s)
 	}

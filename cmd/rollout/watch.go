@@ -11,13 +11,14 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/progress"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 // failureWatch is an output that tells the terminal about failures while the run goes on: the
 // first failure of each class is printed on stderr at once, with its error text (the URL and the
 // endpoint's own message), and when the first earlyN rollouts all fail with the same class that
-// --retry-failed runs again (report.InfraFailure, cancelled aside) it calls stop, so that a run against a dead endpoint does not retry to
+// --retry-failed runs again (record.FailureClass.Infra, cancelled aside) it calls stop, so that a run against a dead endpoint does not retry to
 // the end of its input. Like every output it is written to by one goroutine.
 type failureWatch struct {
 	w      io.Writer
@@ -25,33 +26,33 @@ type failureWatch struct {
 	earlyN int  // 0: never stop early
 	stop   func()
 
-	seen map[string]bool
-	n    int    // records seen
-	same string // the class every record so far has failed with ("" once one did not)
+	seen map[record.FailureClass]bool
+	n    int                 // records seen
+	same record.FailureClass // the class every record so far has failed with ("" once one did not)
 
 	stopped bool // stop was called: the first earlyN rollouts all failed with class same
 }
 
 func newFailureWatch(w io.Writer, earlyN int, stop func()) *failureWatch {
-	return &failureWatch{w: w, tty: progress.IsTerminal(w), earlyN: earlyN, stop: stop, seen: map[string]bool{}}
+	return &failureWatch{w: w, tty: progress.IsTerminal(w), earlyN: earlyN, stop: stop, seen: map[record.FailureClass]bool{}}
 }
 
-func (f *failureWatch) Write(res *report.Result) error {
+func (f *failureWatch) Write(res *record.Result) error {
 	r := &res.Record
 	class := r.FailureClass
-	if class != report.FailNone && !f.seen[class] {
+	if class != record.FailNone && !f.seen[class] {
 		f.seen[class] = true
 		if f.tty {
 			io.WriteString(f.w, "\r\x1b[K")
 		}
-		fmt.Fprintf(f.w, "rollout: first %s failure (task %s, rollout %d, arm %s): %s\n", class, r.TaskID, r.RolloutIndex, r.Arm, report.Clip(r.Error, 500))
+		fmt.Fprintf(f.w, "rollout: first %s failure (task %s, rollout %d, arm %s): %s\n", class, r.TaskID, r.RolloutIndex, r.Arm, record.Clip(r.Error, 500))
 	}
 	if f.stopped || f.earlyN <= 0 || f.n >= f.earlyN {
 		return nil
 	}
 	f.n++
 	switch {
-	case f.n == 1 && report.InfraFailure(class) && class != report.FailCancelled:
+	case f.n == 1 && class.Infra() && class != record.FailCancelled:
 		f.same = class
 	case class != f.same:
 		f.same = ""

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/redistest"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -88,7 +89,7 @@ func TestSoakMixed(t *testing.T) {
 	}
 	lost := 0
 	for _, r := range first {
-		if r.FailureClass == report.FailResourceServer {
+		if r.FailureClass == record.FailResourceServer {
 			lost++
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/testnet"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -46,8 +47,8 @@ var (
 )
 
 // knownFailures are the failure classes a record may carry (pkg/report).
-var knownFailures = []string{report.FailBadTask, report.FailModelUnavailable, report.FailRateLimited, report.FailModelError,
-	report.FailResourceServer, report.FailVerify, report.FailTimeout, report.FailCancelled}
+var knownFailures = []record.FailureClass{record.FailBadTask, record.FailModelUnavailable, record.FailRateLimited, record.FailModelError,
+	record.FailResourceServer, record.FailVerify, record.FailTimeout, record.FailCancelled}
 
 // knownTerminations are the ways a rollout's loop ends (pkg/agent).
 var knownTerminations = []string{"completed", "max_rounds", "context_length", "tool_error", "model_error", "verify_error",
@@ -147,7 +148,7 @@ func TestSoak(t *testing.T) {
 	text += "failure classes  " + counts(a.classes) + "\n"
 	text += "terminations     " + counts(a.terminations) + "\n"
 	for _, c := range knownFailures {
-		if e, ok := a.examples[c]; ok {
+		if e, ok := a.examples[string(c)]; ok {
 			text += fmt.Sprintf("  e.g. %s %s\n", c, e)
 		}
 	}
@@ -195,7 +196,7 @@ type accounting struct {
 
 // account checks that recs hold exactly one record per (task, repeat), each with a reward or a
 // known failure class, and counts them.
-func account(recs []report.Record, tasks, reps int) accounting {
+func account(recs []record.Record, tasks, reps int) accounting {
 	a := accounting{classes: map[string]int{}, terminations: map[string]int{}, examples: map[string]string{}}
 	seen := make([]int, tasks*reps)
 	var rewards float64
@@ -223,9 +224,9 @@ func account(recs []report.Record, tasks, reps int) accounting {
 			a.classes["-"]++
 		case r.FailureClass != "" && !r.HasReward && slices.Contains(knownFailures, r.FailureClass) && r.Error != "":
 			a.failed++
-			a.classes[r.FailureClass]++
-			if _, ok := a.examples[r.FailureClass]; !ok {
-				a.examples[r.FailureClass] = fmt.Sprintf("(%d, %d) %s: %s", r.TaskIndex, r.RolloutIndex, r.Termination, report.Clip(r.Error, 300))
+			a.classes[string(r.FailureClass)]++
+			if _, ok := a.examples[string(r.FailureClass)]; !ok {
+				a.examples[string(r.FailureClass)] = fmt.Sprintf("(%d, %d) %s: %s", r.TaskIndex, r.RolloutIndex, r.Termination, record.Clip(r.Error, 300))
 			}
 		default:
 			a.untyped++

@@ -14,7 +14,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/agent"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
@@ -51,7 +51,7 @@ func TestModelHugeAnswerCapped(t *testing.T) {
 		streamBody(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"`, 100<<20, &written)
 	})
 	tr, counter := runCounted(t, m.config(nil))
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailModelError {
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailModelError {
 		t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 	}
 	if want := "model call in round 0: model answer larger than 32 MiB (HTTP 200)"; tr.Error != want {
@@ -79,7 +79,7 @@ func TestModelAnswerCapConfigurable(t *testing.T) {
 	cfg := &agent.Config{Model: agent.NewOpenAIModel(m.srv.URL+"/v1", "", doer, agent.WithMaxAnswerBytes(1<<20)), ModelName: "m"}
 	cfg.Validate()
 	tr, counter := runCounted(t, cfg)
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailModelUnavailable ||
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailModelUnavailable ||
 		tr.Error != "model call in round 0: model answer larger than 1 MiB (HTTP 502)" {
 		t.Fatalf("termination %q class %q error %q", tr.Termination, tr.FailureClass, tr.Error)
 	}
@@ -93,7 +93,7 @@ func TestModelAnswerCapConfigurable(t *testing.T) {
 	cfg = &agent.Config{Model: agent.NewOpenAIModel(m.srv.URL+"/v1", "", &http.Client{}, agent.WithMaxAnswerBytes(1000)), ModelName: "m"}
 	cfg.Validate()
 	tr, _ = runCounted(t, cfg)
-	if tr.FailureClass != report.FailModelError || tr.Error != "model call in round 0: model answer larger than 1000 bytes (HTTP 200)" {
+	if tr.FailureClass != record.FailModelError || tr.Error != "model call in round 0: model answer larger than 1000 bytes (HTTP 200)" {
 		t.Fatalf("plain client: class %q error %q", tr.FailureClass, tr.Error)
 	}
 }
@@ -113,7 +113,7 @@ func TestModelNotAChatCompletion(t *testing.T) {
 	for _, c := range cases {
 		m := newFakeModel(t, nil, status(200, c.body, "Content-Type", "application/json"))
 		tr, counter := runCounted(t, m.config(nil))
-		if tr.Termination != agent.InvalidOutput || tr.FailureClass != report.FailModelError || counter.Attempts() != 1 {
+		if tr.Termination != agent.InvalidOutput || tr.FailureClass != record.FailModelError || counter.Attempts() != 1 {
 			t.Errorf("%q: termination %q class %q attempts %d", c.body, tr.Termination, tr.FailureClass, counter.Attempts())
 		}
 		if tr.Error != c.want {
@@ -135,7 +135,7 @@ func TestModelClosesMidAnswer(t *testing.T) {
 
 	m = newFakeModel(t, nil, func(w http.ResponseWriter, r *http.Request) { hijack(w, cut) })
 	tr, counter = runCounted(t, m.config(nil))
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailModelUnavailable || counter.Attempts() != fastPolicy.MaxAttempts {
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailModelUnavailable || counter.Attempts() != fastPolicy.MaxAttempts {
 		t.Fatalf("termination %q class %q attempts %d", tr.Termination, tr.FailureClass, counter.Attempts())
 	}
 	if !strings.HasPrefix(tr.Error, "model call in round 0: reading the answer (HTTP 200): unexpected EOF") {
@@ -259,7 +259,7 @@ func TestModelSilentServerAttemptTimeout(t *testing.T) {
 	var tr *agent.Trajectory
 	var counter *retry.Counter
 	within(t, 10*time.Second, func() { tr, counter = runCounted(t, cfg) })
-	if tr.Termination != agent.Timeout || tr.FailureClass != report.FailTimeout {
+	if tr.Termination != agent.Timeout || tr.FailureClass != record.FailTimeout {
 		t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 	}
 	if !strings.HasPrefix(tr.Error, "model call in round 0: no answer within the attempt timeout of 100ms: Post ") {
@@ -274,7 +274,7 @@ func TestModelSilentServerAttemptTimeout(t *testing.T) {
 		ModelTimeout: 100 * time.Millisecond}
 	cfg.Validate()
 	within(t, 10*time.Second, func() { tr, counter = runCounted(t, cfg) })
-	if tr.FailureClass != report.FailTimeout || counter.Attempts() != 1 ||
+	if tr.FailureClass != record.FailTimeout || counter.Attempts() != 1 ||
 		!strings.HasPrefix(tr.Error, "model call in round 0: no answer within the model timeout of 100ms: ") {
 		t.Fatalf("class %q attempts %d error %q", tr.FailureClass, counter.Attempts(), tr.Error)
 	}
@@ -314,7 +314,7 @@ func TestResourceSilentServerCallTimeout(t *testing.T) {
 	task := parseTask(t, counterRow(""))
 	var tr *agent.Trajectory
 	within(t, 10*time.Second, func() { tr = m.config(nil).Run(ctx, task, srv.NewSession(), 1) })
-	if tr.Termination != agent.Timeout || tr.FailureClass != report.FailTimeout || len(tr.Rounds) != agent.DefaultMaxFailedRounds {
+	if tr.Termination != agent.Timeout || tr.FailureClass != record.FailTimeout || len(tr.Rounds) != agent.DefaultMaxFailedRounds {
 		t.Fatalf("termination %q class %q rounds %d (%s)", tr.Termination, tr.FailureClass, len(tr.Rounds), tr.Error)
 	}
 	if !strings.HasPrefix(tr.Error, "every tool call timed out in 2 consecutive rounds: Error: tool get_count failed: no answer within the call timeout of 100ms") {
@@ -395,7 +395,7 @@ func TestRunRetryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := m.config(doer).Run(ctx, task, sess, 1)
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailRateLimited {
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailRateLimited {
 		t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 	}
 	if !strings.HasPrefix(tr.Error, "model call in round 0: retry budget of this rollout spent (3 retries); last attempt: HTTP 429 rate_limit_error (code rate_limit_exceeded): Rate limit reached") {

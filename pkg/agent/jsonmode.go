@@ -13,7 +13,8 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
-	"github.com/rollout-dev/rollout/pkg/report"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // Tool modes: how the tools reach the model.
@@ -136,7 +137,7 @@ func ParseJSONAnswer(text string) (*JSONAnswer, error) {
 		return nil, fmt.Errorf("the answer is not valid JSON: %s", jsonErrorText(err, s))
 	}
 	if off := dec.InputOffset(); strings.TrimSpace(s[off:]) != "" {
-		return nil, fmt.Errorf("the answer is not ONE JSON object: text follows it at byte %d: %q", off, report.Clip(strings.TrimSpace(s[off:]), 60))
+		return nil, fmt.Errorf("the answer is not ONE JSON object: text follows it at byte %d: %q", off, record.Clip(strings.TrimSpace(s[off:]), 60))
 	}
 	if err := answerSchema().Validate(v); err != nil {
 		var ve *jsonschema.ValidationError

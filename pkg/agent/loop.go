@@ -14,7 +14,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
@@ -97,8 +97,8 @@ type Trajectory struct {
 	Usage       Usage                          `json:"usage"`
 	Termination Termination                    `json:"termination"`
 	// FailureClass is set when infrastructure failed (no reward then).
-	FailureClass string `json:"failure_class,omitempty"`
-	Error        string `json:"error,omitempty"`
+	FailureClass record.FailureClass `json:"failure_class,omitempty"`
+	Error        string              `json:"error,omitempty"`
 	// FinalText is the model's last answer.
 	FinalText string `json:"-"`
 	// Steps is the workflow policy's per-step record (workflow.go); nil for other policies.
@@ -240,7 +240,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			return tr
 		}
 		if len(resp.Choices) == 0 {
-			tr.Termination, tr.FailureClass = InvalidOutput, report.FailModelError
+			tr.Termination, tr.FailureClass = InvalidOutput, record.FailModelError
 			tr.Error = fmt.Sprintf("model call in round %d: the answer has no choices", round)
 			return tr
 		}
@@ -301,9 +301,9 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		}
 		tr.Rounds = append(tr.Rounds, rd)
 		if ctx.Err() != nil {
-			tr.Termination, tr.FailureClass = Timeout, report.FailTimeout
+			tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
 			if ctxCancelled(ctx) {
-				tr.Termination, tr.FailureClass = Cancelled, report.FailCancelled
+				tr.Termination, tr.FailureClass = Cancelled, record.FailCancelled
 			}
 			tr.Error = fmt.Sprintf("tool calls of round %d: %v", round, ctx.Err())
 			return tr
@@ -329,11 +329,11 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			switch {
 			case timedOutRounds >= c.MaxFailedRounds:
 				// The server takes the calls and never answers in time.
-				tr.Termination, tr.FailureClass = Timeout, report.FailTimeout
+				tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
 				tr.Error = fmt.Sprintf("every tool call timed out in %d consecutive rounds: %s", timedOutRounds, errClip(rd.ToolCalls[0].Output))
 			case unreachableRounds >= c.MaxFailedRounds:
 				// The server is down: that is infrastructure, not the model.
-				tr.FailureClass = report.FailResourceServer
+				tr.FailureClass = record.FailResourceServer
 				tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", unreachableRounds, errClip(rd.ToolCalls[0].Output))
 			}
 			return tr
@@ -497,15 +497,15 @@ func ctxCancelled(ctx context.Context) bool { return ctx.Err() == context.Cancel
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // errText is an error's message, shortened for the record.
-func errText(err error) string { return report.Clip(err.Error(), 500) }
+func errText(err error) string { return record.Clip(err.Error(), 500) }
 
-func errClip(s string) string { return report.Clip(s, 500) }
+func errClip(s string) string { return record.Clip(s, 500) }
 
 // unknownTool is what the model is told when it calls a tool the row does
 // not offer; the call is not sent.
 func unknownTool(name string, offered []dataset.Tool) string {
 	if len(offered) == 0 {
-		return fmt.Sprintf("Error: unknown tool %q: no tools are offered in this conversation", report.Clip(name, 100))
+		return fmt.Sprintf("Error: unknown tool %q: no tools are offered in this conversation", record.Clip(name, 100))
 	}
 	var b strings.Builder
 	for i, t := range offered {
@@ -518,5 +518,5 @@ func unknownTool(name string, offered []dataset.Tool) string {
 		}
 		b.WriteString(t.Name)
 	}
-	return fmt.Sprintf("Error: unknown tool %q; available: %s", report.Clip(name, 100), b.String())
+	return fmt.Sprintf("Error: unknown tool %q; available: %s", record.Clip(name, 100), b.String())
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
@@ -373,7 +373,7 @@ func TestRunResourceServerDown(t *testing.T) {
 	task := parseTask(t, counterRow(""))
 
 	tr := m.config(nil).Run(context.Background(), task, srv.NewSession(), 1)
-	if tr.Termination != agent.ToolError || tr.FailureClass != report.FailResourceServer {
+	if tr.Termination != agent.ToolError || tr.FailureClass != record.FailResourceServer {
 		t.Fatalf("termination %q class %q error %q", tr.Termination, tr.FailureClass, tr.Error)
 	}
 	if m.calls() != agent.DefaultMaxFailedRounds {

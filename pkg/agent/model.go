@@ -16,7 +16,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/internal/jsonscan"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
@@ -271,22 +271,22 @@ func temperature(t *float64) float32 {
 // modelFailure classifies a failed model call into a termination and a
 // failure class (empty when the rollout goes on to verify, as on a
 // context-length error).
-func modelFailure(ctx context.Context, err error) (Termination, string) {
+func modelFailure(ctx context.Context, err error) (Termination, record.FailureClass) {
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
-			return Cancelled, report.FailCancelled
+			return Cancelled, record.FailCancelled
 		}
-		return Timeout, report.FailTimeout
+		return Timeout, record.FailTimeout
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return Timeout, report.FailTimeout
+		return Timeout, record.FailTimeout
 	}
 	var tooLarge *retry.BodyTooLargeError
 	if errors.As(err, &tooLarge) {
 		// An answer too large to read is the model's error, unless its
 		// status says the server is down or limiting.
 		if !retry.Retryable(tooLarge.Status) {
-			return ModelError, report.FailModelError
+			return ModelError, record.FailModelError
 		}
 	}
 	e, ok := endpointErrorOf(err)
@@ -296,22 +296,22 @@ func modelFailure(ctx context.Context, err error) (Termination, string) {
 	}
 	switch {
 	case status == http.StatusTooManyRequests:
-		return ModelError, report.FailRateLimited
+		return ModelError, record.FailRateLimited
 	case status >= 500 && e.outputUnparsable():
 		// The server could not parse what the model wrote: the same request
 		// gets the same answer again, so it is the model's result, not an outage.
-		return ModelError, report.FailModelError
+		return ModelError, record.FailModelError
 	case status >= 500:
-		return ModelError, report.FailModelUnavailable
+		return ModelError, record.FailModelUnavailable
 	case status >= 400 && e.contextLength():
 		return ContextLength, ""
 	case status >= 400:
-		return ModelError, report.FailModelError
+		return ModelError, record.FailModelError
 	case status == 0 && isTransport(err):
-		return ModelError, report.FailModelUnavailable
+		return ModelError, record.FailModelUnavailable
 	}
 	// A 2xx whose body is not a chat completion.
-	return InvalidOutput, report.FailModelError
+	return InvalidOutput, record.FailModelError
 }
 
 // endpointError is a model call's error answer as the endpoint worded it.
@@ -364,7 +364,7 @@ func parseErrorBody(body []byte) endpointError {
 	}
 	text := strings.TrimSpace(strings.ToValidUTF8(string(body), ""))
 	if json.Unmarshal(body, &top) != nil {
-		return endpointError{Message: report.Clip(text, 500)}
+		return endpointError{Message: record.Clip(text, 500)}
 	}
 	var nested struct {
 		Message json.RawMessage `json:"message"`
@@ -381,7 +381,7 @@ func parseErrorBody(body []byte) endpointError {
 	case len(top.Detail) > 0:
 		return endpointError{Message: messageText(top.Detail)}
 	}
-	return endpointError{Message: report.Clip(text, 500)}
+	return endpointError{Message: record.Clip(text, 500)}
 }
 
 // messageText is a message field as text: a JSON string's value, anything else (an array of
@@ -426,7 +426,7 @@ func (e endpointError) String() string {
 	if m := strings.TrimSpace(e.Message); m != "" {
 		b.WriteString(": " + m)
 	}
-	return report.Clip(b.String(), 500)
+	return record.Clip(b.String(), 500)
 }
 
 // contextLength reports whether the error says the request does not fit the model's context:
@@ -493,7 +493,7 @@ func failureText(err error, term Termination, tap *answerTap) string {
 		if body == "" {
 			return fmt.Sprintf("%s (%s): empty body", what, errText(err))
 		}
-		return fmt.Sprintf("%s (%s): %s", what, errText(err), report.Clip(body, tapBytes))
+		return fmt.Sprintf("%s (%s): %s", what, errText(err), record.Clip(body, tapBytes))
 	}
 	if e, ok := endpointErrorOf(err); ok {
 		var spent *retry.BudgetSpentError

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
@@ -48,7 +48,7 @@ func TestModel429ThenSuccess(t *testing.T) {
 func TestModel429Forever(t *testing.T) {
 	m := newFakeModel(t, nil, status(429, rateLimitBody))
 	tr, counter := runCounted(t, m.config(nil))
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailRateLimited {
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailRateLimited {
 		t.Fatalf("termination %q class %q", tr.Termination, tr.FailureClass)
 	}
 	if counter.Attempts() != fastPolicy.MaxAttempts || m.calls() != fastPolicy.MaxAttempts {
@@ -66,7 +66,7 @@ func TestModelHTML502(t *testing.T) {
 		strings.Repeat("<p>Der Upstream-Server antwortete nicht — écrasé ✗</p>", 200) + "</body></html>"
 	m := newFakeModel(t, nil, status(502, page, "Content-Type", "text/html"))
 	tr, counter := runCounted(t, m.config(nil))
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailModelUnavailable {
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailModelUnavailable {
 		t.Fatalf("termination %q class %q", tr.Termination, tr.FailureClass)
 	}
 	if counter.Attempts() != fastPolicy.MaxAttempts {
@@ -107,7 +107,7 @@ func TestModelOther4xx(t *testing.T) {
 	for _, code := range []int{400, 401, 404, 422} {
 		m := newFakeModel(t, nil, status(code, `{"error":{"message":"nope","type":"invalid_request_error"}}`))
 		tr, counter := runCounted(t, m.config(nil))
-		if tr.Termination != agent.ModelError || tr.FailureClass != report.FailModelError || counter.Attempts() != 1 {
+		if tr.Termination != agent.ModelError || tr.FailureClass != record.FailModelError || counter.Attempts() != 1 {
 			t.Errorf("%d: termination %q class %q attempts %d", code, tr.Termination, tr.FailureClass, counter.Attempts())
 		}
 	}
@@ -124,7 +124,7 @@ func TestModelMalformed200(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := newFakeModel(t, nil, status(200, body, "Content-Type", "application/json"))
 			tr, counter := runCounted(t, m.config(nil))
-			if tr.Termination != agent.InvalidOutput || tr.FailureClass != report.FailModelError {
+			if tr.Termination != agent.InvalidOutput || tr.FailureClass != record.FailModelError {
 				t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 			}
 			if counter.Attempts() != 1 || tr.Error == "" {
@@ -139,7 +139,7 @@ func TestModelHangsTimesOut(t *testing.T) {
 	cfg := m.config(nil)
 	cfg.ModelTimeout = 50 * time.Millisecond
 	tr, counter := runCounted(t, cfg)
-	if tr.Termination != agent.Timeout || tr.FailureClass != report.FailTimeout {
+	if tr.Termination != agent.Timeout || tr.FailureClass != record.FailTimeout {
 		t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 	}
 	if counter.Attempts() != 1 {
@@ -156,7 +156,7 @@ func TestModelRolloutContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	tr := cfg.Run(ctx, task, nil, 1)
 	cancel()
-	if tr.Termination != agent.Timeout || tr.FailureClass != report.FailTimeout {
+	if tr.Termination != agent.Timeout || tr.FailureClass != record.FailTimeout {
 		t.Fatalf("deadline: termination %q class %q", tr.Termination, tr.FailureClass)
 	}
 
@@ -168,7 +168,7 @@ func TestModelRolloutContext(t *testing.T) {
 		cancel()
 	}()
 	tr = cfg.Run(ctx, task, nil, 1)
-	if tr.Termination != agent.Cancelled || tr.FailureClass != report.FailCancelled {
+	if tr.Termination != agent.Cancelled || tr.FailureClass != record.FailCancelled {
 		t.Fatalf("cancel: termination %q class %q", tr.Termination, tr.FailureClass)
 	}
 }
@@ -186,7 +186,7 @@ func TestModelUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr, counter := runCounted(t, cfg)
-	if tr.Termination != agent.ModelError || tr.FailureClass != report.FailModelUnavailable {
+	if tr.Termination != agent.ModelError || tr.FailureClass != record.FailModelUnavailable {
 		t.Fatalf("termination %q class %q (%s)", tr.Termination, tr.FailureClass, tr.Error)
 	}
 	if counter.Attempts() != fastPolicy.MaxAttempts {

@@ -95,7 +95,7 @@ func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 	b = jsonw.AppendStringHTML(b, string(t.Termination))
 	if t.FailureClass != "" {
 		b = append(b, `,"failure_class":`...)
-		b = jsonw.AppendStringHTML(b, t.FailureClass)
+		b = jsonw.AppendStringHTML(b, string(t.FailureClass))
 	}
 	if t.Error != "" {
 		b = append(b, `,"error":`...)

@@ -10,6 +10,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // sameJSON checks that MarshalJSON, AppendJSON and json.Marshal all give encoding/json's
@@ -77,7 +78,7 @@ func TestTrajectoryJSONIsEncodingJSONs(t *testing.T) {
 			Rounds: []agent.Round{{Index: -1, FinishReason: s, Content: s, Reasoning: s, Usage: agent.Usage{CachedTokens: 1, ReasoningTokens: -2},
 				ToolCalls: []agent.ToolCall{{CallID: s, Name: s, Arguments: s, Output: s, Status: 500, Failed: true, Unreachable: true, TimedOut: true, LatencyMs: 1e-9}, {}}}},
 			Usage: agent.Usage{PromptTokens: math.MaxInt, CompletionTokens: math.MinInt}, Termination: agent.Termination(s),
-			FailureClass: s, Error: s, FinalText: s, InvalidAnswers: 2,
+			FailureClass: record.FailureClass(s), Error: s, FinalText: s, InvalidAnswers: 2,
 		}
 		sameJSON(t, tr)
 	}

@@ -119,7 +119,7 @@ func TestServerErrorBodies(t *testing.T) {
 			m := newFakeModel(t, nil, status(c.Status, body), status(c.Status, body), status(c.Status, body))
 			task := parseTask(t, counterRow(""))
 			tr := m.config(nil).Run(context.Background(), task, res.session(t, task), 1)
-			if string(tr.Termination) != c.Termination || tr.FailureClass != c.Class {
+			if string(tr.Termination) != c.Termination || string(tr.FailureClass) != c.Class {
 				t.Errorf("termination %q class %q, want %q %q", tr.Termination, tr.FailureClass, c.Termination, c.Class)
 			}
 			if want := "model call in round 0: " + c.Error; tr.Error != want {

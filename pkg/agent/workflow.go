@@ -15,7 +15,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
@@ -121,7 +121,7 @@ func quotedName(raw json.RawMessage) string {
 func parseStep(raw json.RawMessage) (Step, error) {
 	st := Step{MaxIterations: DefaultStepIterations, MaxRetries: DefaultStepRetries}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return st, fmt.Errorf("want a JSON object, got %s", report.Clip(string(t), 40))
+		return st, fmt.Errorf("want a JSON object, got %s", record.Clip(string(t), 40))
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
@@ -143,7 +143,7 @@ func parseStep(raw json.RawMessage) (Step, error) {
 			return nil
 		}
 		if err := json.Unmarshal(v, dst); err != nil {
-			return fmt.Errorf("%s: want %s, got %s", key, what, report.Clip(string(v), 60))
+			return fmt.Errorf("%s: want %s, got %s", key, what, record.Clip(string(v), 60))
 		}
 		return nil
 	}
@@ -250,7 +250,7 @@ func (w *Workflow) Check(offered []string) error {
 				if list == "" {
 					list = "none"
 				}
-				return fmt.Errorf("workflow step %q: tool %q is not offered by the task (offered: %s)", st.Name, t, report.Clip(list, 2000))
+				return fmt.Errorf("workflow step %q: tool %q is not offered by the task (offered: %s)", st.Name, t, record.Clip(list, 2000))
 			}
 		}
 	}
@@ -366,7 +366,7 @@ func (c *Config) runSteps(ctx context.Context, task *dataset.Task, tools Tools, 
 	var steps []Step
 	if r.workflow {
 		if err := c.Workflow.Check(offered); err != nil {
-			tr.FailureClass, tr.Error = report.FailBadTask, err.Error()
+			tr.FailureClass, tr.Error = record.FailBadTask, err.Error()
 			return tr
 		}
 		steps = c.Workflow.Steps
@@ -527,7 +527,7 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 			return rolloutEnded, "", ""
 		}
 		if len(resp.Choices) == 0 {
-			tr.Termination, tr.FailureClass = InvalidOutput, report.FailModelError
+			tr.Termination, tr.FailureClass = InvalidOutput, record.FailModelError
 			tr.Error = fmt.Sprintf("model call in round %d: the answer has no choices", idx)
 			return rolloutEnded, "", ""
 		}
@@ -647,9 +647,9 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 		}
 		tr.Rounds = append(tr.Rounds, rd)
 		if ctx.Err() != nil {
-			tr.Termination, tr.FailureClass = Timeout, report.FailTimeout
+			tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
 			if ctxCancelled(ctx) {
-				tr.Termination, tr.FailureClass = Cancelled, report.FailCancelled
+				tr.Termination, tr.FailureClass = Cancelled, record.FailCancelled
 			}
 			tr.Error = fmt.Sprintf("tool calls of round %d: %v", idx, ctx.Err())
 			return rolloutEnded, "", ""
@@ -682,10 +682,10 @@ func (r *stepRun) streaks(rd *Round, allFailed, allUnreachable, allTimedOut bool
 	tr := r.tr
 	switch {
 	case r.timedOutRounds >= limit:
-		tr.Termination, tr.FailureClass = Timeout, report.FailTimeout
+		tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
 		tr.Error = fmt.Sprintf("every tool call timed out in %d consecutive rounds: %s", r.timedOutRounds, errClip(rd.ToolCalls[0].Output))
 	case r.unreachableRounds >= limit:
-		tr.Termination, tr.FailureClass = ToolError, report.FailResourceServer
+		tr.Termination, tr.FailureClass = ToolError, record.FailResourceServer
 		tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", r.unreachableRounds, errClip(rd.ToolCalls[0].Output))
 	case !r.workflow && r.failedRounds >= limit:
 		tr.Termination = ToolError
@@ -715,7 +715,7 @@ func notInStep(name string, st *Step, workflow bool, offered []dataset.Tool) str
 	if !workflow {
 		return unknownTool(name, offered)
 	}
-	return fmt.Sprintf("Error: tool %s is not available in step %q; available: %s", report.Clip(name, 100), st.Name, strings.Join(st.Tools, ", "))
+	return fmt.Sprintf("Error: tool %s is not available in step %q; available: %s", record.Clip(name, 100), st.Name, strings.Join(st.Tools, ", "))
 }
 
 func userMessage(s string) openai.ChatCompletionMessage {
@@ -807,7 +807,7 @@ func validationProblems(st *Step, last map[string][]validationAnswer) string {
 				continue
 			}
 			if len(a.issues) == 0 {
-				what := report.Clip(a.output, 500)
+				what := record.Clip(a.output, 500)
 				if a.status != 0 && a.status/100 != 2 {
 					what = fmt.Sprintf("HTTP %d: %s", a.status, what)
 				}

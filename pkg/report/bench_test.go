@@ -11,7 +11,6 @@ package report
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/rollout-dev/rollout/internal/benchutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,6 +22,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/internal/benchutil"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 func TestMain(m *testing.M) {
@@ -45,12 +47,15 @@ var (
 	benchCategories = []string{"finance", "logistics", "retail", "health", "energy", "telecom"}
 	benchLevels     = []string{"easy", "medium", "hard"}
 	benchTerms      = []string{"completed", "completed", "completed", "completed", "completed", "completed", "tool_error", "max_rounds"}
-	benchFailures   = []struct{ class, err string }{
-		{FailRateLimited, "model: 429 Too Many Requests: rate limit reached for requests, retry after 2s"},
-		{FailTimeout, "rollout: context deadline exceeded after 120s (round 4)"},
-		{FailModelUnavailable, "model: dial tcp 10.0.3.17:8000: connect: connection refused"},
-		{FailResourceServer, `resource server: POST /fetch_record: 500 Internal Server Error: {"detail":"db locked"}`},
-		{FailBadTask, "task: responses_create_params.input: empty"},
+	benchFailures   = []struct {
+		class record.FailureClass
+		err   string
+	}{
+		{record.FailRateLimited, "model: 429 Too Many Requests: rate limit reached for requests, retry after 2s"},
+		{record.FailTimeout, "rollout: context deadline exceeded after 120s (round 4)"},
+		{record.FailModelUnavailable, "model: dial tcp 10.0.3.17:8000: connect: connection refused"},
+		{record.FailResourceServer, `resource server: POST /fetch_record: 500 Internal Server Error: {"detail":"db locked"}`},
+		{record.FailBadTask, "task: responses_create_params.input: empty"},
 	}
 	benchStart = time.Date(2026, 11, 21, 9, 30, 0, 0, time.UTC)
 )
@@ -58,10 +63,10 @@ var (
 // benchRecord is the i-th record of a realistic run of 125,000 tasks × 2 arms × 4 repeats:
 // two task fields, two or three tool names and reward components, about 3% failures (with
 // an error message and no reward), nanosecond start times in UTC.
-func benchRecord(i int) Record {
+func benchRecord(i int) record.Record {
 	h := mix(uint64(i))
 	task := int64(i / 8)
-	r := Record{
+	r := record.Record{
 		TaskIndex:        task,
 		RolloutIndex:     int64(i % 4),
 		TaskID:           "extraction-" + strconv.FormatInt(100000+task, 10),
@@ -164,7 +169,7 @@ func cachedRun(b *testing.B, n int) *benchRun {
 	for i := range trajs {
 		trajs[i] = benchTrajectory(i, 300+i%200)
 	}
-	res := &Result{}
+	res := &record.Result{}
 	for i := range n {
 		res.Record = benchRecord(i)
 		res.Trajectory = trajs[i%pool]
@@ -242,10 +247,10 @@ func benchN() int {
 //     files, which are rewritten.
 func BenchmarkResumeScan(b *testing.B) {
 	run := cachedRun(b, benchN())
-	retry := func(r *Record) bool { return !InfraFailure(r.FailureClass) }
+	retry := func(r *record.Record) bool { return !r.FailureClass.Infra() }
 	wantRetry := 0
 	for i := range run.n {
-		if !InfraFailure(benchRecord(i).FailureClass) {
+		if !benchRecord(i).FailureClass.Infra() {
 			wantRetry++
 		}
 	}
@@ -261,7 +266,7 @@ func BenchmarkResumeScan(b *testing.B) {
 	}
 	for _, bc := range []struct {
 		name    string
-		keep    func(*Record) bool
+		keep    func(*record.Record) bool
 		prepare func(b *testing.B, dir string) // on a fresh copy, before each scan; nil: scan the cached run
 		want    int
 	}{
@@ -437,9 +442,9 @@ func benchFinalize(b *testing.B, run *benchRun, finalize func(dir string)) {
 // every 256 records), and without syncing (the CPU cost alone).
 func BenchmarkAppendRecord(b *testing.B) {
 	const pool = 1024
-	results := make([]Result, pool)
+	results := make([]record.Result, pool)
 	for i := range results {
-		results[i] = Result{Record: benchRecord(i), Trajectory: benchTrajectory(i, 1024)}
+		results[i] = record.Result{Record: benchRecord(i), Trajectory: benchTrajectory(i, 1024)}
 	}
 	for _, bc := range []struct {
 		name string

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // Comparison pairs two sides (two runs, or two arms of one run) rollout by rollout: the same
@@ -52,7 +54,7 @@ type Comparison struct {
 // TaskKey is what a record's task is known by across runs: "id:" and the row's id, else
 // "row:" and the hash of the row's content (Record.TaskHash), else, or when byIndex,
 // "index:" and its position in its task file.
-func TaskKey(r *Record, byIndex bool) string {
+func TaskKey(r *record.Record, byIndex bool) string {
 	switch {
 	case byIndex:
 	case r.TaskID != "":
@@ -65,7 +67,7 @@ func TaskKey(r *Record, byIndex bool) string {
 
 // keysUsable reports whether every record of recs has a task id or row hash, and each such
 // key belongs to one task (source file and index); hashed says whether a key is a hash.
-func keysUsable(recs []Record) (ok, hashed bool) {
+func keysUsable(recs []record.Record) (ok, hashed bool) {
 	type task struct {
 		src   string
 		index int64
@@ -93,10 +95,10 @@ func keysUsable(recs []Record) (ok, hashed bool) {
 // index. Rollouts that failed are left out of the
 // pairs unless o.ScoreFailuresAsZero. The sides' names are their Scopes (set by the caller
 // through nameA, nameB).
-func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
+func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Comparison {
 	o = o.normalized()
 	c := &Comparison{OnlyA: []string{}, OnlyB: []string{}, NoPairs: []string{}}
-	for i, side := range [][]Record{a, b} {
+	for i, side := range [][]record.Record{a, b} {
 		c.Sides[i] = Evaluate(side, o).Overall
 		c.Sides[i].Scope = []string{nameA, nameB}[i]
 	}
@@ -111,7 +113,7 @@ func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
 	default:
 		c.PairedBy = "task id"
 	}
-	score := func(r *Record) (float64, bool) {
+	score := func(r *record.Record) (float64, bool) {
 		switch {
 		case r.FailureClass == "" && r.HasReward:
 			return r.Reward, true
@@ -128,7 +130,7 @@ func Compare(a, b []Record, nameA, nameB string, o StatsOptions) *Comparison {
 	var scored [2]map[key]float64
 	var seen [2]map[string]bool
 	var most float64 // the largest magnitude of a scored reward
-	for i, side := range [][]Record{a, b} {
+	for i, side := range [][]record.Record{a, b} {
 		scored[i], seen[i] = map[key]float64{}, map[string]bool{}
 		for j := range side {
 			r := &side[j]

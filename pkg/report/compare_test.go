@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
-func cmpRec(task, rollout int64, reward float64, class string) Record {
-	r := Record{TaskIndex: task, RolloutIndex: rollout, Reward: reward, HasReward: class == "", FailureClass: class,
+func cmpRec(task, rollout int64, reward float64, class string) record.Record {
+	r := record.Record{TaskIndex: task, RolloutIndex: rollout, Reward: reward, HasReward: class == "", FailureClass: record.FailureClass(class),
 		StartedAt: time.Unix(1, 0), Rounds: 1, Termination: "completed"}
 	return r
 }
@@ -21,8 +23,8 @@ func cmpRec(task, rollout int64, reward float64, class string) Record {
 // G/(G−1) = 2: 1; sqrt(1)/4 = 1/4. Task means: t0 0 → 1 (won), t1 1/2 → 1 (won). Paired
 // means: A 1/4, B 1.
 func TestCompare(t *testing.T) {
-	a := []Record{cmpRec(0, 0, 0, ""), cmpRec(0, 1, 0, ""), cmpRec(1, 0, 1, ""), cmpRec(1, 1, 0, "")}
-	b := []Record{cmpRec(0, 0, 1, ""), cmpRec(0, 1, 1, ""), cmpRec(1, 0, 1, ""), cmpRec(1, 1, 1, ""), cmpRec(2, 0, 1, "")}
+	a := []record.Record{cmpRec(0, 0, 0, ""), cmpRec(0, 1, 0, ""), cmpRec(1, 0, 1, ""), cmpRec(1, 1, 0, "")}
+	b := []record.Record{cmpRec(0, 0, 1, ""), cmpRec(0, 1, 1, ""), cmpRec(1, 0, 1, ""), cmpRec(1, 1, 1, ""), cmpRec(2, 0, 1, "")}
 	c := Compare(a, b, "A", "B", StatsOptions{Seed: 3})
 	if c.Pairs != 4 || c.Unpaired != 1 || math.Abs(c.MeanDiff-0.75) > 1e-12 || math.Abs(c.StdErr-0.25) > 1e-12 {
 		t.Errorf("pairs %d unpaired %d mean %v stderr %v; want 4, 1, 0.75, 0.25", c.Pairs, c.Unpaired, c.MeanDiff, c.StdErr)
@@ -46,7 +48,7 @@ func TestCompare(t *testing.T) {
 	}
 
 	// A failure on side A: left out of the pairs, or paired as 0.
-	a[3] = cmpRec(1, 1, 0, FailTimeout)
+	a[3] = cmpRec(1, 1, 0, record.FailTimeout)
 	a[2] = cmpRec(1, 0, 1, "")
 	c = Compare(a, b, "A", "B", StatsOptions{})
 	if c.Pairs != 3 || c.Unpaired != 2 {
@@ -76,15 +78,15 @@ func TestCompare(t *testing.T) {
 // every record, by index; tasks on one side only, or without a repeat scored on both sides,
 // are listed and left out.
 func TestComparePairsByTaskID(t *testing.T) {
-	withID := func(id string, task, rollout int64, reward float64, class string) Record {
+	withID := func(id string, task, rollout int64, reward float64, class string) record.Record {
 		r := cmpRec(task, rollout, reward, class)
 		r.TaskID = id
 		return r
 	}
 	// A: t-a at index 0 scores 1, t-b at 1 scores 0, t-c at 2 scores 0.5.
-	a := []Record{withID("t-a", 0, 0, 1, ""), withID("t-b", 1, 0, 0, ""), withID("t-c", 2, 0, 0.5, "")}
+	a := []record.Record{withID("t-a", 0, 0, 1, ""), withID("t-b", 1, 0, 0, ""), withID("t-c", 2, 0, 0.5, "")}
 	// B: the same tasks in another order (t-c, t-a, t-b), each scoring like in A, plus t-d.
-	b := []Record{withID("t-c", 0, 0, 0.5, ""), withID("t-a", 1, 0, 1, ""), withID("t-b", 2, 0, 0, ""), withID("t-d", 3, 0, 1, "")}
+	b := []record.Record{withID("t-c", 0, 0, 0.5, ""), withID("t-a", 1, 0, 1, ""), withID("t-b", 2, 0, 0, ""), withID("t-d", 3, 0, 1, "")}
 	c := Compare(a, b, "A", "B", StatsOptions{Seed: 1})
 	if c.PairedBy != "task id" || c.Pairs != 3 || c.MeanDiff != 0 || c.Tied != 3 || c.Won+c.Lost != 0 || !slices.Equal(c.OnlyB, []string{"id:t-d"}) {
 		t.Errorf("by id: %+v", c)
@@ -103,7 +105,7 @@ func TestComparePairsByTaskID(t *testing.T) {
 	}
 	// Every rollout of t-b failed on side B: t-b has no pair, and is listed; A's t-b and B's
 	// t-d are the unpaired scored rollouts.
-	b[2] = withID("t-b", 2, 0, 0, FailTimeout)
+	b[2] = withID("t-b", 2, 0, 0, record.FailTimeout)
 	c = Compare(a, b, "A", "B", StatsOptions{})
 	if c.Pairs != 2 || !slices.Equal(c.NoPairs, []string{"id:t-b"}) || c.Sides[1].TasksAllFailed != 1 || c.Unpaired != 2 {
 		t.Errorf("all-failed task: pairs %d, without pairs %v, B all failed %d, unpaired %d", c.Pairs, c.NoPairs, c.Sides[1].TasksAllFailed, c.Unpaired)
@@ -123,13 +125,13 @@ func TestComparePairsByTaskID(t *testing.T) {
 // Rows without ids are matched by their content's hash (TaskHash), in any order; a record
 // with neither id nor hash (an older run) falls back to the index.
 func TestComparePairsByRowHash(t *testing.T) {
-	withHash := func(hash string, task int64, reward float64) Record {
+	withHash := func(hash string, task int64, reward float64) record.Record {
 		r := cmpRec(task, 0, reward, "")
 		r.TaskHash = hash
 		return r
 	}
-	a := []Record{withHash("aaaa", 0, 1), withHash("bbbb", 1, 0), withHash("cccc", 2, 0)}
-	b := []Record{withHash("cccc", 0, 1), withHash("aaaa", 1, 1), withHash("bbbb", 2, 0)}
+	a := []record.Record{withHash("aaaa", 0, 1), withHash("bbbb", 1, 0), withHash("cccc", 2, 0)}
+	b := []record.Record{withHash("cccc", 0, 1), withHash("aaaa", 1, 1), withHash("bbbb", 2, 0)}
 	c := Compare(a, b, "A", "B", StatsOptions{})
 	// By hash: aaaa 1→1 tied, bbbb 0→0 tied, cccc 0→1 won.
 	if c.PairedBy != "task id or row hash" || c.Pairs != 3 || c.Won != 1 || c.Tied != 2 || c.Lost != 0 {

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // maxJSONDepth bounds the nesting the fast paths follow (encoding/json's limit is 10000; a
@@ -593,20 +594,20 @@ func (d *recordDecoder) str(b []byte, i int, slot int, store bool) (s string, en
 
 // decode reads the journal line b into r, which must be the zero Record, and reports whether
 // it could. When it could not, r holds garbage and the line must go to encoding/json.
-func (d *recordDecoder) decode(b []byte, r *Record) bool {
+func (d *recordDecoder) decode(b []byte, r *record.Record) bool {
 	return d.record(b, r, true)
 }
 
 // decodeKey reads only the key of the journal line b (the other fields are checked, as
 // encoding/json would check them, but not kept), and reports whether it could.
-func (d *recordDecoder) decodeKey(b []byte) (Key, bool) {
-	var r Record
+func (d *recordDecoder) decodeKey(b []byte) (record.Key, bool) {
+	var r record.Record
 	ok := d.record(b, &r, false)
-	return Key{r.TaskIndex, r.RolloutIndex, r.Arm}, ok
+	return record.Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm}, ok
 }
 
 // record reads b into r: every field when full, else the key's.
-func (d *recordDecoder) record(b []byte, r *Record, full bool) bool {
+func (d *recordDecoder) record(b []byte, r *record.Record, full bool) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -664,7 +665,7 @@ func (d *recordDecoder) record(b []byte, r *Record, full bool) bool {
 // the fast path cannot. null leaves the field alone, as it does with encoding/json (r is
 // the zero Record, so maps and lists stay nil). Only the key's fields are kept when not
 // full, but every value is checked.
-func (d *recordDecoder) field(b []byte, i, f int, r *Record, full bool) int {
+func (d *recordDecoder) field(b []byte, i, f int, r *record.Record, full bool) int {
 	if hasLiteral(b, i, "null") {
 		return i + 4
 	}
@@ -758,7 +759,7 @@ func (d *recordDecoder) field(b []byte, i, f int, r *Record, full bool) int {
 		case rfTermination:
 			r.Termination = s
 		case rfFailureClass:
-			r.FailureClass = s
+			r.FailureClass = record.FailureClass(s)
 		case rfSourceFile:
 			r.SourceFile = s
 		}
@@ -784,7 +785,7 @@ func (d *recordDecoder) field(b []byte, i, f int, r *Record, full bool) int {
 }
 
 // toolNames reads a JSON array of strings.
-func (d *recordDecoder) toolNames(b []byte, i int, r *Record, full bool) int {
+func (d *recordDecoder) toolNames(b []byte, i int, r *record.Record, full bool) int {
 	if b[i] != '[' {
 		return -1
 	}
@@ -826,7 +827,7 @@ func (d *recordDecoder) toolNames(b []byte, i int, r *Record, full bool) int {
 }
 
 // object reads reward_components (string to number) or task_fields (string to string).
-func (d *recordDecoder) object(b []byte, i, f int, r *Record, full bool) int {
+func (d *recordDecoder) object(b []byte, i, f int, r *record.Record, full bool) int {
 	if b[i] != '{' {
 		return -1
 	}

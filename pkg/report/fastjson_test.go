@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // A line of each kind the journal holds, as the Sink writes it.
@@ -36,7 +38,7 @@ var (
 
 // decodeBoth decodes line with encoding/json and with the fast path (and the fallback, as
 // the package reads journals), and returns both records and whether the fast path took it.
-func decodeBoth(line string) (want Record, wantErr error, got Record, gotErr error, fast bool) {
+func decodeBoth(line string) (want record.Record, wantErr error, got record.Record, gotErr error, fast bool) {
 	wantErr = json.Unmarshal([]byte(line), &want)
 	var d recordDecoder
 	fast = d.decode([]byte(line), &got)
@@ -50,7 +52,7 @@ func decodeBoth(line string) (want Record, wantErr error, got Record, gotErr err
 
 // sameRecord compares records field by field, with reflect.DeepEqual, which tells a nil map
 // or list from an empty one; times must be equal and in the same location.
-func sameRecord(a, b Record) bool {
+func sameRecord(a, b record.Record) bool {
 	if !a.StartedAt.Equal(b.StartedAt) || a.StartedAt.Location().String() != b.StartedAt.Location().String() {
 		return false
 	}
@@ -241,7 +243,7 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 // A record encoding/json refuses is refused by the fast encoder too (the Sink then gives
 // encoding/json's error).
 func TestAppendRecordJSONRefuses(t *testing.T) {
-	for _, r := range []Record{
+	for _, r := range []record.Record{
 		{Reward: math.NaN()},
 		{LatencyMs: math.Inf(1)},
 		{RewardComponents: map[string]float64{"a": math.Inf(-1)}},
@@ -398,8 +400,8 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 	for trial := range 60 {
 		n := 1 + rng.IntN(400)
 		dups := trial%4 == 3
-		recs := make([]Record, 0, n)
-		seen := map[Key]bool{}
+		recs := make([]record.Record, 0, n)
+		seen := map[record.Key]bool{}
 		for len(recs) < n {
 			r := benchRecord(rng.IntN(200))
 			r.RolloutIndex = int64(rng.IntN(6))
@@ -410,7 +412,7 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 				r.TaskFields = nil
 			}
 			if rng.IntN(10) == 0 {
-				r.FailureClass, r.HasReward, r.Termination = []string{FailTimeout, FailBadTask}[rng.IntN(2)], false, ""
+				r.FailureClass, r.HasReward, r.Termination = []record.FailureClass{record.FailTimeout, record.FailBadTask}[rng.IntN(2)], false, ""
 			}
 			if rng.IntN(20) == 0 {
 				r.HasReward = false
@@ -465,7 +467,7 @@ func TestFinalizeWithEvaluator(t *testing.T) {
 	const n = 3000
 	for i := range n {
 		r := benchRecord(i)
-		if err := s.Write(&Result{Record: r, Trajectory: benchTrajectory(i, 200)}); err != nil {
+		if err := s.Write(&record.Result{Record: r, Trajectory: benchTrajectory(i, 200)}); err != nil {
 			t.Fatal(err)
 		}
 	}

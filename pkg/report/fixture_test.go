@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 var fixtureStart = time.Date(2025, 3, 14, 15, 9, 26, 535_000_000, time.UTC)
@@ -10,10 +12,10 @@ var fixtureStart = time.Date(2025, 3, 14, 15, 9, 26, 535_000_000, time.UTC)
 // fixtureRecords returns n records that vary in every way that matters to
 // the Parquet encoding: nil, empty and full maps and lists, failures with
 // no reward, and zero and non-UTC timestamps.
-func fixtureRecords(n int) []Record {
-	recs := make([]Record, n)
+func fixtureRecords(n int) []record.Record {
+	recs := make([]record.Record, n)
 	for i := range recs {
-		r := Record{
+		r := record.Record{
 			TaskIndex:        int64(i / 3),
 			RolloutIndex:     int64(i % 3),
 			TaskID:           fmt.Sprintf("task-%03d", i/3),
@@ -55,7 +57,7 @@ func fixtureRecords(n int) []Record {
 			r.ToolNames = []string{"search", "python", "search"}
 		}
 		if i%5 == 3 {
-			r.FailureClass = FailModelUnavailable
+			r.FailureClass = record.FailModelUnavailable
 			r.Error = fmt.Sprintf("dial tcp: connection refused (%d)", i)
 			r.HasReward, r.Reward, r.RewardComponents = false, 0, nil
 			r.Termination = ""

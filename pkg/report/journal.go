@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // The files of a run's output directory.
@@ -18,25 +20,6 @@ const (
 	SummaryFile      = "summary.json"
 	ManifestFile     = "manifest.json"
 )
-
-// Key identifies a rollout: (task index, rollout index, arm). It is what resume and
-// de-duplication use.
-type Key struct {
-	Task    int64
-	Rollout int64
-	Arm     string
-}
-
-func (r *Record) Key() Key { return Key{r.TaskIndex, r.RolloutIndex, r.Arm} }
-
-// Done is the set of rollouts that have a record.
-type Done map[Key]struct{}
-
-// Has reports whether the rollout has a record.
-func (d Done) Has(task, rollout int64, arm string) bool {
-	_, ok := d[Key{task, rollout, arm}]
-	return ok
-}
 
 // Sink is the crash-safe output of a run. While the run is alive its journal is the truth: one
 // JSON record per line, appended. Each result's trajectory (and NeMo Gym line, with
@@ -65,8 +48,9 @@ type Sink struct {
 
 // sideFile is an output appended before the journal and synced before it.
 type sideFile interface {
-	Output
+	Write(*record.Result) error
 	Sync() error
+	Close() error
 }
 
 // SinkOptions configure a Sink.
@@ -148,7 +132,7 @@ func (s *Sink) ticker() {
 }
 
 // Write appends one result: its side lines, then its record.
-func (s *Sink) Write(r *Result) error {
+func (s *Sink) Write(r *record.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -220,9 +204,9 @@ func (s *Sink) Close() error {
 // (a crash in the middle of a write) is ignored; any other line that does not parse is an
 // error naming the line. Each call gets a record of its own. Lines are decoded in parallel,
 // ahead of fn.
-func ScanJournal(path string, fn func(rec *Record) error) error {
-	return scanJournal(path, func(rec *Record) error {
-		r := new(Record)
+func ScanJournal(path string, fn func(rec *record.Record) error) error {
+	return scanJournal(path, func(rec *record.Record) error {
+		r := new(record.Record)
 		*r = *rec
 		return fn(r)
 	})
@@ -230,7 +214,7 @@ func ScanJournal(path string, fn func(rec *Record) error) error {
 
 // scanJournal calls fn for every record of the journal at path, in order; the record is
 // only valid during the call (the maps and lists it points to are its own).
-func scanJournal(path string, fn func(rec *Record) error) error {
+func scanJournal(path string, fn func(rec *record.Record) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -257,7 +241,7 @@ func scanJournal(path string, fn func(rec *Record) error) error {
 
 // decodedLine is a journal line decoded: a record, or encoding/json's error.
 type decodedLine struct {
-	rec Record
+	rec record.Record
 	err error
 }
 
@@ -267,7 +251,7 @@ func (d *recordDecoder) parse(line []byte, res *decodedLine) {
 	if d.decode(line, &res.rec) {
 		return
 	}
-	res.rec = Record{}
+	res.rec = record.Record{}
 	res.err = json.Unmarshal(line, &res.rec)
 }
 

@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
-func result(task, rollout int64, class string, reward float64) *Result {
-	r := &Result{Record: Record{TaskIndex: task, RolloutIndex: rollout, Arm: "multi", TaskID: "t", FailureClass: class, Reward: reward, HasReward: class == ""}}
+func result(task, rollout int64, class string, reward float64) *record.Result {
+	r := &record.Result{Record: record.Record{TaskIndex: task, RolloutIndex: rollout, Arm: "multi", TaskID: "t", FailureClass: record.FailureClass(class), Reward: reward, HasReward: class == ""}}
 	r.Trajectory = json.RawMessage(`{"rounds":[]}`)
 	if class == "" {
 		r.Verify = json.RawMessage(`{"reward":1}`)
@@ -46,7 +48,7 @@ func TestSinkAndFinalize(t *testing.T) {
 	for i := range int64(5) {
 		class := ""
 		if i == 3 {
-			class = FailRateLimited
+			class = record.FailRateLimited
 		}
 		if err := s.Write(result(i, 0, class, 1)); err != nil {
 			t.Fatal(err)
@@ -91,8 +93,8 @@ func TestCompactAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Write(result(0, 0, "", 1))
-	s.Write(result(1, 0, FailTimeout, 0))
-	s.Write(result(2, 0, FailBadTask, 0))
+	s.Write(result(1, 0, record.FailTimeout, 0))
+	s.Write(result(2, 0, record.FailBadTask, 0))
 	s.Write(result(3, 0, "", 1))
 	s.Close()
 	// The crash: task 4's side lines were written, its record was torn; a duplicate of task 0
@@ -111,7 +113,7 @@ func TestCompactAfterCrash(t *testing.T) {
 	appendTo(filepath.Join(dir, JournalFile), j[0]+"\n"+`{"task_index":4,"rollout_ind`)
 
 	n := 0
-	if err := ScanJournal(filepath.Join(dir, JournalFile), func(*Record) error { n++; return nil }); err != nil || n != 5 {
+	if err := ScanJournal(filepath.Join(dir, JournalFile), func(*record.Record) error { n++; return nil }); err != nil || n != 5 {
 		t.Fatalf("ScanJournal: %d records, %v; want 5 (the torn line skipped)", n, err)
 	}
 
@@ -133,7 +135,7 @@ func TestCompactAfterCrash(t *testing.T) {
 	}
 
 	// --retry-failed: infrastructure failures go, a bad task stays.
-	done, err = Compact(dir, ng, func(r *Record) bool { return !InfraFailure(r.FailureClass) })
+	done, err = Compact(dir, ng, func(r *record.Record) bool { return !r.FailureClass.Infra() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		for i := range int64(6) {
 			class := ""
 			if i == 2 {
-				class = FailTimeout
+				class = record.FailTimeout
 			}
 			if err := s.Write(result(i, 0, class, 1)); err != nil {
 				t.Fatal(err)
@@ -265,7 +267,7 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		dir := setup(t)
 		j, tr := lines(t, journal(dir)), lines(t, trajs(dir))
 		tIno := inode(trajs(dir))
-		done, err := Compact(dir, "", func(r *Record) bool { return !InfraFailure(r.FailureClass) })
+		done, err := Compact(dir, "", func(r *record.Record) bool { return !r.FailureClass.Infra() })
 		if err != nil || len(done) != 5 || done.Has(2, 0, "multi") {
 			t.Fatalf("%v done, %v", done, err)
 		}
@@ -336,9 +338,9 @@ func TestSinkRedactsSecrets(t *testing.T) {
 	r.Record.TaskFields = map[string]string{"note": key}
 	r.Trajectory = json.RawMessage(`{"rounds":[{"finish_reason":"` + key + `","content":"a \"q\" ` + key + `"}],"short":"short"}`)
 	r.Verify = json.RawMessage(`{"reward":1,"echo":"` + key + `"}`)
-	r2 := result(1, 0, FailModelError, 0)
+	r2 := result(1, 0, record.FailModelError, 0)
 	r2.Trajectory = json.RawMessage(`{"n":` + num + `}`) // outside a string
-	for _, res := range []*Result{r, r2} {
+	for _, res := range []*record.Result{r, r2} {
 		if err := s.Write(res); err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +387,7 @@ func TestSinkRedactsSecrets(t *testing.T) {
 // and not when the text is inside a string (an error that quotes it).
 func TestCountClass(t *testing.T) {
 	dir := t.TempDir()
-	if n, err := CountClass(dir, FailCancelled); n != 0 || err != nil {
+	if n, err := CountClass(dir, record.FailCancelled); n != 0 || err != nil {
 		t.Fatalf("no journal: %d, %v", n, err)
 	}
 	s, err := OpenSink(dir, SinkOptions{})
@@ -397,10 +399,10 @@ func TestCountClass(t *testing.T) {
 		class := ""
 		switch i % 7 {
 		case 3:
-			class = FailCancelled
+			class = record.FailCancelled
 			want++
 		case 5:
-			class = FailTimeout
+			class = record.FailTimeout
 		}
 		r := result(i, 0, class, 1)
 		r.Record.Error = `quoted: "failure_class":"cancelled"` + strings.Repeat("x", int(i%300))
@@ -411,12 +413,12 @@ func TestCountClass(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := CountClass(dir, FailCancelled); n != want || err != nil {
+	if n, err := CountClass(dir, record.FailCancelled); n != want || err != nil {
 		t.Errorf("CountClass: %d, %v; want %d", n, err, want)
 	}
 	n := 0
-	ScanJournal(filepath.Join(dir, JournalFile), func(r *Record) error {
-		if r.FailureClass == FailCancelled {
+	ScanJournal(filepath.Join(dir, JournalFile), func(r *record.Record) error {
+		if r.FailureClass == record.FailCancelled {
 			n++
 		}
 		return nil

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // readLines parses every line of a JSONL file into a map.
@@ -53,7 +55,7 @@ func mustJSON(t *testing.T, s string) any {
 
 func TestTrajectoryWriter(t *testing.T) {
 	recs := fixtureRecords(4)
-	results := []*Result{
+	results := []*record.Result{
 		{Record: recs[0], Trajectory: json.RawMessage(`{"messages":[{"role":"user","content":"a <b> & c"}],"rounds":[]}`)},
 		{Record: recs[1], Trajectory: nil},
 		{Record: recs[2], Trajectory: json.RawMessage("{\n  \"messages\": [\n    {\"role\": \"assistant\"}\n  ]\n}\n")},
@@ -85,7 +87,7 @@ func TestTrajectoryWriter(t *testing.T) {
 			"reward":        json.Number(strconv.FormatFloat(r.Record.Reward, 'f', -1, 64)),
 			"has_reward":    r.Record.HasReward,
 			"termination":   r.Record.Termination,
-			"failure_class": r.Record.FailureClass,
+			"failure_class": string(r.Record.FailureClass),
 			"trajectory":    nil,
 		}
 		if r.Trajectory != nil {
@@ -124,10 +126,10 @@ func TestTrajectoryWriterFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Write(&Result{Trajectory: json.RawMessage(`{"messages":[`)}); err == nil {
+		if err := w.Write(&record.Result{Trajectory: json.RawMessage(`{"messages":[`)}); err == nil {
 			t.Error("no error for invalid JSON")
 		}
-		ok := &Result{Record: Record{TaskIndex: 7}, Trajectory: json.RawMessage(`{}`)}
+		ok := &record.Result{Record: record.Record{TaskIndex: 7}, Trajectory: json.RawMessage(`{}`)}
 		if err := w.Write(ok); err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +174,7 @@ func TestJSONLTornLine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := w.Write(&Result{Verify: json.RawMessage(`{"reward":1}`)}); err != nil {
+			if err := w.Write(&record.Result{Verify: json.RawMessage(`{"reward":1}`)}); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Close(); err != nil {

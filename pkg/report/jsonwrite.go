@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // appendJSONFloat appends f as encoding/json writes a float64 (ok false for NaN and ±Inf,
@@ -39,7 +40,7 @@ func appendJSONFloat(dst []byte, f float64) ([]byte, bool) {
 // (HTML escaping off) writes for it; ok is false, and dst unchanged, for a record it
 // cannot write (a NaN or infinite number, a time outside the years 0 to 9999): encoding/json
 // then gives its error.
-func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, ok bool) {
+func appendRecordJSON(dst []byte, r *record.Record, keys []string) (out []byte, _ []string, ok bool) {
 	n := len(dst)
 	dst = append(dst, `{"task_index":`...)
 	dst = strconv.AppendInt(dst, r.TaskIndex, 10)
@@ -112,7 +113,7 @@ func appendRecordJSON(dst []byte, r *Record, keys []string) (out []byte, _ []str
 	dst = append(dst, `,"termination":`...)
 	dst = jsonw.AppendString(dst, r.Termination)
 	dst = append(dst, `,"failure_class":`...)
-	dst = jsonw.AppendString(dst, r.FailureClass)
+	dst = jsonw.AppendString(dst, string(r.FailureClass))
 	dst = append(dst, `,"error":`...)
 	dst = jsonw.AppendString(dst, r.Error)
 	dst = append(dst, `,"attempts":`...)

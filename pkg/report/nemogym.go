@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // NeMo Gym's keys for a rollout's position, added to each verify answer, and ours for its arm
@@ -33,8 +34,6 @@ type NemoGymWriter struct {
 	skipped int
 }
 
-var _ Output = (*NemoGymWriter)(nil)
-
 // NewNemoGymWriter opens path for appending, creating it if needed.
 func NewNemoGymWriter(path string) (*NemoGymWriter, error) {
 	f, err := openJSONL(path)
@@ -51,7 +50,7 @@ func (n *NemoGymWriter) Skipped() int { return n.skipped }
 // Write appends the result's verify answer, or skips a result without one.
 // A verify answer that is not a JSON object is an error and nothing is
 // written.
-func (n *NemoGymWriter) Write(r *Result) error {
+func (n *NemoGymWriter) Write(r *record.Result) error {
 	if len(r.Verify) == 0 {
 		n.skipped++
 		return nil
@@ -148,8 +147,8 @@ const NemoGymFile = "nemo_gym.jsonl"
 // as dest.tmp, synced and renamed over dest, so a crash leaves either the old file or the new
 // one. It returns the number of lines written.
 func WriteNemoGym(dir, dest string) (lines int, err error) {
-	done := Done{}
-	err = scanJournal(join(dir, JournalFile), func(rec *Record) error {
+	done := record.Done{}
+	err = scanJournal(join(dir, JournalFile), func(rec *record.Record) error {
 		done[rec.Key()] = struct{}{}
 		return nil
 	})

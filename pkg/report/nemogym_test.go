@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 func TestNemoGymSplice(t *testing.T) {
@@ -68,8 +70,8 @@ func TestNemoGymSplice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = w.Write(&Result{
-				Record: Record{TaskIndex: tt.task, RolloutIndex: tt.rollout, Arm: "multi"},
+			err = w.Write(&record.Result{
+				Record: record.Record{TaskIndex: tt.task, RolloutIndex: tt.rollout, Arm: "multi"},
 				Verify: json.RawMessage(tt.verify),
 			})
 			if cerr := w.Close(); cerr != nil {
@@ -112,9 +114,9 @@ func TestNemoGymWriterSkipsFailed(t *testing.T) {
 	var wantKeys [][2]int64
 	var wantIdx []int
 	for i, r := range recs {
-		res := &Result{Record: r}
+		res := &record.Result{Record: r}
 		switch {
-		case r.FailureClass != FailNone:
+		case r.FailureClass != record.FailNone:
 			wantSkipped++ // no verify answer
 		case i%4 == 0:
 			res.Verify = json.RawMessage{} // empty counts as none

@@ -184,7 +184,7 @@ func TestParquetReadByArrow(t *testing.T) {
 				}
 			})
 			each(t, af, "failure_class", func(row int, a *array.String, i int) {
-				if a.Value(i) != recs[row].FailureClass {
+				if a.Value(i) != string(recs[row].FailureClass) {
 					t.Errorf("row %d failure_class: got %q, want %q", row, a.Value(i), recs[row].FailureClass)
 				}
 			})

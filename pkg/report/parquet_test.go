@@ -3,7 +3,6 @@ package report
 import (
 	"errors"
 	"fmt"
-	"github.com/rollout-dev/rollout/internal/benchutil"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/internal/benchutil"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 var wantColumns = []string{
@@ -21,14 +23,14 @@ var wantColumns = []string{
 	"started_at", "seed", "source_file", "source_line", "task_fields",
 }
 
-func writeParquet(t testing.TB, path string, opt ParquetOptions, recs []Record) {
+func writeParquet(t testing.TB, path string, opt ParquetOptions, recs []record.Record) {
 	t.Helper()
 	w, err := NewParquetWriter(path, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range recs {
-		if err := w.Write(&Result{Record: recs[i]}); err != nil {
+		if err := w.Write(&record.Result{Record: recs[i]}); err != nil {
 			t.Fatalf("write record %d: %v", i, err)
 		}
 	}
@@ -61,8 +63,8 @@ func TestParquetRoundTrip(t *testing.T) {
 // diffRecord compares two records as they survive Parquet: nil and empty
 // maps and lists are equal, and times are equal to the millisecond
 // regardless of location.
-func diffRecord(got, want Record) string {
-	norm := func(r Record) Record {
+func diffRecord(got, want record.Record) string {
+	norm := func(r record.Record) record.Record {
 		if len(r.RewardComponents) == 0 {
 			r.RewardComponents = nil
 		}
@@ -94,7 +96,7 @@ func TestParquetTempThenRename(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range fixtureRecords(5) {
-		if err := w.Write(&Result{Record: r}); err != nil {
+		if err := w.Write(&record.Result{Record: r}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +118,7 @@ func TestParquetTempThenRename(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := w.Write(&Result{}); err == nil {
+	if err := w.Write(&record.Result{}); err == nil {
 		t.Error("Write after Close: no error")
 	}
 	if got, err := ReadParquet(path); err != nil || len(got) != 5 {
@@ -144,7 +146,7 @@ func TestParquetFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Write(&Result{Record: fixtureRecords(1)[0]}); err != nil {
+		if err := w.Write(&record.Result{Record: fixtureRecords(1)[0]}); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Close(); err == nil {
@@ -174,14 +176,14 @@ func TestParquetFailures(t *testing.T) {
 		} {
 			bad := good
 			bad.StartedAt = at
-			if err := w.Write(&Result{Record: bad}); err == nil {
+			if err := w.Write(&record.Result{Record: bad}); err == nil {
 				t.Errorf("StartedAt %v: no error", at)
 			}
 		}
 		edge := good
 		edge.StartedAt = time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
-		for _, r := range []Record{good, edge} {
-			if err := w.Write(&Result{Record: r}); err != nil {
+		for _, r := range []record.Record{good, edge} {
+			if err := w.Write(&record.Result{Record: r}); err != nil {
 				t.Fatalf("after a refused record: %v", err)
 			}
 		}
@@ -251,7 +253,7 @@ func TestParquetMemoryBounded(t *testing.T) {
 		for i := range n {
 			r := recs[i%len(recs)]
 			r.TaskIndex = int64(i)
-			if err := w.Write(&Result{Record: r}); err != nil {
+			if err := w.Write(&record.Result{Record: r}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -277,7 +279,7 @@ func TestParquetMemoryBounded(t *testing.T) {
 // tool names and reward components, a few failures) to rollouts.parquet, Close included.
 func BenchmarkParquetWrite(b *testing.B) {
 	const pool = 4096
-	recs := make([]Record, pool)
+	recs := make([]record.Record, pool)
 	for i := range recs {
 		recs[i] = benchRecord(i)
 	}
@@ -289,7 +291,7 @@ func BenchmarkParquetWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	cpu := benchutil.ProcessCPU()
-	res := &Result{}
+	res := &record.Result{}
 	for i := 0; i < b.N; i++ {
 		// The pool again, with later tasks and start times.
 		res.Record = recs[i%pool]
@@ -322,7 +324,7 @@ func TestParquetParallelPages(t *testing.T) {
 	if raceEnabled {
 		n = 6_000
 	}
-	recs := make([]Record, n)
+	recs := make([]record.Record, n)
 	for i := range recs {
 		recs[i] = benchRecord(i)
 		recs[i].Error = strings.Repeat(fmt.Sprintf("error %d; ", i), 40)

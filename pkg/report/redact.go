@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // Redacted is what a secret is replaced by in everything a run writes.
@@ -44,11 +45,12 @@ func newRedactor(secrets []string) *redactor {
 }
 
 // result redacts the strings of r's record, its trajectory and its verify answer, in place.
-func (r *redactor) result(res *Result) {
+func (r *redactor) result(res *record.Result) {
 	rec := &res.Record
-	for _, s := range []*string{&rec.TaskID, &rec.Arm, &rec.Agent, &rec.Model, &rec.Termination, &rec.FailureClass, &rec.Error, &rec.SourceFile} {
+	for _, s := range []*string{&rec.TaskID, &rec.Arm, &rec.Agent, &rec.Model, &rec.Termination, &rec.Error, &rec.SourceFile} {
 		*s = r.text.Replace(*s)
 	}
+	rec.FailureClass = record.FailureClass(r.text.Replace(string(rec.FailureClass)))
 	for i := range rec.ToolNames {
 		rec.ToolNames[i] = r.text.Replace(rec.ToolNames[i])
 	}

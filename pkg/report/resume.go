@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // Manifest identifies what a run in an output directory is running, so that a resume can
@@ -167,20 +169,6 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return &m, nil
 }
 
-// InfraFailure reports whether a failure class is one --retry-failed runs again: every class
-// but bad_task. model_error is among them: an answer of the model's endpoint that is not a
-// usable chat completion (a 4xx other than 429 and context length, a body that is not a
-// completion or has no choices, an answer over --max-model-answer) says the endpoint or its
-// configuration failed, not the task; like the other failures it is left out of the scores
-// unless they are scored as zero.
-func InfraFailure(class string) bool {
-	switch class {
-	case FailModelUnavailable, FailRateLimited, FailModelError, FailResourceServer, FailVerify, FailTimeout, FailCancelled:
-		return true
-	}
-	return false
-}
-
 // Compact prepares the output directory for a resume. It rewrites the journal keeping the
 // first record of each rollout for which keep is true (nil keeps all), dropping a torn last
 // line; then it rewrites the trajectories file (and the NeMo Gym file at nemoGym, if set)
@@ -192,8 +180,8 @@ func InfraFailure(class string) bool {
 // as it is; either way it is synced. Without keep, journal lines are read for their key
 // only, by a fast path that falls back to encoding/json when unsure; with keep, every
 // record is decoded (each call gets a record of its own).
-func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
-	done := Done{}
+func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, error) {
+	done := record.Done{}
 	jpath := join(dir, JournalFile)
 	if _, err := os.Stat(jpath); errors.Is(err, os.ErrNotExist) {
 		return done, nil
@@ -203,14 +191,14 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 	// The kept records' keys, in order: the trajectories file holds their lines in the same
 	// order (the Sink writes a result's trajectory line, then its record), so that a
 	// trajectory line is usually the one of the next kept record, and needs no lookup.
-	var order []Key
+	var order []record.Key
 	presize := func(lines int) {
-		done = make(Done, lines)
-		order = make([]Key, 0, lines)
+		done = make(record.Done, lines)
+		order = make([]record.Key, 0, lines)
 	}
 	type journalLine struct {
-		key Key
-		rec *Record // with keep, or when the fast path could not read the key
+		key record.Key
+		rec *record.Record // with keep, or when the fast path could not read the key
 		err error
 	}
 	err := rewriteLines(jpath, workers, presize, func(w int, line []byte, res *journalLine) {
@@ -258,11 +246,11 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 	}
 	var intern recordDecoder
 	next := 0
-	var seen Done
+	var seen record.Done
 	err = rewriteLines(join(dir, TrajectoriesFile), workers, nil, func(_ int, line []byte, res *keyLine) {
 		res.task, res.rollout, res.arm, _, res.ok = lineKeys(line, "task_index", "rollout_index", "arm")
 	}, func(line []byte, _ int, res *keyLine) (bool, error) {
-		var key Key
+		var key record.Key
 		if res.ok {
 			if seen == nil && next < len(order) {
 				if k := &order[next]; k.Task == res.task && k.Rollout == res.rollout && k.Arm == string(res.arm) {
@@ -270,7 +258,7 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 					return true, nil
 				}
 			}
-			key = Key{res.task, res.rollout, intern.intern(res.arm)}
+			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.intern(res.arm)}
 		} else {
 			var k struct {
 				Task    int64  `json:"task_index"`
@@ -280,7 +268,7 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 			if json.Unmarshal(line, &k) != nil {
 				return false, nil
 			}
-			key = Key{k.Task, k.Rollout, k.Arm}
+			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: k.Arm}
 		}
 		if _, ok := done[key]; !ok {
 			return false, nil
@@ -290,7 +278,7 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 				next++
 				return true, nil
 			}
-			seen = make(Done, next)
+			seen = make(record.Done, next)
 			for _, k := range order[:next] {
 				seen[k] = struct{}{}
 			}
@@ -316,9 +304,9 @@ func Compact(dir, nemoGym string, keep func(*Record) bool) (Done, error) {
 // keepNemoGymLines rewrites the NeMo Gym lines file at path (written by a NemoGymWriter)
 // keeping the first line of each rollout in done, keyed by task, rollout and arm; lines without
 // the three keys are not the run's, and go.
-func keepNemoGymLines(path string, workers int, done Done) error {
+func keepNemoGymLines(path string, workers int, done record.Done) error {
 	var intern recordDecoder
-	seen := make(Done, len(done))
+	seen := make(record.Done, len(done))
 	type ngLine struct {
 		task, rollout int64
 		arm           []byte
@@ -328,12 +316,12 @@ func keepNemoGymLines(path string, workers int, done Done) error {
 	return rewriteLines(path, workers, nil, func(_ int, line []byte, res *ngLine) {
 		res.task, res.rollout, res.arm, res.has, res.ok = lineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
 	}, func(line []byte, _ int, res *ngLine) (bool, error) {
-		var key Key
+		var key record.Key
 		if res.ok {
 			if res.has != 7 {
 				return false, nil
 			}
-			key = Key{res.task, res.rollout, intern.intern(res.arm)}
+			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.intern(res.arm)}
 		} else {
 			var k struct {
 				Task    *int64  `json:"_ng_task_index"`
@@ -343,7 +331,7 @@ func keepNemoGymLines(path string, workers int, done Done) error {
 			if json.Unmarshal(line, &k) != nil || k.Task == nil || k.Rollout == nil || k.Arm == nil {
 				return false, nil
 			}
-			key = Key{*k.Task, *k.Rollout, *k.Arm}
+			key = record.Key{Task: *k.Task, Rollout: *k.Rollout, Arm: *k.Arm}
 		}
 		if _, ok := done[key]; !ok {
 			return false, nil
@@ -504,11 +492,11 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error)
 	}
 	var (
 		stats Stats
-		res   Result
+		res   record.Result
 	)
 	ev := NewEvaluator(opt.Stats)
 	ev.reserve(estimateLines(join(dir, JournalFile)))
-	err = scanJournal(join(dir, JournalFile), func(rec *Record) error {
+	err = scanJournal(join(dir, JournalFile), func(rec *record.Record) error {
 		stats.Add(rec)
 		ev.Add(rec)
 		// The Parquet writer keeps a copy of the record until its batch is written; the maps

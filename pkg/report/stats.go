@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // The statistics of an evaluation (DESIGN §7): for the whole run, per arm and per group of
@@ -190,7 +192,7 @@ type Evaluation struct {
 }
 
 // Evaluate computes the statistics of recs. The result does not depend on the order of recs.
-func Evaluate(recs []Record, o StatsOptions) *Evaluation {
+func Evaluate(recs []record.Record, o StatsOptions) *Evaluation {
 	ev := NewEvaluator(o)
 	for i := range recs {
 		ev.Add(&recs[i])
@@ -203,7 +205,7 @@ func Evaluate(recs []Record, o StatsOptions) *Evaluation {
 func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	ev := NewEvaluator(o)
 	ev.reserve(estimateLines(path))
-	err := scanJournal(path, func(rec *Record) error {
+	err := scanJournal(path, func(rec *record.Record) error {
 		ev.Add(rec)
 		return nil
 	})
@@ -308,7 +310,7 @@ func (e *Evaluator) intern(s string) int32 {
 }
 
 // Add counts one record.
-func (e *Evaluator) Add(r *Record) {
+func (e *Evaluator) Add(r *record.Record) {
 	group := ""
 	if e.o.GroupBy != "" {
 		var ok bool
@@ -323,16 +325,16 @@ func (e *Evaluator) Add(r *Record) {
 	if r.HasReward {
 		row.flags |= rowHasReward
 	}
-	if r.FailureClass != FailNone {
+	if r.FailureClass != record.FailNone {
 		row.flags |= rowFailed
 	}
 	e.rows = append(e.rows, row)
 
 	c := e.cell(row.arm, row.group)
 	c.rollouts++
-	if r.FailureClass != FailNone {
+	if r.FailureClass != record.FailNone {
 		c.failed++
-		c.failures[e.internAs(nameFailure, r.FailureClass)]++
+		c.failures[e.internAs(nameFailure, string(r.FailureClass))]++
 	}
 	if r.Termination != "" {
 		c.terminations[e.internAs(nameTermination, r.Termination)]++
@@ -340,7 +342,7 @@ func (e *Evaluator) Add(r *Record) {
 	c.promptTokens += r.PromptTokens
 	c.completionTokens += r.CompletionTokens
 	c.toolErrors += int64(r.ToolErrors)
-	if r.FailureClass == FailNone && r.HasReward {
+	if r.FailureClass == record.FailNone && r.HasReward {
 		c.behaved++
 		c.rounds += int64(r.Rounds)
 		c.toolCalls += int64(r.ToolCalls)

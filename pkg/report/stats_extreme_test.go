@@ -7,16 +7,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // A task whose every rollout failed is counted and listed, shown in the table and a note, and
 // left out of the scores unless failures are scored as zero.
 func TestEvaluateAllFailedTasks(t *testing.T) {
-	failed := func(task, k int64) Record {
-		return Record{TaskIndex: task, RolloutIndex: k, Arm: "multi", SourceFile: "tasks.jsonl", FailureClass: FailTimeout}
+	failed := func(task, k int64) record.Record {
+		return record.Record{TaskIndex: task, RolloutIndex: k, Arm: "multi", SourceFile: "tasks.jsonl", FailureClass: record.FailTimeout}
 	}
-	recs := slices.Concat(rollouts("multi", 0, nil, 1, 0), []Record{failed(1, 0), failed(1, 1), failed(2, 0)}, rollouts("multi", 2, nil, 1)[:0],
-		[]Record{{TaskIndex: 2, RolloutIndex: 1, Arm: "multi", SourceFile: "tasks.jsonl", Reward: 1, HasReward: true}})
+	recs := slices.Concat(rollouts("multi", 0, nil, 1, 0), []record.Record{failed(1, 0), failed(1, 1), failed(2, 0)}, rollouts("multi", 2, nil, 1)[:0],
+		[]record.Record{{TaskIndex: 2, RolloutIndex: 1, Arm: "multi", SourceFile: "tasks.jsonl", Reward: 1, HasReward: true}})
 	ev := Evaluate(recs, StatsOptions{})
 	s := ev.Overall
 	if s.Tasks != 2 || s.TasksAllFailed != 1 || !slices.Equal(s.AllFailedTasks, []TaskRef{{"tasks.jsonl", 1}}) || s.TaskArms != 3 {
@@ -75,7 +77,7 @@ func TestEvaluateHugeRewards(t *testing.T) {
 		{"±max", [][]float64{{math.MaxFloat64}, {-math.MaxFloat64}, {math.MaxFloat64}, {-math.MaxFloat64}}, 0},
 		{"1e300 summed", [][]float64{{1e300, 1e300, 1e300}, {1e300, 1e300, 1e300}}, 1e300},
 	} {
-		var recs []Record
+		var recs []record.Record
 		for task, rs := range c.rewards {
 			recs = append(recs, rollouts("m", int64(task), nil, rs...)...)
 		}
@@ -112,7 +114,7 @@ func FuzzEvaluate(f *testing.F) {
 	f.Add(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, math.Float64bits(1e300)), math.Float64bits(-1e300)))
 	f.Add(binary.LittleEndian.AppendUint64(nil, math.Float64bits(math.MaxFloat64)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var recs []Record
+		var recs []record.Record
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for i := 0; i+9 <= len(data) && len(recs) < 200; i += 9 {
 			x := math.Float64frombits(binary.LittleEndian.Uint64(data[i:]))
@@ -120,9 +122,9 @@ func FuzzEvaluate(f *testing.F) {
 			if math.IsNaN(x) || math.IsInf(x, 0) {
 				x = float64(b)
 			}
-			r := Record{TaskIndex: int64(b % 7), RolloutIndex: int64(len(recs)), Arm: []string{"a", "b"}[b>>7], Reward: x, HasReward: true}
+			r := record.Record{TaskIndex: int64(b % 7), RolloutIndex: int64(len(recs)), Arm: []string{"a", "b"}[b>>7], Reward: x, HasReward: true}
 			if b%11 == 0 {
-				r.FailureClass, r.HasReward, r.Reward = FailTimeout, false, 0
+				r.FailureClass, r.HasReward, r.Reward = record.FailTimeout, false, 0
 			} else {
 				lo, hi = min(lo, x), max(hi, x)
 			}

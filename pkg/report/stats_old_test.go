@@ -8,6 +8,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // oldEvaluator collects records, keeping a few numbers of each (not the records), for an
@@ -47,7 +49,7 @@ func (e *oldEvaluator) intern(s string) int32 {
 }
 
 // Add counts one record.
-func (e *oldEvaluator) Add(r *Record) {
+func (e *oldEvaluator) Add(r *record.Record) {
 	group := ""
 	if e.o.GroupBy != "" {
 		var ok bool
@@ -62,8 +64,8 @@ func (e *oldEvaluator) Add(r *Record) {
 		rounds: r.Rounds, toolCalls: r.ToolCalls, toolErrors: r.ToolErrors,
 		promptTokens: r.PromptTokens, completionTokens: r.CompletionTokens, latencyMs: r.LatencyMs,
 	}
-	if r.FailureClass != FailNone {
-		row.failure = e.intern(r.FailureClass)
+	if r.FailureClass != record.FailNone {
+		row.failure = e.intern(string(r.FailureClass))
 	}
 	e.rows = append(e.rows, row)
 }

@@ -11,20 +11,22 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // rollouts makes the records of one task in one arm, one per reward, with rollout indices
 // from 0. Behaviour is fixed so that its means are easy by hand: rollout r has r+1 rounds,
 // 2(r+1) tool calls, 10 prompt and 2 completion tokens, latency 100·(task+1) ms; the
 // termination is "completed" for reward 1, else "tool_error".
-func rollouts(arm string, task int64, fields map[string]string, rewards ...float64) []Record {
-	var out []Record
+func rollouts(arm string, task int64, fields map[string]string, rewards ...float64) []record.Record {
+	var out []record.Record
 	for r, x := range rewards {
 		term := "tool_error"
 		if x == 1 {
 			term = "completed"
 		}
-		out = append(out, Record{
+		out = append(out, record.Record{
 			TaskIndex: task, RolloutIndex: int64(r), Arm: arm, SourceFile: "tasks.jsonl", TaskFields: fields,
 			Reward: x, HasReward: true, Rounds: int32(r + 1), ToolCalls: int32(2 * (r + 1)), ToolErrors: 1,
 			PromptTokens: 10, CompletionTokens: 2, LatencyMs: 100 * float64(task+1), Termination: term,
@@ -38,7 +40,7 @@ func rollouts(arm string, task int64, fields map[string]string, rewards ...float
 //	task 0 (difficulty easy): 1 1 1 1  n=4 c=4
 //	task 1 (difficulty hard): 1 0 1 0  n=4 c=2
 //	task 2 (no difficulty):   0 0 0 1  n=4 c=1
-func fixtureA() []Record {
+func fixtureA() []record.Record {
 	return slices.Concat(
 		rollouts("multi", 0, map[string]string{"difficulty": "easy"}, 1, 1, 1, 1),
 		rollouts("multi", 1, map[string]string{"difficulty": "hard"}, 1, 0, 1, 0),
@@ -48,12 +50,12 @@ func fixtureA() []Record {
 
 // fixtureB: fixtureA plus two failed rollouts of task 1 (indices 4 and 5), with behaviour
 // that must not reach the means.
-func fixtureB() []Record {
+func fixtureB() []record.Record {
 	recs := fixtureA()
-	for i, class := range []string{FailRateLimited, FailTimeout} {
-		recs = append(recs, Record{
+	for i, class := range []string{record.FailRateLimited, record.FailTimeout} {
+		recs = append(recs, record.Record{
 			TaskIndex: 1, RolloutIndex: int64(4 + i), Arm: "multi", SourceFile: "tasks.jsonl",
-			TaskFields: map[string]string{"difficulty": "hard"}, FailureClass: class, Error: "boom",
+			TaskFields: map[string]string{"difficulty": "hard"}, FailureClass: record.FailureClass(class), Error: "boom",
 			Rounds: 9, ToolCalls: 99, PromptTokens: 1000, CompletionTokens: 100, LatencyMs: 60000, Termination: "timeout",
 		})
 	}
@@ -65,7 +67,7 @@ func fixtureB() []Record {
 //	task 0: 1 1 0 0  c=2
 //	task 1: 0 0 0 0  c=0
 //	task 2: 0 0 0 0  c=0
-func fixtureArms() []Record {
+func fixtureArms() []record.Record {
 	return slices.Concat(fixtureA(),
 		rollouts("single", 0, map[string]string{"difficulty": "easy"}, 1, 1, 0, 0),
 		rollouts("single", 1, map[string]string{"difficulty": "hard"}, 0, 0, 0, 0),
@@ -173,7 +175,7 @@ func TestEvaluate(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		recs    []Record
+		recs    []record.Record
 		opt     StatsOptions
 		overall want
 		arms    map[string]want
@@ -246,7 +248,7 @@ func TestEvaluateBehaviour(t *testing.T) {
 			t.Errorf("zero=%v: totals %d %d %d", zero, s.PromptTokens, s.CompletionTokens, s.ToolErrors)
 		}
 		wantTerm := map[string]int{"completed": 7, "tool_error": 5, "timeout": 2}
-		wantFail := map[string]int{FailRateLimited: 1, FailTimeout: 1}
+		wantFail := map[string]int{record.FailRateLimited: 1, record.FailTimeout: 1}
 		if !mapsEqual(s.Terminations, wantTerm) || !mapsEqual(s.FailuresByClass, wantFail) {
 			t.Errorf("zero=%v: terminations %v failures %v", zero, s.Terminations, s.FailuresByClass)
 		}
@@ -391,7 +393,7 @@ func TestEvaluateBootstrap(t *testing.T) {
 	}
 
 	// Continuous rewards: the seed moves the interval; the parallelism does not.
-	var cont []Record
+	var cont []record.Record
 	rng := rand.New(rand.NewPCG(9, 9))
 	for task := range int64(30) {
 		cont = append(cont, rollouts("m", task, nil, rng.Float64(), rng.Float64(), rng.Float64())...)
@@ -412,7 +414,7 @@ func TestEvaluateBootstrap(t *testing.T) {
 	// 40 rollouts as if independent gives a mean with std err about sqrt(1/4/40) ≈ 0.079; there
 	// are only 10 independent tasks, so the clustered one is about sqrt(1/4/10) ≈ 0.158: twice
 	// as wide.
-	var clustered []Record
+	var clustered []record.Record
 	var flat []float64
 	for task := range int64(10) {
 		x := float64(task % 2)
@@ -490,9 +492,9 @@ func TestEvaluateJournal(t *testing.T) {
 // them): two arms, a group-by field, failures.
 func TestEvaluationGolden(t *testing.T) {
 	recs := fixtureArms()
-	for i, class := range []string{FailRateLimited, FailTimeout} {
-		recs = append(recs, Record{TaskIndex: 1, RolloutIndex: int64(4 + i), Arm: "single", SourceFile: "tasks.jsonl",
-			TaskFields: map[string]string{"difficulty": "hard"}, FailureClass: class, PromptTokens: 1000, Termination: "timeout"})
+	for i, class := range []string{record.FailRateLimited, record.FailTimeout} {
+		recs = append(recs, record.Record{TaskIndex: 1, RolloutIndex: int64(4 + i), Arm: "single", SourceFile: "tasks.jsonl",
+			TaskFields: map[string]string{"difficulty": "hard"}, FailureClass: record.FailureClass(class), PromptTokens: 1000, Termination: "timeout"})
 	}
 	ev := Evaluate(recs, StatsOptions{GroupBy: "difficulty", Seed: 1})
 	for _, c := range []struct{ format, file string }{
@@ -567,7 +569,7 @@ func TestNormalIntervalForManyTasks(t *testing.T) {
 			if float64(k) < c.sum {
 				reward = 1
 			}
-			e.Add(&Record{TaskIndex: int64(i), RolloutIndex: int64(k), Arm: "multi", HasReward: true, Reward: reward})
+			e.Add(&record.Record{TaskIndex: int64(i), RolloutIndex: int64(k), Arm: "multi", HasReward: true, Reward: reward})
 		}
 	}
 	ev := e.Evaluation()

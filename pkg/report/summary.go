@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // Stats keeps running statistics over records in O(1) memory in the number
@@ -38,15 +40,15 @@ type Stats struct {
 }
 
 // Add counts one record.
-func (s *Stats) Add(r *Record) {
+func (s *Stats) Add(r *record.Record) {
 	s.rollouts++
-	if r.FailureClass != FailNone {
+	if r.FailureClass != record.FailNone {
 		s.failed++
 		if s.failures == nil {
 			s.failures = make(map[string]int)
 		}
-		s.failures[r.FailureClass]++
-		s.countMessage(r.FailureClass, r.Error)
+		s.failures[string(r.FailureClass)]++
+		s.countMessage(string(r.FailureClass), r.Error)
 	}
 	if r.Termination != "" {
 		if s.terminations == nil {
@@ -58,7 +60,7 @@ func (s *Stats) Add(r *Record) {
 	s.completionTokens += r.CompletionTokens
 	s.toolErrors += int64(r.ToolErrors)
 
-	if !r.HasReward || r.FailureClass != FailNone {
+	if !r.HasReward || r.FailureClass != record.FailNone {
 		return
 	}
 	s.scored++
@@ -225,7 +227,7 @@ func PrintSummary(w io.Writer, s Summary) error {
 	row("failures", countList(s.FailuresByClass))
 	for _, class := range slices.Sorted(maps.Keys(s.FailureMessages)) {
 		m := s.FailureMessages[class]
-		row("  "+class, fmt.Sprintf("%d× %s", m.Count, Clip(m.Message, 300)))
+		row("  "+class, fmt.Sprintf("%d× %s", m.Count, record.Clip(m.Message, 300)))
 	}
 	row("terminations", countList(s.Terminations))
 	row("mean rounds", fmt.Sprintf("%.2f", s.MeanRounds))

@@ -10,22 +10,24 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // summaryFixture: four scored rollouts with rewards 1, 0, 1, 1 and three
 // failures, which must not count towards the means; one task each.
-func summaryFixture() []Record {
-	return []Record{
+func summaryFixture() []record.Record {
+	return []record.Record{
 		{TaskIndex: 0, Reward: 1, HasReward: true, Rounds: 2, ToolCalls: 3, ToolErrors: 0, PromptTokens: 100, CompletionTokens: 10, LatencyMs: 1000, Termination: "done"},
 		{TaskIndex: 1, Reward: 0, HasReward: true, Rounds: 4, ToolCalls: 5, ToolErrors: 2, PromptTokens: 200, CompletionTokens: 20, LatencyMs: 3000, Termination: "max_rounds"},
 		{TaskIndex: 2, Reward: 1, HasReward: true, Rounds: 1, ToolCalls: 0, ToolErrors: 0, PromptTokens: 50, CompletionTokens: 5, LatencyMs: 500, Termination: "done"},
 		{TaskIndex: 3, Reward: 1, HasReward: true, Rounds: 3, ToolCalls: 4, ToolErrors: 1, PromptTokens: 150, CompletionTokens: 15, LatencyMs: 1500, Termination: "done"},
-		{TaskIndex: 4, FailureClass: FailRateLimited, Rounds: 9, ToolCalls: 9, ToolErrors: 1, PromptTokens: 1000, CompletionTokens: 0, LatencyMs: 60000, Error: "429"},
-		{TaskIndex: 5, FailureClass: FailTimeout, Rounds: 7, ToolCalls: 2, PromptTokens: 500, CompletionTokens: 50, LatencyMs: 90000, Termination: "timeout"},
+		{TaskIndex: 4, FailureClass: record.FailRateLimited, Rounds: 9, ToolCalls: 9, ToolErrors: 1, PromptTokens: 1000, CompletionTokens: 0, LatencyMs: 60000, Error: "429"},
+		{TaskIndex: 5, FailureClass: record.FailTimeout, Rounds: 7, ToolCalls: 2, PromptTokens: 500, CompletionTokens: 50, LatencyMs: 90000, Termination: "timeout"},
 		// Inconsistent on purpose: a failure class wins over HasReward.
-		{TaskIndex: 6, FailureClass: FailRateLimited, Reward: 1, HasReward: true, Rounds: 1},
+		{TaskIndex: 6, FailureClass: record.FailRateLimited, Reward: 1, HasReward: true, Rounds: 1},
 	}
 }
 
@@ -33,7 +35,7 @@ func TestStats(t *testing.T) {
 	const eps = 1e-12
 	tests := []struct {
 		name string
-		recs []Record
+		recs []record.Record
 		want Summary
 	}{
 		{
@@ -42,7 +44,7 @@ func TestStats(t *testing.T) {
 		},
 		{
 			name: "one scored",
-			recs: []Record{{Reward: 0.5, HasReward: true, Rounds: 3, ToolCalls: 2, LatencyMs: 10, Termination: "done"}},
+			recs: []record.Record{{Reward: 0.5, HasReward: true, Rounds: 3, ToolCalls: 2, LatencyMs: 10, Termination: "done"}},
 			want: Summary{
 				Rollouts: 1, Scored: 1,
 				FailuresByClass: map[string]int{}, Terminations: map[string]int{"done": 1},
@@ -51,10 +53,10 @@ func TestStats(t *testing.T) {
 		},
 		{
 			name: "only failures",
-			recs: []Record{{FailureClass: FailBadTask}, {FailureClass: FailBadTask, PromptTokens: 5}},
+			recs: []record.Record{{FailureClass: record.FailBadTask}, {FailureClass: record.FailBadTask, PromptTokens: 5}},
 			want: Summary{
 				Rollouts: 2, Failed: 2,
-				FailuresByClass: map[string]int{FailBadTask: 2}, Terminations: map[string]int{},
+				FailuresByClass: map[string]int{record.FailBadTask: 2}, Terminations: map[string]int{},
 				PromptTokens: 5,
 			},
 		},
@@ -62,18 +64,18 @@ func TestStats(t *testing.T) {
 			// Each class's most common error text, ties to the first in byte order; records
 			// without an error text are not counted.
 			name: "failure messages",
-			recs: []Record{
-				{FailureClass: FailModelUnavailable, Error: "refused"},
-				{FailureClass: FailModelUnavailable, Error: "reset"},
-				{FailureClass: FailModelUnavailable, Error: "refused"},
-				{FailureClass: FailModelUnavailable},
-				{FailureClass: FailVerify, Error: "b"},
-				{FailureClass: FailVerify, Error: "a"},
+			recs: []record.Record{
+				{FailureClass: record.FailModelUnavailable, Error: "refused"},
+				{FailureClass: record.FailModelUnavailable, Error: "reset"},
+				{FailureClass: record.FailModelUnavailable, Error: "refused"},
+				{FailureClass: record.FailModelUnavailable},
+				{FailureClass: record.FailVerify, Error: "b"},
+				{FailureClass: record.FailVerify, Error: "a"},
 			},
 			want: Summary{
 				Rollouts: 6, Failed: 6,
-				FailuresByClass: map[string]int{FailModelUnavailable: 4, FailVerify: 2}, Terminations: map[string]int{},
-				FailureMessages: map[string]FailureMessage{FailModelUnavailable: {"refused", 2}, FailVerify: {"a", 1}},
+				FailuresByClass: map[string]int{record.FailModelUnavailable: 4, record.FailVerify: 2}, Terminations: map[string]int{},
+				FailureMessages: map[string]FailureMessage{record.FailModelUnavailable: {"refused", 2}, record.FailVerify: {"a", 1}},
 			},
 		},
 		{
@@ -83,9 +85,9 @@ func TestStats(t *testing.T) {
 			// needs the tasks (SetScores).
 			want: Summary{
 				Rollouts: 7, Scored: 4, Failed: 3,
-				FailuresByClass: map[string]int{FailRateLimited: 2, FailTimeout: 1},
+				FailuresByClass: map[string]int{record.FailRateLimited: 2, record.FailTimeout: 1},
 				Terminations:    map[string]int{"done": 3, "max_rounds": 1, "timeout": 1},
-				FailureMessages: map[string]FailureMessage{FailRateLimited: {"429", 1}}, // the other failures have no error text
+				FailureMessages: map[string]FailureMessage{record.FailRateLimited: {"429", 1}}, // the other failures have no error text
 				MeanReward:      0.75,
 				MeanRounds:      2.5, MeanToolCalls: 3, MeanLatencyMs: 1500,
 				PromptTokens: 2000, CompletionTokens: 100, ToolErrors: 4,
@@ -93,7 +95,7 @@ func TestStats(t *testing.T) {
 		},
 		{
 			name: "constant rewards",
-			recs: []Record{{Reward: 0.3, HasReward: true}, {Reward: 0.3, HasReward: true}, {Reward: 0.3, HasReward: true}},
+			recs: []record.Record{{Reward: 0.3, HasReward: true}, {Reward: 0.3, HasReward: true}, {Reward: 0.3, HasReward: true}},
 			want: Summary{
 				Rollouts: 3, Scored: 3,
 				FailuresByClass: map[string]int{}, Terminations: map[string]int{},
@@ -139,11 +141,11 @@ func TestStats(t *testing.T) {
 func TestClusteredStdErrOneRolloutPerTask(t *testing.T) {
 	var s Stats
 	var xs []float64
-	var recs []Record
+	var recs []record.Record
 	for i := range 1000 {
 		x := 1e9 + float64(i%10)/10
 		xs = append(xs, x)
-		recs = append(recs, Record{TaskIndex: int64(i), Reward: x, HasReward: true})
+		recs = append(recs, record.Record{TaskIndex: int64(i), Reward: x, HasReward: true})
 		s.Add(&recs[i])
 	}
 	var mean float64
@@ -172,13 +174,13 @@ func TestClusteredStdErrOneRolloutPerTask(t *testing.T) {
 
 func TestSummaryIsASnapshot(t *testing.T) {
 	var s Stats
-	s.Add(&Record{FailureClass: FailTimeout, Termination: "timeout"})
+	s.Add(&record.Record{FailureClass: record.FailTimeout, Termination: "timeout"})
 	sum := s.Summary()
-	sum.FailuresByClass[FailTimeout] = 100
+	sum.FailuresByClass[record.FailTimeout] = 100
 	sum.Terminations["x"] = 1
-	s.Add(&Record{FailureClass: FailTimeout})
+	s.Add(&record.Record{FailureClass: record.FailTimeout})
 	got := s.Summary()
-	if got.FailuresByClass[FailTimeout] != 2 || len(got.Terminations) != 1 {
+	if got.FailuresByClass[record.FailTimeout] != 2 || len(got.Terminations) != 1 {
 		t.Errorf("the summary's maps are shared with the stats: %+v", got)
 	}
 	if sum.Rollouts != 1 {
@@ -259,13 +261,13 @@ func TestWriteSummaryJSON(t *testing.T) {
 func TestPrintSummaryGolden(t *testing.T) {
 	cases := []struct {
 		name string
-		recs []Record
+		recs []record.Record
 	}{
 		{"fixture", summaryFixture()},
-		{"one scored", []Record{{Reward: 1, HasReward: true, Rounds: 1, Termination: "done"}}},
+		{"one scored", []record.Record{{Reward: 1, HasReward: true, Rounds: 1, Termination: "done"}}},
 		{"empty", nil},
 		{"tasks", slices.Concat(rollouts("m", 0, nil, 1, 1, 0), rollouts("m", 1, nil, 0, 0, 0), rollouts("m", 2, nil, 1, 1, 1),
-			[]Record{{TaskIndex: 3, Arm: "m", SourceFile: "tasks.jsonl", FailureClass: FailTimeout}})},
+			[]record.Record{{TaskIndex: 3, Arm: "m", SourceFile: "tasks.jsonl", FailureClass: record.FailTimeout}})},
 	}
 	var buf bytes.Buffer
 	for _, c := range cases {

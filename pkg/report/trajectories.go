@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // TrajectoryWriter writes one JSON line per result to the trajectories
@@ -25,18 +26,16 @@ type TrajectoryWriter struct {
 	enc  *json.Encoder // encoding/json, for the lines the fast path refuses, and its error
 }
 
-var _ Output = (*TrajectoryWriter)(nil)
-
 type trajectoryLine struct {
-	TaskIndex    int64           `json:"task_index"`
-	RolloutIndex int64           `json:"rollout_index"`
-	Arm          string          `json:"arm"`
-	TaskID       string          `json:"task_id"`
-	Reward       float64         `json:"reward"`
-	HasReward    bool            `json:"has_reward"`
-	Termination  string          `json:"termination"`
-	FailureClass string          `json:"failure_class"`
-	Trajectory   json.RawMessage `json:"trajectory"`
+	TaskIndex    int64               `json:"task_index"`
+	RolloutIndex int64               `json:"rollout_index"`
+	Arm          string              `json:"arm"`
+	TaskID       string              `json:"task_id"`
+	Reward       float64             `json:"reward"`
+	HasReward    bool                `json:"has_reward"`
+	Termination  string              `json:"termination"`
+	FailureClass record.FailureClass `json:"failure_class"`
+	Trajectory   json.RawMessage     `json:"trajectory"`
 }
 
 // NewTrajectoryWriter opens path for appending, creating it if needed.
@@ -54,7 +53,7 @@ func NewTrajectoryWriter(path string) (*TrajectoryWriter, error) {
 // Write appends the result's trajectory as one line. A trajectory that is
 // not valid JSON is an error and nothing is written. Pretty-printed
 // trajectories are compacted onto the line.
-func (t *TrajectoryWriter) Write(r *Result) error {
+func (t *TrajectoryWriter) Write(r *record.Result) error {
 	traj := r.Trajectory
 	if len(bytes.TrimSpace(traj)) == 0 {
 		traj = nil // encodes as null
@@ -98,7 +97,7 @@ func (t *TrajectoryWriter) Close() error { return t.file.Close() }
 
 // appendLine appends the line json.Encoder writes for the result's trajectoryLine (HTML
 // escaping off): false if the trajectory is not valid JSON, for encoding/json to report.
-func (t *TrajectoryWriter) appendLine(dst []byte, r *Result, traj json.RawMessage) ([]byte, bool) {
+func (t *TrajectoryWriter) appendLine(dst []byte, r *record.Result, traj json.RawMessage) ([]byte, bool) {
 	dst = append(dst, `{"task_index":`...)
 	dst = strconv.AppendInt(dst, r.Record.TaskIndex, 10)
 	dst = append(dst, `,"rollout_index":`...)
@@ -117,7 +116,7 @@ func (t *TrajectoryWriter) appendLine(dst []byte, r *Result, traj json.RawMessag
 	dst = append(dst, `,"termination":`...)
 	dst = jsonw.AppendString(dst, r.Record.Termination)
 	dst = append(dst, `,"failure_class":`...)
-	dst = jsonw.AppendString(dst, r.Record.FailureClass)
+	dst = jsonw.AppendString(dst, string(r.Record.FailureClass))
 	dst = append(dst, `,"trajectory":`...)
 	if traj == nil {
 		dst = append(dst, "null"...)

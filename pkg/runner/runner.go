@@ -25,6 +25,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/progress"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
@@ -61,7 +62,7 @@ type Options struct {
 	// Progress shows the run (nil: nothing).
 	Progress progress.Reporter
 	// Done lists the rollouts that already have a record (a resumed run): they are skipped.
-	Done report.Done
+	Done record.Done
 	// RetryBudget is the number of retries one rollout may make in all, across its model
 	// calls, seed_session and verify; negative: no budget (only each call's own policy).
 	RetryBudget int
@@ -244,7 +245,7 @@ func (e *BadInputError) Error() string { return e.Msg }
 // cancelled (Ctrl-C) no new rollout starts; running ones get DrainTimeout
 // to finish, then are cancelled and recorded as such. Outputs are not
 // closed: the caller does that.
-func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, error) {
+func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -274,7 +275,7 @@ func Run(ctx context.Context, o Options, outputs []report.Output) (*Report, erro
 	})
 	defer stopDrain()
 
-	results := make(chan *report.Result, o.Concurrency)
+	results := make(chan *record.Result, o.Concurrency)
 	var stats report.Stats
 	var writeErr error
 	written := make(chan struct{})
@@ -369,9 +370,9 @@ type run struct {
 
 // rollout runs one (task, rollout index): seed_session, the agent loop,
 // verify. It always returns a result; failures are fields of its record.
-func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *report.Result {
+func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *record.Result {
 	o := r.o
-	rec := report.Record{
+	rec := record.Record{
 		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: arm.Name, Model: o.Agent.ModelName,
 		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
 	}
@@ -379,20 +380,20 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	if t.ID == "" {
 		rec.TaskHash = rowHash(t.Raw)
 	}
-	res := &report.Result{}
+	res := &record.Result{}
 	start := time.Now()
 	defer func() {
 		rec.LatencyMs = float64(time.Since(start).Microseconds()) / 1000
 		res.Record = rec
 	}()
 	if t.Err != nil {
-		rec.Termination, rec.FailureClass, rec.Error = "", report.FailBadTask, t.Err.Error()
+		rec.Termination, rec.FailureClass, rec.Error = "", record.FailBadTask, t.Err.Error()
 		return res
 	}
 	srv, agentName, err := o.Servers.For(t)
 	rec.Agent = agentName
 	if err != nil {
-		rec.FailureClass, rec.Error = report.FailBadTask, fmt.Sprintf("%s:%d: %v", t.File, t.Line, err)
+		rec.FailureClass, rec.Error = record.FailBadTask, fmt.Sprintf("%s:%d: %v", t.File, t.Line, err)
 		return res
 	}
 	if o.RolloutTimeout > 0 {
@@ -411,7 +412,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	sess := srv.NewSession()
 	defer sess.End(ctx) //nolint:errcheck // best-effort cleanup; the record does not depend on it
 	if err := sess.Seed(ctx, t.Raw); err != nil {
-		rec.FailureClass, rec.Error = callFailure(ctx, err, report.FailResourceServer), err.Error()
+		rec.FailureClass, rec.Error = callFailure(ctx, err, record.FailResourceServer), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.ToolError))
 		return res
 	}
@@ -437,7 +438,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	resp := agent.BuildResponse(responseID(t.Index, k, arm.Name), float64(rec.StartedAt.Unix()), o.Agent.ModelName, t.Params, tr)
 	rb, err := json.Marshal(resp)
 	if err != nil { // cannot happen: the response is plain data
-		rec.FailureClass, rec.Error = report.FailVerify, err.Error()
+		rec.FailureClass, rec.Error = record.FailVerify, err.Error()
 		return res
 	}
 	body := t.AppendObject(make([]byte, 0, len(t.Raw)+len(rb)+16), []string{"response"}, dataset.Field{Key: "response", Value: rb})
@@ -447,9 +448,9 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rep
 	}
 	v, err := verify.Remote(ctx, sess, body, keys)
 	if err != nil {
-		fallback := report.FailVerify
+		var fallback record.FailureClass = record.FailVerify
 		if verify.SessionLost(err) {
-			fallback = report.FailResourceServer // the server lost the session: run it again
+			fallback = record.FailResourceServer // the server lost the session: run it again
 		}
 		rec.FailureClass, rec.Error = callFailure(ctx, err, fallback), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.VerifyError))
@@ -497,34 +498,34 @@ func taskFields(t *dataset.Task) map[string]string {
 
 // ctxFailure names a failure by the rollout's context when it ended: a
 // deadline is a timeout, a cancel is cancelled, else it is fallback.
-func ctxFailure(ctx context.Context, fallback string) string {
+func ctxFailure(ctx context.Context, fallback record.FailureClass) record.FailureClass {
 	switch ctx.Err() {
 	case context.DeadlineExceeded:
-		return report.FailTimeout
+		return record.FailTimeout
 	case context.Canceled:
-		return report.FailCancelled
+		return record.FailCancelled
 	}
 	return fallback
 }
 
 // callFailure names the failure of a seed_session or verify call: as the rollout's context
 // says when it ended; a timeout when the call's own deadline ran out; else fallback.
-func callFailure(ctx context.Context, err error, fallback string) string {
+func callFailure(ctx context.Context, err error, fallback record.FailureClass) record.FailureClass {
 	if class := ctxFailure(ctx, ""); class != "" {
 		return class
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return report.FailTimeout
+		return record.FailTimeout
 	}
 	return fallback
 }
 
 // termination is how a rollout that failed outside the agent loop ended.
-func termination(class string, otherwise agent.Termination) agent.Termination {
+func termination(class record.FailureClass, otherwise agent.Termination) agent.Termination {
 	switch class {
-	case report.FailTimeout:
+	case record.FailTimeout:
 		return agent.Timeout
-	case report.FailCancelled:
+	case record.FailCancelled:
 		return agent.Cancelled
 	}
 	return otherwise

@@ -16,7 +16,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
@@ -24,10 +24,10 @@ import (
 // memOutput keeps results in memory.
 type memOutput struct {
 	mu  sync.Mutex
-	res []*report.Result
+	res []*record.Result
 }
 
-func (m *memOutput) Write(r *report.Result) error {
+func (m *memOutput) Write(r *record.Result) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.res = append(m.res, r)
@@ -152,7 +152,7 @@ func TestConcurrentRolloutsNeverShareSessions(t *testing.T) {
 	server := httptest.NewServer(ss)
 	defer server.Close()
 	out := &memOutput{}
-	rep, err := Run(context.Background(), options(t, model.URL, server.URL, writeRows(t, 100), 32), []report.Output{out})
+	rep, err := Run(context.Background(), options(t, model.URL, server.URL, writeRows(t, 100), 32), []Output{out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func BenchmarkRunRollouts(b *testing.B) {
 	o := options(b, model.URL, server.URL, rows, 64)
 	o.Repeats = 1
 	b.ResetTimer()
-	rep, err := Run(context.Background(), o, []report.Output{&memOutput{}})
+	rep, err := Run(context.Background(), o, []Output{&memOutput{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
@@ -287,10 +287,10 @@ func checkToolName(name string) error {
 		return fmt.Errorf("empty tool name")
 	}
 	if strings.ContainsAny(name, "/?#%\\ ") || strings.Contains(name, "..") || strings.Contains(name, ":") {
-		return fmt.Errorf("tool name %q refused: it must be a plain name, not a path or URL", report.Clip(name, 100))
+		return fmt.Errorf("tool name %q refused: it must be a plain name, not a path or URL", record.Clip(name, 100))
 	}
 	if !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
-		return fmt.Errorf("tool name %q refused: it must be a plain name, without control characters or invalid UTF-8", report.Clip(name, 100))
+		return fmt.Errorf("tool name %q refused: it must be a plain name, without control characters or invalid UTF-8", record.Clip(name, 100))
 	}
 	switch name {
 	case "seed_session", "verify", "end_session":
@@ -332,7 +332,7 @@ const endSessionTimeout = 5 * time.Second
 
 // snippet shortens a body for an error message, in valid UTF-8.
 func snippet(b []byte) string {
-	return strings.ToValidUTF8(report.Clip(string(b), 300), "\uFFFD")
+	return strings.ToValidUTF8(record.Clip(string(b), 300), "\uFFFD")
 }
 
 // PostVerify posts to /verify (retried like seed_session); it lets a

@@ -15,7 +15,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/plan"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/sim"
@@ -124,7 +124,7 @@ func Oracle(ctx context.Context, path string, o OracleOptions) (*OracleReport, e
 			case !ok:
 				problem("%s: no record (the run stopped early)", what)
 			case rec.FailureClass != "":
-				problem("%s: the rollout failed (%s): %s", what, rec.FailureClass, report.Clip(rec.Error, 300))
+				problem("%s: the rollout failed (%s): %s", what, rec.FailureClass, record.Clip(rec.Error, 300))
 			case pass < 0 && rec.Reward < 1:
 				problem("%s scores %g, want 1 (%s)", what, rec.Reward, components(rec))
 			case pass >= 0 && rec.Reward >= 1:
@@ -158,7 +158,7 @@ func plannedTasks(path string) ([]*oracleTask, error) {
 // playPass writes rows to path and runs them through the simulator and the servers; it returns
 // the records by position in rows.
 // The rollouts may take rounds+2 rounds: the plan's rounds, the final answer, and one to spare.
-func playPass(ctx context.Context, path string, rows [][]byte, rounds int, o OracleOptions) (map[int]report.Record, error) {
+func playPass(ctx context.Context, path string, rows [][]byte, rounds int, o OracleOptions) (map[int]record.Record, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
@@ -193,7 +193,7 @@ func playPass(ctx context.Context, path string, rows [][]byte, rounds int, o Ora
 
 	doer := &retry.Doer{Client: &http.Client{Transport: o.Transport, CheckRedirect: retry.NoRedirect}, Policy: retry.DefaultPolicy}
 	model := agent.NewOpenAIModel("http://"+ln.Addr().String()+"/v1", "", doer)
-	out := &collect{recs: map[int]report.Record{}}
+	out := &collect{recs: map[int]record.Record{}}
 	_, err = runner.Run(ctx, runner.Options{
 		Input:          path,
 		Concurrency:    o.Concurrency,
@@ -201,17 +201,17 @@ func playPass(ctx context.Context, path string, rows [][]byte, rounds int, o Ora
 		Arm:            "oracle",
 		Agent:          agent.Config{Model: model, ModelName: sim.ModelID, MaxRounds: rounds + 2},
 		Servers:        o.Servers,
-	}, []report.Output{out})
+	}, []runner.Output{out})
 	return out.recs, err
 }
 
 // collect keeps the records of a pass.
 type collect struct {
 	mu   sync.Mutex
-	recs map[int]report.Record
+	recs map[int]record.Record
 }
 
-func (c *collect) Write(r *report.Result) error {
+func (c *collect) Write(r *record.Result) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.recs[int(r.Record.TaskIndex)] = r.Record
@@ -220,7 +220,7 @@ func (c *collect) Write(r *report.Result) error {
 
 func (c *collect) Close() error { return nil }
 
-func components(r report.Record) string {
+func components(r record.Record) string {
 	if len(r.RewardComponents) == 0 {
 		return "no reward components"
 	}

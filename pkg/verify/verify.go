@@ -12,7 +12,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // Result is a reward with its components.
@@ -251,4 +251,4 @@ func IsError(err error) bool {
 
 func isNull(v json.RawMessage) bool { return strings.TrimSpace(string(v)) == "null" }
 
-func snippet(b []byte) string { return report.Clip(string(b), 300) }
+func snippet(b []byte) string { return record.Clip(string(b), 300) }

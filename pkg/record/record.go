@@ -1,6 +1,6 @@
 // Package report turns rollout records into output: the Parquet rewards
 // file, the trajectories file, NeMo Gym-style JSONL, and summaries.
-package report
+package record
 
 import (
 	"strings"
@@ -34,7 +34,7 @@ type Record struct {
 	CompletionTokens int64              `parquet:"completion_tokens" json:"completion_tokens"`
 	LatencyMs        float64            `parquet:"latency_ms" json:"latency_ms"`
 	Termination      string             `parquet:"termination" json:"termination"`
-	FailureClass     string             `parquet:"failure_class" json:"failure_class"`
+	FailureClass     FailureClass       `parquet:"failure_class" json:"failure_class"`
 	Error            string             `parquet:"error" json:"error"`
 	Attempts         int32              `parquet:"attempts" json:"attempts"`
 	StartedAt        time.Time          `parquet:"started_at,optional,timestamp(millisecond)" json:"started_at"`
@@ -46,17 +46,21 @@ type Record struct {
 	TaskFields map[string]string `parquet:"task_fields" json:"task_fields,omitempty"`
 }
 
-// Failure classes: why infrastructure or input failed. Empty on success.
+// FailureClass says why infrastructure or input failed a rollout; it is empty on success.
+// In JSON and Parquet it is a plain string column, failure_class.
+type FailureClass string
+
+// Failure classes.
 const (
-	FailNone             = ""
-	FailBadTask          = "bad_task"
-	FailModelUnavailable = "model_unavailable"
-	FailRateLimited      = "rate_limited"
-	FailModelError       = "model_error"
-	FailResourceServer   = "resource_server"
-	FailVerify           = "verify"
-	FailTimeout          = "timeout"
-	FailCancelled        = "cancelled"
+	FailNone             FailureClass = ""
+	FailBadTask                       = "bad_task"
+	FailModelUnavailable              = "model_unavailable"
+	FailRateLimited                   = "rate_limited"
+	FailModelError                    = "model_error"
+	FailResourceServer                = "resource_server"
+	FailVerify                        = "verify"
+	FailTimeout                       = "timeout"
+	FailCancelled                     = "cancelled"
 )
 
 // Clip shortens a message for a record's error column (and other error
@@ -68,4 +72,18 @@ func Clip(s string, n int) string {
 		s = strings.ToValidUTF8(s[:n], "") + "…"
 	}
 	return s
+}
+
+// Infra reports whether the failure class is one --retry-failed runs again: every class
+// but bad_task. model_error is among them: an answer of the model's endpoint that is not a
+// usable chat completion (a 4xx other than 429 and context length, a body that is not a
+// completion or has no choices, an answer over --max-model-answer) says the endpoint or its
+// configuration failed, not the task; like the other failures it is left out of the scores
+// unless they are scored as zero.
+func (c FailureClass) Infra() bool {
+	switch c {
+	case FailModelUnavailable, FailRateLimited, FailModelError, FailResourceServer, FailVerify, FailTimeout, FailCancelled:
+		return true
+	}
+	return false
 }

@@ -1,0 +1,21 @@
+package record
+
+// Key identifies a rollout: (task index, rollout index, arm). It is what resume and
+// de-duplication use.
+type Key struct {
+	Task    int64
+	Rollout int64
+	Arm     string
+}
+
+// Key returns the record's rollout key.
+func (r *Record) Key() Key { return Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm} }
+
+// Done is the set of rollouts that have a record.
+type Done map[Key]struct{}
+
+// Has reports whether the rollout has a record.
+func (d Done) Has(task, rollout int64, arm string) bool {
+	_, ok := d[Key{Task: task, Rollout: rollout, Arm: arm}]
+	return ok
+}
