@@ -188,7 +188,7 @@ func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Compari
 		}
 	}
 	for _, l := range [][]string{c.OnlyA, c.OnlyB, c.NoPairs} {
-		sortKeys(l)
+		slices.Sort(l)
 	}
 	if len(tasks) == 0 {
 		return c

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -220,10 +221,10 @@ func scanJournal(path string, fn func(rec *record.Record) error) error {
 		return err
 	}
 	defer f.Close()
-	workers := scanWorkers()
+	workers := lines.Workers()
 	decoders := make([]recordDecoder, workers)
 	var lineErr error // a line's, or fn's: returned as it is
-	_, err = scanLines(f, workers, func(w int, line []byte, res *decodedLine) {
+	_, err = lines.Scan(f, workers, func(w int, line []byte, res *decodedLine) {
 		decoders[w].parse(line, res)
 	}, func(_ []byte, n int, res *decodedLine) error {
 		if res.err != nil {

@@ -23,7 +23,7 @@ func result(task, rollout int64, class string, reward float64) *record.Result {
 	return r
 }
 
-func lines(t *testing.T, path string) []string {
+func fileLines(t *testing.T, path string) []string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -57,13 +57,13 @@ func TestSinkAndFinalize(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(lines(t, filepath.Join(dir, JournalFile))); n != 5 {
+	if n := len(fileLines(t, filepath.Join(dir, JournalFile))); n != 5 {
 		t.Fatalf("journal has %d lines, want 5", n)
 	}
-	if n := len(lines(t, filepath.Join(dir, TrajectoriesFile))); n != 5 {
+	if n := len(fileLines(t, filepath.Join(dir, TrajectoriesFile))); n != 5 {
 		t.Fatalf("trajectories has %d lines, want 5", n)
 	}
-	if n := len(lines(t, ng)); n != 4 {
+	if n := len(fileLines(t, ng)); n != 4 {
 		t.Fatalf("NeMo Gym file has %d lines, want 4 (the failed rollout has no verify answer)", n)
 	}
 	sum, err := Finalize(dir, ParquetOptions{})
@@ -109,7 +109,7 @@ func TestCompactAfterCrash(t *testing.T) {
 	}
 	appendTo(filepath.Join(dir, TrajectoriesFile), `{"task_index":4,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n")
 	appendTo(ng, `{"reward":1,"_ng_task_index":4,"_ng_rollout_index":0,"_ng_arm":"multi"}`+"\n")
-	j := lines(t, filepath.Join(dir, JournalFile))
+	j := fileLines(t, filepath.Join(dir, JournalFile))
 	appendTo(filepath.Join(dir, JournalFile), j[0]+"\n"+`{"task_index":4,"rollout_ind`)
 
 	n := 0
@@ -124,13 +124,13 @@ func TestCompactAfterCrash(t *testing.T) {
 	if len(done) != 4 || done.Has(4, 0, "multi") || !done.Has(1, 0, "multi") {
 		t.Fatalf("done %v", done)
 	}
-	if got := len(lines(t, filepath.Join(dir, JournalFile))); got != 4 {
+	if got := len(fileLines(t, filepath.Join(dir, JournalFile))); got != 4 {
 		t.Errorf("journal: %d lines after compaction, want 4", got)
 	}
-	if got := len(lines(t, filepath.Join(dir, TrajectoriesFile))); got != 4 {
+	if got := len(fileLines(t, filepath.Join(dir, TrajectoriesFile))); got != 4 {
 		t.Errorf("trajectories: %d lines, want 4", got)
 	}
-	if got := lines(t, ng); len(got) != 2 || strings.Contains(strings.Join(got, ""), `"_ng_task_index":4`) {
+	if got := fileLines(t, ng); len(got) != 2 || strings.Contains(strings.Join(got, ""), `"_ng_task_index":4`) {
 		t.Errorf("NeMo Gym file: %v", got)
 	}
 
@@ -142,7 +142,7 @@ func TestCompactAfterCrash(t *testing.T) {
 	if len(done) != 3 || done.Has(1, 0, "multi") || !done.Has(2, 0, "multi") {
 		t.Fatalf("after retry-failed: done %v", done)
 	}
-	if got := len(lines(t, filepath.Join(dir, TrajectoriesFile))); got != 3 {
+	if got := len(fileLines(t, filepath.Join(dir, TrajectoriesFile))); got != 3 {
 		t.Errorf("trajectories: %d lines, want 3", got)
 	}
 
@@ -234,18 +234,18 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 
 	t.Run("clean", func(t *testing.T) {
 		dir := setup(t)
-		before, jIno, tIno := lines(t, journal(dir)), inode(journal(dir)), inode(trajs(dir))
+		before, jIno, tIno := fileLines(t, journal(dir)), inode(journal(dir)), inode(trajs(dir))
 		done, err := Compact(dir, "", nil)
 		if err != nil || len(done) != 6 {
 			t.Fatalf("%d done, %v", len(done), err)
 		}
-		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) || !slices.Equal(lines(t, journal(dir)), before) {
+		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) || !slices.Equal(fileLines(t, journal(dir)), before) {
 			t.Error("a clean run's files were rewritten")
 		}
 	})
 	t.Run("tail", func(t *testing.T) {
 		dir := setup(t)
-		want := lines(t, trajs(dir))
+		want := fileLines(t, trajs(dir))
 		appendTo(trajs(dir), `{"task_index":6,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n"+`{"task_index":7,"rollout_index":0,"arm":"multi","trajectory":null}`+"\n"+`{"task_ind`)
 		appendTo(journal(dir), `{"task_index":6,"rollout_ind`)
 		jIno, tIno := inode(journal(dir)), inode(trajs(dir))
@@ -256,16 +256,16 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) {
 			t.Error("files were rewritten, not cut")
 		}
-		if got := lines(t, trajs(dir)); !slices.Equal(got, want) {
+		if got := fileLines(t, trajs(dir)); !slices.Equal(got, want) {
 			t.Errorf("trajectories:\n%q\nwant\n%q", got, want)
 		}
-		if got := lines(t, journal(dir)); len(got) != 6 || !strings.HasSuffix(got[5], "}") {
+		if got := fileLines(t, journal(dir)); len(got) != 6 || !strings.HasSuffix(got[5], "}") {
 			t.Errorf("journal: %q", got)
 		}
 	})
 	t.Run("middle", func(t *testing.T) {
 		dir := setup(t)
-		j, tr := lines(t, journal(dir)), lines(t, trajs(dir))
+		j, tr := fileLines(t, journal(dir)), fileLines(t, trajs(dir))
 		tIno := inode(trajs(dir))
 		done, err := Compact(dir, "", func(r *record.Record) bool { return !r.FailureClass.Infra() })
 		if err != nil || len(done) != 5 || done.Has(2, 0, "multi") {
@@ -276,10 +276,10 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		}
 		wantJ := slices.Delete(slices.Clone(j), 2, 3)
 		wantT := slices.Delete(slices.Clone(tr), 2, 3)
-		if got := lines(t, journal(dir)); !slices.Equal(got, wantJ) {
+		if got := fileLines(t, journal(dir)); !slices.Equal(got, wantJ) {
 			t.Errorf("journal:\n%q\nwant\n%q", got, wantJ)
 		}
-		if got := lines(t, trajs(dir)); !slices.Equal(got, wantT) {
+		if got := fileLines(t, trajs(dir)); !slices.Equal(got, wantT) {
 			t.Errorf("trajectories:\n%q\nwant\n%q", got, wantT)
 		}
 		if _, err := os.Stat(trajs(dir) + ".compact"); !errors.Is(err, os.ErrNotExist) {
@@ -314,7 +314,7 @@ func TestCompactTrajectoryOrder(t *testing.T) {
 		t.Fatalf("%d done, %v", len(done), err)
 	}
 	want := []string{traj(0, "a"), traj(2, "b"), traj(1, "c"), traj(3, "d")}
-	if got := lines(t, filepath.Join(dir, TrajectoriesFile)); !slices.Equal(got, want) {
+	if got := fileLines(t, filepath.Join(dir, TrajectoriesFile)); !slices.Equal(got, want) {
 		t.Errorf("trajectories:\n%q\nwant\n%q", got, want)
 	}
 }
@@ -366,13 +366,13 @@ func TestSinkRedactsSecrets(t *testing.T) {
 				t.Errorf("%s holds the secret %s:\n%s", name, secret, b)
 			}
 		}
-		for i, l := range lines(t, filepath.Join(dir, name)) {
+		for i, l := range fileLines(t, filepath.Join(dir, name)) {
 			if name != SummaryFile && !json.Valid([]byte(l)) {
 				t.Errorf("%s line %d is not JSON: %s", name, i+1, l)
 			}
 		}
 	}
-	traj := strings.Join(lines(t, filepath.Join(dir, TrajectoriesFile)), "\n")
+	traj := strings.Join(fileLines(t, filepath.Join(dir, TrajectoriesFile)), "\n")
 	for _, want := range []string{`"finish_reason":"[REDACTED]"`, `"short":"short"`, `a \"q\" [REDACTED]`, `outside a string`} {
 		if !strings.Contains(traj, want) {
 			t.Errorf("trajectories lack %s:\n%s", want, traj)

@@ -9,7 +9,9 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/rollout-dev/rollout/internal/durable"
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -146,7 +148,7 @@ const NemoGymFile = "nemo_gym.jsonl"
 // first line of each rollout that has a record, in the order they were written. dest is written
 // as dest.tmp, synced and renamed over dest, so a crash leaves either the old file or the new
 // one. It returns the number of lines written.
-func WriteNemoGym(dir, dest string) (lines int, err error) {
+func WriteNemoGym(dir, dest string) (written int, err error) {
 	done := record.Done{}
 	err = scanJournal(join(dir, JournalFile), func(rec *record.Record) error {
 		done[rec.Key()] = struct{}{}
@@ -156,7 +158,7 @@ func WriteNemoGym(dir, dest string) (lines int, err error) {
 		return 0, err
 	}
 	side := join(dir, NemoGymFile)
-	if err := keepNemoGymLines(side, scanWorkers(), done); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := keepNemoGymLines(side, lines.Workers(), done); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
 	in, err := os.Open(side)
@@ -191,7 +193,7 @@ func WriteNemoGym(dir, dest string) (lines int, err error) {
 	if err = os.Rename(tmp, dest); err != nil {
 		return 0, fmt.Errorf("nemo gym output: %w", err)
 	}
-	return cw.lines, syncDir(dest)
+	return cw.lines, durable.SyncDir(dest)
 }
 
 // lineCounter counts the newlines written through it.

@@ -188,7 +188,7 @@ func TestNemoGymThreeArmsCompactAndWrite(t *testing.T) {
 	if err != nil || len(done) != 9 {
 		t.Fatalf("Compact: %d done, %v", len(done), err)
 	}
-	if got := lines(t, side); len(got) != 9 {
+	if got := fileLines(t, side); len(got) != 9 {
 		t.Fatalf("after Compact the NeMo Gym lines are %d, want 9 (3 tasks × 3 arms):\n%s", len(got), strings.Join(got, "\n"))
 	}
 
@@ -219,7 +219,7 @@ func TestNemoGymThreeArmsCompactAndWrite(t *testing.T) {
 
 	// A run where no rollout had a verify answer: an empty file, not an error.
 	empty := t.TempDir()
-	if n, err := WriteNemoGym(empty, dest); err != nil || n != 0 || len(lines(t, dest)) != 0 {
+	if n, err := WriteNemoGym(empty, dest); err != nil || n != 0 || len(fileLines(t, dest)) != 0 {
 		t.Errorf("empty run: %d lines, %v", n, err)
 	}
 	// A directory that cannot be written to is an error naming the file.

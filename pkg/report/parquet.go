@@ -20,6 +20,7 @@ import (
 
 	kzstd "github.com/klauspost/compress/zstd"
 
+	"github.com/rollout-dev/rollout/internal/durable"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -649,7 +650,7 @@ func (p *ParquetWriter) finish() error {
 	if err := os.Rename(p.tmp, p.path); err != nil {
 		return fmt.Errorf("parquet output: %w", err)
 	}
-	if err := syncDir(p.path); err != nil {
+	if err := durable.SyncDir(p.path); err != nil {
 		return fmt.Errorf("parquet output: sync directory: %w", err)
 	}
 	return nil

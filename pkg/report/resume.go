@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -153,7 +155,7 @@ func WriteManifest(dir string, m *Manifest) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(join(dir, ManifestFile), append(b, '\n'), 0o644)
+	return durable.WriteFileAtomic(join(dir, ManifestFile), append(b, '\n'), 0o644)
 }
 
 // ReadManifest reads the manifest of dir; os.ErrNotExist when there is none.
@@ -186,7 +188,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 	if _, err := os.Stat(jpath); errors.Is(err, os.ErrNotExist) {
 		return done, nil
 	}
-	workers := scanWorkers()
+	workers := lines.Workers()
 	decoders := make([]recordDecoder, workers)
 	// The kept records' keys, in order: the trajectories file holds their lines in the same
 	// order (the Sink writes a result's trajectory line, then its record), so that a
@@ -377,10 +379,10 @@ func rewriteLines[T any](path string, workers int, presize func(lines int), pars
 	var keepErr error // keep's: returned as it is
 	if presize != nil {
 		// A sixteenth more than the estimate, for the lines that are shorter.
-		n := estimateLines(path)
+		n := lines.Estimate(path)
 		presize(n + n/16)
 	}
-	complete, err := scanLines(in, workers, parse, func(line []byte, n int, res *T) error {
+	complete, err := lines.Scan(in, workers, parse, func(line []byte, n int, res *T) error {
 		start := off
 		off += int64(len(line)) + 1
 		ok, err := keep(line, n, res)
@@ -448,7 +450,7 @@ func rewriteLines[T any](path string, workers int, presize func(lines int), pars
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(path)
+	return durable.SyncDir(path)
 }
 
 // copyPrefix copies the first n bytes of the file at path to out (in the kernel, where it
@@ -495,7 +497,7 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error)
 		res   record.Result
 	)
 	ev := NewEvaluator(opt.Stats)
-	ev.reserve(estimateLines(join(dir, JournalFile)))
+	ev.reserve(lines.Estimate(join(dir, JournalFile)))
 	err = scanJournal(join(dir, JournalFile), func(rec *record.Record) error {
 		stats.Add(rec)
 		ev.Add(rec)
@@ -538,7 +540,7 @@ func CountClass(dir, class string) (int, error) {
 	}
 	defer f.Close()
 	pat := []byte(`"failure_class":"` + class + `"`)
-	buf := make([]byte, lineBlockSize+len(pat))
+	buf := make([]byte, lines.BlockSize+len(pat))
 	n, keep := 0, 0
 	for {
 		m, err := f.Read(buf[keep:])

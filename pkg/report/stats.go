@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 
+	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -204,7 +205,7 @@ func Evaluate(recs []record.Record, o StatsOptions) *Evaluation {
 // ScanJournal).
 func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	ev := NewEvaluator(o)
-	ev.reserve(estimateLines(path))
+	ev.reserve(lines.Estimate(path))
 	err := scanJournal(path, func(rec *record.Record) error {
 		ev.Add(rec)
 		return nil

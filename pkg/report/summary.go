@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/rollout-dev/rollout/internal/durable"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -187,7 +188,7 @@ func WriteSummaryJSON(path string, s Summary) error {
 		return fmt.Errorf("summary: %w", err)
 	}
 	data = append(data, '\n')
-	if err := writeFileAtomic(path, data, 0o644); err != nil {
+	if err := durable.WriteFileAtomic(path, data, 0o644); err != nil {
 		return fmt.Errorf("summary: %w", err)
 	}
 	return nil

@@ -1,4 +1,6 @@
-package report
+// Package durable makes file changes survive a crash: a directory synced after a rename or
+// a creation in it, and a file replaced atomically.
+package durable
 
 import (
 	"errors"
@@ -6,9 +8,9 @@ import (
 	"path/filepath"
 )
 
-// syncDir fsyncs the directory holding path, so that a rename or a file
+// SyncDir fsyncs the directory holding path, so that a rename or a file
 // creation in it survives a crash.
-func syncDir(path string) error {
+func SyncDir(path string) error {
 	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
@@ -17,9 +19,9 @@ func syncDir(path string) error {
 	return errors.Join(err, d.Close())
 }
 
-// writeFileAtomic writes data to path+".tmp", syncs it and renames it to
+// WriteFileAtomic writes data to path+".tmp", syncs it and renames it to
 // path, then syncs the directory. On error the temporary file is removed.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
 	if err != nil {
@@ -44,5 +46,5 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(path)
+	return SyncDir(path)
 }
