@@ -102,7 +102,7 @@ func addParquet(add func(*record.Record), path string) error {
 
 func addJournal(add func(*record.Record), path string) error {
 	line := 0
-	err := report.ScanJournal(path, func(rec *record.Record) error {
+	err := report.ScanJSONL(path, func(rec *record.Record) error {
 		line++
 		// Every record has a start time: a line without one is not a record (a task file,
 		// say, which would otherwise read as records without rewards).

@@ -1,4 +1,4 @@
-// Package jsonw holds the JSON string encoding and decoding that the hand-written fast
+// Package jsonw holds the JSON string and float encoding and the string decoding that the hand-written fast
 // paths of the agent, report and dataset packages share: appending a string exactly as
 // encoding/json encodes it, and unquoting a string's content exactly as encoding/json
 // decodes it.
@@ -6,7 +6,9 @@ package jsonw
 
 import (
 	"bytes"
+	"math"
 	"math/bits"
+	"strconv"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -197,4 +199,27 @@ func AppendUnquoted(dst, raw []byte) []byte {
 		raw = raw[2:]
 	}
 	return dst
+}
+
+// AppendFloat appends f as encoding/json writes a float64 (ok false for NaN and ±Inf,
+// which it refuses).
+func AppendFloat(dst []byte, f float64) ([]byte, bool) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return dst, false
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst, true
 }

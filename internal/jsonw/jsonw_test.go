@@ -3,6 +3,7 @@ package jsonw
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -105,4 +106,26 @@ func FuzzAppendString(f *testing.F) {
 			}
 		}
 	})
+}
+
+// AppendFloat writes a float64 as encoding/json does, and refuses what it refuses.
+func TestAppendFloat(t *testing.T) {
+	for _, f := range []float64{0, math.Copysign(0, -1), 1, -1.5, 0.1, 1e-6, 9.99e-7, 1e-9, 1e20, 1e21, -1.2345e-300,
+		math.MaxFloat64, math.SmallestNonzeroFloat64, 123456789.125, 3.0e-5} {
+		want, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := AppendFloat([]byte("x"), f); !ok || string(got) != "x"+string(want) {
+			t.Errorf("%v: %q (ok %v), want %q", f, got, ok, want)
+		}
+	}
+	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if _, err := json.Marshal(f); err == nil {
+			t.Fatalf("encoding/json took %v", f)
+		}
+		if got, ok := AppendFloat([]byte("x"), f); ok || string(got) != "x" {
+			t.Errorf("%v: %q (ok %v), want refused", f, got, ok)
+		}
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/benchutil"
+	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -31,92 +32,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	benchRuns.cleanup()
 	os.Exit(code)
-}
-
-// mix is splitmix64: a reproducible pseudo-random number for each record index.
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
-}
-
-var (
-	benchArms       = []string{"single", "multi"}
-	benchTools      = []string{"list_databases", "find_records", "fetch_record", "read_value", "submit_answer"}
-	benchCategories = []string{"finance", "logistics", "retail", "health", "energy", "telecom"}
-	benchLevels     = []string{"easy", "medium", "hard"}
-	benchTerms      = []string{"completed", "completed", "completed", "completed", "completed", "completed", "tool_error", "max_rounds"}
-	benchFailures   = []struct {
-		class record.FailureClass
-		err   string
-	}{
-		{record.FailRateLimited, "model: 429 Too Many Requests: rate limit reached for requests, retry after 2s"},
-		{record.FailTimeout, "rollout: context deadline exceeded after 120s (round 4)"},
-		{record.FailModelUnavailable, "model: dial tcp 10.0.3.17:8000: connect: connection refused"},
-		{record.FailResourceServer, `resource server: POST /fetch_record: 500 Internal Server Error: {"detail":"db locked"}`},
-		{record.FailBadTask, "task: responses_create_params.input: empty"},
-	}
-	benchStart = time.Date(2026, 11, 21, 9, 30, 0, 0, time.UTC)
-)
-
-// benchRecord is the i-th record of a realistic run of 125,000 tasks × 2 arms × 4 repeats:
-// two task fields, two or three tool names and reward components, about 3% failures (with
-// an error message and no reward), nanosecond start times in UTC.
-func benchRecord(i int) record.Record {
-	h := mix(uint64(i))
-	task := int64(i / 8)
-	r := record.Record{
-		TaskIndex:        task,
-		RolloutIndex:     int64(i % 4),
-		TaskID:           "extraction-" + strconv.FormatInt(100000+task, 10),
-		Arm:              benchArms[(i/4)%2],
-		Agent:            "react",
-		Model:            "Qwen/Qwen3-8B",
-		Rounds:           int32(1 + h%7),
-		ToolCalls:        int32(2 + h>>8%24),
-		ToolErrors:       int32(h >> 16 % 3),
-		PromptTokens:     int64(400 + h>>20%6000),
-		CompletionTokens: int64(20 + h>>32%400),
-		LatencyMs:        float64(300_000+h>>40%4_000_000) / 1000,
-		Termination:      benchTerms[h>>44%uint64(len(benchTerms))],
-		Attempts:         1,
-		StartedAt:        benchStart.Add(time.Duration(i)*37*time.Millisecond + time.Duration(h%1_000_000)),
-		Seed:             int64(h >> 1),
-		SourceFile:       "data/extraction.jsonl",
-		SourceLine:       task + 1,
-		TaskFields:       map[string]string{"category": benchCategories[task%6], "difficulty": benchLevels[task%3]},
-	}
-	n := 2 + int(h>>48%2)
-	r.ToolNames = benchTools[h>>50%3 : h>>50%3+uint64(n)]
-	if h>>52%100 < 3 {
-		f := benchFailures[h>>56%uint64(len(benchFailures))]
-		r.FailureClass, r.Error, r.Termination, r.Attempts = f.class, f.err, "", 3
-		return r
-	}
-	r.HasReward = true
-	answer := float64(h>>54%2) * 0.9
-	r.RewardComponents = map[string]float64{"answer": answer, "format": 0.1}
-	r.Reward = answer + 0.1
-	if n == 3 {
-		eff := float64(h>>58%8) / 8
-		r.RewardComponents["efficiency"] = eff
-		r.Reward += eff / 10
-	}
-	return r
-}
-
-// benchTrajectory is a trajectory of about size bytes of JSON for record i.
-func benchTrajectory(i int, size int) json.RawMessage {
-	var b strings.Builder
-	fmt.Fprintf(&b, `{"messages":[{"role":"user","content":"Sum the order values of region eu-%d."}`, i%7)
-	for j := 0; b.Len() < size-80; j++ {
-		fmt.Fprintf(&b, `,{"role":"assistant","tool_calls":[{"id":"call_%d_%d","name":"%s","arguments":{"region":"eu-%d","id":%d}}]}`,
-			i, j, benchTools[j%len(benchTools)], i%7, j)
-		fmt.Fprintf(&b, `,{"role":"tool","call_id":"call_%d_%d","content":"{\"value\":%d.5}"}`, i, j, i%1000+j)
-	}
-	b.WriteString(`],"final":"42"}`)
-	return json.RawMessage(b.String())
 }
 
 // benchRun is a run's output directory with n records written through a Sink.
@@ -167,11 +82,11 @@ func cachedRun(b *testing.B, n int) *benchRun {
 	const pool = 512
 	trajs := make([]json.RawMessage, pool)
 	for i := range trajs {
-		trajs[i] = benchTrajectory(i, 300+i%200)
+		trajs[i] = recordtest.Trajectory(i, 300+i%200)
 	}
 	res := &record.Result{}
 	for i := range n {
-		res.Record = benchRecord(i)
+		res.Record = recordtest.Realistic(i)
 		res.Trajectory = trajs[i%pool]
 		if err := s.Write(res); err != nil {
 			b.Fatal(err)
@@ -250,16 +165,16 @@ func BenchmarkResumeScan(b *testing.B) {
 	retry := func(r *record.Record) bool { return !r.FailureClass.Infra() }
 	wantRetry := 0
 	for i := range run.n {
-		if !benchRecord(i).FailureClass.Infra() {
+		if !recordtest.Realistic(i).FailureClass.Infra() {
 			wantRetry++
 		}
 	}
 	crash := func(b *testing.B, dir string) {
 		var side strings.Builder
 		for i := range 40 {
-			r := benchRecord(run.n + i)
+			r := recordtest.Realistic(run.n + i)
 			fmt.Fprintf(&side, `{"task_index":%d,"rollout_index":%d,"arm":%q,"task_id":%q,"trajectory":%s}`+"\n",
-				r.TaskIndex, r.RolloutIndex, r.Arm, r.TaskID, benchTrajectory(i, 400))
+				r.TaskIndex, r.RolloutIndex, r.Arm, r.TaskID, recordtest.Trajectory(i, 400))
 		}
 		appendFile(b, filepath.Join(dir, TrajectoriesFile), side.String())
 		appendFile(b, filepath.Join(dir, JournalFile), `{"task_index":125000,"rollout_index":0,"arm":"sin`)
@@ -444,7 +359,7 @@ func BenchmarkAppendRecord(b *testing.B) {
 	const pool = 1024
 	results := make([]record.Result, pool)
 	for i := range results {
-		results[i] = record.Result{Record: benchRecord(i), Trajectory: benchTrajectory(i, 1024)}
+		results[i] = record.Result{Record: recordtest.Realistic(i), Trajectory: recordtest.Trajectory(i, 1024)}
 	}
 	for _, bc := range []struct {
 		name string

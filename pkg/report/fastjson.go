@@ -505,17 +505,17 @@ func recordField(key []byte) int {
 	return -1
 }
 
-// recordDecoder decodes journal lines into records (decode) or keys (decodeKey). It interns
+// Decoder decodes journal lines into records (decode) or keys (decodeKey). It interns
 // the short strings that repeat from record to record (arms, models, classes, tool names, map
 // keys and task fields), so that a record costs few allocations. It is not safe for
 // concurrent use.
-type recordDecoder struct {
+type Decoder struct {
 	names   map[string]string
 	last    [64]string // by slot: the string last read there, which the next record often repeats
 	scratch []byte
 }
 
-// Slots of recordDecoder.last: a field's own (its number), or 8 per list or map, by position.
+// Slots of Decoder.last: a field's own (its number), or 8 per list or map, by position.
 const (
 	slotToolNames  = 32
 	slotRewardKeys = 40
@@ -536,16 +536,16 @@ const (
 var emptyNames = []string{}
 
 // internAt is intern, first trying the string last read in the slot.
-func (d *recordDecoder) internAt(slot int, b []byte) string {
+func (d *Decoder) internAt(slot int, b []byte) string {
 	if s := d.last[slot]; s == string(b) {
 		return s
 	}
-	s := d.intern(b)
+	s := d.Intern(b)
 	d.last[slot] = s
 	return s
 }
 
-func (d *recordDecoder) intern(b []byte) string {
+func (d *Decoder) Intern(b []byte) string {
 	if s, ok := d.names[string(b)]; ok {
 		return s
 	}
@@ -562,7 +562,7 @@ func (d *recordDecoder) intern(b []byte) string {
 // str reads the JSON string at b[i] (interned through slot, or copied for noIntern), or null (ok, and s empty, as
 // encoding/json leaves a string field alone on null); end is -1 when the fast path cannot
 // read it.
-func (d *recordDecoder) str(b []byte, i int, slot int, store bool) (s string, end int) {
+func (d *Decoder) str(b []byte, i int, slot int, store bool) (s string, end int) {
 	if i < len(b) && b[i] == 'n' {
 		if hasLiteral(b, i, "null") {
 			return "", i + 4
@@ -594,20 +594,20 @@ func (d *recordDecoder) str(b []byte, i int, slot int, store bool) (s string, en
 
 // decode reads the journal line b into r, which must be the zero Record, and reports whether
 // it could. When it could not, r holds garbage and the line must go to encoding/json.
-func (d *recordDecoder) decode(b []byte, r *record.Record) bool {
+func (d *Decoder) decode(b []byte, r *record.Record) bool {
 	return d.record(b, r, true)
 }
 
-// decodeKey reads only the key of the journal line b (the other fields are checked, as
+// Key reads only the key of the journal line b (the other fields are checked, as
 // encoding/json would check them, but not kept), and reports whether it could.
-func (d *recordDecoder) decodeKey(b []byte) (record.Key, bool) {
+func (d *Decoder) Key(b []byte) (record.Key, bool) {
 	var r record.Record
 	ok := d.record(b, &r, false)
 	return record.Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm}, ok
 }
 
 // record reads b into r: every field when full, else the key's.
-func (d *recordDecoder) record(b []byte, r *record.Record, full bool) bool {
+func (d *Decoder) record(b []byte, r *record.Record, full bool) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -665,7 +665,7 @@ func (d *recordDecoder) record(b []byte, r *record.Record, full bool) bool {
 // the fast path cannot. null leaves the field alone, as it does with encoding/json (r is
 // the zero Record, so maps and lists stay nil). Only the key's fields are kept when not
 // full, but every value is checked.
-func (d *recordDecoder) field(b []byte, i, f int, r *record.Record, full bool) int {
+func (d *Decoder) field(b []byte, i, f int, r *record.Record, full bool) int {
 	if hasLiteral(b, i, "null") {
 		return i + 4
 	}
@@ -785,7 +785,7 @@ func (d *recordDecoder) field(b []byte, i, f int, r *record.Record, full bool) i
 }
 
 // toolNames reads a JSON array of strings.
-func (d *recordDecoder) toolNames(b []byte, i int, r *record.Record, full bool) int {
+func (d *Decoder) toolNames(b []byte, i int, r *record.Record, full bool) int {
 	if b[i] != '[' {
 		return -1
 	}
@@ -827,7 +827,7 @@ func (d *recordDecoder) toolNames(b []byte, i int, r *record.Record, full bool) 
 }
 
 // object reads reward_components (string to number) or task_fields (string to string).
-func (d *recordDecoder) object(b []byte, i, f int, r *record.Record, full bool) int {
+func (d *Decoder) object(b []byte, i, f int, r *record.Record, full bool) int {
 	if b[i] != '{' {
 		return -1
 	}
@@ -913,14 +913,14 @@ func (d *recordDecoder) object(b []byte, i, f int, r *record.Record, full bool) 
 	}
 }
 
-// lineKeys reads the int64 members named a and b, and the string member named c if c is
+// LineKeys reads the int64 members named a and b, and the string member named c if c is
 // not empty (its bytes, in line), of the JSON object that is the whole of line, checking the whole line as
 // encoding/json does when it decodes it into a struct of those three fields: every other
 // member is skipped (checked, not read). ok is false when the fast path cannot be sure:
 // invalid JSON, a member repeated or named like a wanted one in another case, a value of
 // another type. A wanted member that is absent or null is left zero; has says which were
 // present and not null.
-func lineKeys(line []byte, a, b, c string) (ka, kb int64, kc []byte, has int, ok bool) {
+func LineKeys(line []byte, a, b, c string) (ka, kb int64, kc []byte, has int, ok bool) {
 	i := skipSpace(line, 0)
 	if i >= len(line) || line[i] != '{' {
 		return

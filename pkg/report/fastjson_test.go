@@ -12,19 +12,20 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // A line of each kind the journal holds, as the Sink writes it.
 var (
 	journalLine = func() string {
-		r := benchRecord(5)
+		r := recordtest.Realistic(5)
 		b, _ := json.Marshal(&r)
 		return string(b)
 	}()
 	failedLine = func() string {
 		for i := 0; ; i++ {
-			if r := benchRecord(i); r.FailureClass != "" && strings.Contains(r.Error, `"`) {
+			if r := recordtest.Realistic(i); r.FailureClass != "" && strings.Contains(r.Error, `"`) {
 				b, _ := json.Marshal(&r)
 				return string(b)
 			}
@@ -36,12 +37,11 @@ var (
 // the package reads journals), and returns both records and whether the fast path took it.
 func decodeBoth(line string) (want record.Record, wantErr error, got record.Record, gotErr error, fast bool) {
 	wantErr = json.Unmarshal([]byte(line), &want)
-	var d recordDecoder
+	var d Decoder
 	fast = d.decode([]byte(line), &got)
 	if !fast {
-		var dl decodedLine
-		d.parse([]byte(line), &dl)
-		got, gotErr = dl.rec, dl.err
+		got = record.Record{}
+		gotErr = d.Decode([]byte(line), &got)
 	}
 	return
 }
@@ -145,8 +145,8 @@ func TestRecordDecoderMatchesEncodingJSON(t *testing.T) {
 				t.Errorf("the fast path took a line encoding/json refuses (%v)", wantErr)
 			}
 			// The key-only path agrees.
-			var d recordDecoder
-			if k, ok := d.decodeKey([]byte(tt.line)); ok {
+			var d Decoder
+			if k, ok := d.Key([]byte(tt.line)); ok {
 				if wantErr != nil {
 					t.Errorf("decodeKey took a line encoding/json refuses (%v)", wantErr)
 				} else if k != want.Key() {
@@ -194,7 +194,7 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 	je.SetEscapeHTML(false)
 	var keys []string
 	for i := range 3000 {
-		r := benchRecord(rng.IntN(1 << 20))
+		r := recordtest.Realistic(rng.IntN(1 << 20))
 		if i%2 == 0 {
 			r.TaskID, r.Arm, r.Error, r.Termination = str(), str(), str(), str()
 			if i%4 == 0 {
@@ -222,9 +222,9 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 		}
 		var line []byte
 		var ok bool
-		line, keys, ok = appendRecordJSON(nil, &r, keys)
+		line, keys, ok = AppendJSON(nil, &r, keys)
 		if !ok || string(line) != enc.String() {
-			t.Fatalf("record %d: appendRecordJSON (ok %v):\n%s\nencoding/json:\n%s", i, ok, line, enc.Bytes())
+			t.Fatalf("record %d: AppendJSON (ok %v):\n%s\nencoding/json:\n%s", i, ok, line, enc.Bytes())
 		}
 		want, wantErr, got, gotErr, _ := decodeBoth(string(line))
 		if wantErr != nil || gotErr != nil {
@@ -249,8 +249,8 @@ func TestAppendRecordJSONRefuses(t *testing.T) {
 		if _, err := json.Marshal(&r); err == nil {
 			t.Fatalf("encoding/json takes %+v", r)
 		}
-		if out, _, ok := appendRecordJSON([]byte("x"), &r, nil); ok || string(out) != "x" {
-			t.Errorf("appendRecordJSON took %+v: %q", r, out)
+		if out, _, ok := AppendJSON([]byte("x"), &r, nil); ok || string(out) != "x" {
+			t.Errorf("AppendJSON took %+v: %q", r, out)
 		}
 	}
 }
@@ -262,7 +262,7 @@ func TestAppendCompact(t *testing.T) {
 		"\n{\"messages\": [\n  {\"role\": \"assistant\"}\n]}\n", `"string"`, `12`, `-`, `01`, `1.`, `.5`, `1e`,
 		`{"a":1,}`, `[1,]`, `{"a" 1}`, `{1:2}`, `[1 2]`, `{"a":tru}`, `nul`, `"a` + "\x01" + `"`, `"\x"`, `"\u12"`,
 		`{"a":1}}`, `[[[`, ``, ` `, "\"\xff\xfe\"", `{"a":"<b> & c"}`, strings.Repeat("[", 2000) + strings.Repeat("]", 2000),
-		string(benchTrajectory(3, 1024)),
+		string(recordtest.Trajectory(3, 1024)),
 	} {
 		var want bytes.Buffer
 		werr := json.Compact(&want, []byte(in))
@@ -280,7 +280,7 @@ func TestAppendCompact(t *testing.T) {
 	}
 }
 
-// lineKeys reads the keys of trajectory and NeMo Gym lines as encoding/json reads them into
+// LineKeys reads the keys of trajectory and NeMo Gym lines as encoding/json reads them into
 // the structs Compact used, or leaves the line to encoding/json.
 func TestLineKeys(t *testing.T) {
 	type keys struct {
@@ -312,7 +312,7 @@ func TestLineKeys(t *testing.T) {
 	} {
 		var want keys
 		werr := json.Unmarshal([]byte(tt.line), &want)
-		task, rollout, arm, _, ok := lineKeys([]byte(tt.line), "task_index", "rollout_index", "arm")
+		task, rollout, arm, _, ok := LineKeys([]byte(tt.line), "task_index", "rollout_index", "arm")
 		if tt.fast && !ok {
 			t.Errorf("%s: refused", tt.line)
 		}
@@ -329,7 +329,7 @@ func TestLineKeys(t *testing.T) {
 		{`{"reward":1,"_ng_task_index":3}`, 1},
 		{`{"reward":1,"_ng_task_index":3,"_ng_rollout_index":null}`, 1},
 	} {
-		task, rollout, _, has, ok := lineKeys([]byte(tt.line), ngTaskIndexKey, ngRolloutIndexKey, "")
+		task, rollout, _, has, ok := LineKeys([]byte(tt.line), ngTaskIndexKey, ngRolloutIndexKey, "")
 		if !ok || has != tt.has || task != 3 || (has == 3 && rollout != 0) {
 			t.Errorf("%s: %d %d has %d ok %v", tt.line, task, rollout, has, ok)
 		}
@@ -353,7 +353,7 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 		recs := make([]record.Record, 0, n)
 		seen := map[record.Key]bool{}
 		for len(recs) < n {
-			r := benchRecord(rng.IntN(200))
+			r := recordtest.Realistic(rng.IntN(200))
 			r.RolloutIndex = int64(rng.IntN(6))
 			r.Arm = []string{"single", "multi", "workflow"}[rng.IntN(3)]
 			r.Reward = []float64{0, 1, 0.5, 0.1, 1.0 / 3}[rng.IntN(5)]
@@ -416,8 +416,8 @@ func TestFinalizeWithEvaluator(t *testing.T) {
 	}
 	const n = 3000
 	for i := range n {
-		r := benchRecord(i)
-		if err := s.Write(&record.Result{Record: r, Trajectory: benchTrajectory(i, 200)}); err != nil {
+		r := recordtest.Realistic(i)
+		if err := s.Write(&record.Result{Record: r, Trajectory: recordtest.Trajectory(i, 200)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -443,7 +443,7 @@ func TestFinalizeWithEvaluator(t *testing.T) {
 		t.Fatalf("parquet: %d records, %v", len(recs), err)
 	}
 	for i := range recs {
-		if d := diffRecord(recs[i], benchRecord(i)); d != "" {
+		if d := diffRecord(recs[i], recordtest.Realistic(i)); d != "" {
 			t.Fatalf("record %d: %s", i, d)
 		}
 	}
@@ -459,8 +459,8 @@ func checkDecoder(t *testing.T, line string) {
 	if wantErr == nil && !sameRecord(got, want) {
 		t.Fatalf("%q: records differ:\n got %+v\nwant %+v", line, got, want)
 	}
-	var d recordDecoder
-	if k, ok := d.decodeKey([]byte(line)); ok && (wantErr != nil || k != want.Key()) {
+	var d Decoder
+	if k, ok := d.Key([]byte(line)); ok && (wantErr != nil || k != want.Key()) {
 		t.Fatalf("%q: decodeKey %v, want %v (err %v)", line, k, want.Key(), wantErr)
 	}
 	type keys struct {
@@ -470,9 +470,9 @@ func checkDecoder(t *testing.T, line string) {
 	}
 	var wk keys
 	werr := json.Unmarshal([]byte(line), &wk)
-	if task, rollout, arm, _, ok := lineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
+	if task, rollout, arm, _, ok := LineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
 		(werr != nil || task != wk.Task || rollout != wk.Rollout || string(arm) != wk.Arm) {
-		t.Fatalf("%q: lineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
+		t.Fatalf("%q: LineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
 	}
 }
 

@@ -84,7 +84,7 @@ func TestSinkAndFinalize(t *testing.T) {
 
 // After a crash the journal may end in a torn line and the side files may hold lines of
 // rollouts that have no record. Compact keeps exactly one line per recorded rollout in every
-// file, and ScanJournal skips a torn tail.
+// file, and ScanJSONL skips a torn tail.
 func TestCompactAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	ng := filepath.Join(dir, "ng.jsonl")
@@ -113,8 +113,8 @@ func TestCompactAfterCrash(t *testing.T) {
 	appendTo(filepath.Join(dir, JournalFile), j[0]+"\n"+`{"task_index":4,"rollout_ind`)
 
 	n := 0
-	if err := ScanJournal(filepath.Join(dir, JournalFile), func(*record.Record) error { n++; return nil }); err != nil || n != 5 {
-		t.Fatalf("ScanJournal: %d records, %v; want 5 (the torn line skipped)", n, err)
+	if err := ScanJSONL(filepath.Join(dir, JournalFile), func(*record.Record) error { n++; return nil }); err != nil || n != 5 {
+		t.Fatalf("ScanJSONL: %d records, %v; want 5 (the torn line skipped)", n, err)
 	}
 
 	done, err := Compact(dir, ng, nil)
@@ -417,7 +417,7 @@ func TestCountClass(t *testing.T) {
 		t.Errorf("CountClass: %d, %v; want %d", n, err, want)
 	}
 	n := 0
-	ScanJournal(filepath.Join(dir, JournalFile), func(r *record.Record) error {
+	ScanJSONL(filepath.Join(dir, JournalFile), func(r *record.Record) error {
 		if r.FailureClass == record.FailCancelled {
 			n++
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -54,7 +55,7 @@ func mustJSON(t *testing.T, s string) any {
 }
 
 func TestTrajectoryWriter(t *testing.T) {
-	recs := fixtureRecords(4)
+	recs := recordtest.Fixture(4)
 	results := []*record.Result{
 		{Record: recs[0], Trajectory: json.RawMessage(`{"messages":[{"role":"user","content":"a <b> & c"}],"rounds":[]}`)},
 		{Record: recs[1], Trajectory: nil},

@@ -6,41 +6,17 @@ package report
 // time out of its years) are left to encoding/json, for its error.
 
 import (
-	"math"
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
-// appendJSONFloat appends f as encoding/json writes a float64 (ok false for NaN and ±Inf,
-// which it refuses).
-func appendJSONFloat(dst []byte, f float64) ([]byte, bool) {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return dst, false
-	}
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	dst = strconv.AppendFloat(dst, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9
-		n := len(dst)
-		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
-			dst[n-2] = dst[n-1]
-			dst = dst[:n-1]
-		}
-	}
-	return dst, true
-}
-
-// appendRecordJSON appends r as one JSON line (with its newline), the bytes json.Encoder
+// AppendJSON appends r as one JSON line (with its newline), the bytes json.Encoder
 // (HTML escaping off) writes for it; ok is false, and dst unchanged, for a record it
 // cannot write (a NaN or infinite number, a time outside the years 0 to 9999): encoding/json
 // then gives its error.
-func appendRecordJSON(dst []byte, r *record.Record, keys []string) (out []byte, _ []string, ok bool) {
+func AppendJSON(dst []byte, r *record.Record, keys []string) (out []byte, _ []string, ok bool) {
 	n := len(dst)
 	dst = append(dst, `{"task_index":`...)
 	dst = strconv.AppendInt(dst, r.TaskIndex, 10)
@@ -59,7 +35,7 @@ func appendRecordJSON(dst []byte, r *record.Record, keys []string) (out []byte, 
 	dst = append(dst, `,"model":`...)
 	dst = jsonw.AppendString(dst, r.Model)
 	dst = append(dst, `,"reward":`...)
-	if dst, ok = appendJSONFloat(dst, r.Reward); !ok {
+	if dst, ok = jsonw.AppendFloat(dst, r.Reward); !ok {
 		return dst[:n], keys, false
 	}
 	dst = append(dst, `,"has_reward":`...)
@@ -77,7 +53,7 @@ func appendRecordJSON(dst []byte, r *record.Record, keys []string) (out []byte, 
 			}
 			dst = jsonw.AppendString(dst, k)
 			dst = append(dst, ':')
-			if dst, ok = appendJSONFloat(dst, r.RewardComponents[k]); !ok {
+			if dst, ok = jsonw.AppendFloat(dst, r.RewardComponents[k]); !ok {
 				return dst[:n], keys, false
 			}
 		}
@@ -107,7 +83,7 @@ func appendRecordJSON(dst []byte, r *record.Record, keys []string) (out []byte, 
 	dst = append(dst, `,"completion_tokens":`...)
 	dst = strconv.AppendInt(dst, r.CompletionTokens, 10)
 	dst = append(dst, `,"latency_ms":`...)
-	if dst, ok = appendJSONFloat(dst, r.LatencyMs); !ok {
+	if dst, ok = jsonw.AppendFloat(dst, r.LatencyMs); !ok {
 		return dst[:n], keys, false
 	}
 	dst = append(dst, `,"termination":`...)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -104,7 +105,7 @@ func TestNemoGymSplice(t *testing.T) {
 }
 
 func TestNemoGymWriterSkipsFailed(t *testing.T) {
-	recs := fixtureRecords(10)
+	recs := recordtest.Fixture(10)
 	path := filepath.Join(t.TempDir(), "rollouts.jsonl")
 	w, err := NewNemoGymWriter(path)
 	if err != nil {

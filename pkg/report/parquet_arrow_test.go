@@ -19,6 +19,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/rollout-dev/rollout/internal/recordtest"
 )
 
 func init() {
@@ -114,7 +116,7 @@ func TestParquetReadByArrow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs := fixtureRecords(tt.n)
+			recs := recordtest.Fixture(tt.n)
 			path := filepath.Join(t.TempDir(), "rewards.parquet")
 			writeParquet(t, path, ParquetOptions{RowGroupSize: tt.rowGroup}, recs)
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/benchutil"
+	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -42,7 +43,7 @@ func writeParquet(t testing.TB, path string, opt ParquetOptions, recs []record.R
 func TestParquetRoundTrip(t *testing.T) {
 	for _, tt := range []struct{ n, rowGroup int }{{0, 7}, {1, 7}, {25, 7}, {1000, 300}} {
 		n := tt.n
-		recs := fixtureRecords(n)
+		recs := recordtest.Fixture(n)
 		path := filepath.Join(t.TempDir(), "rewards.parquet")
 		writeParquet(t, path, ParquetOptions{RowGroupSize: tt.rowGroup}, recs)
 		got, err := ReadParquet(path)
@@ -95,7 +96,7 @@ func TestParquetTempThenRename(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range fixtureRecords(5) {
+	for _, r := range recordtest.Fixture(5) {
 		if err := w.Write(&record.Result{Record: r}); err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +147,7 @@ func TestParquetFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Write(&record.Result{Record: fixtureRecords(1)[0]}); err != nil {
+		if err := w.Write(&record.Result{Record: recordtest.Fixture(1)[0]}); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Close(); err == nil {
@@ -168,7 +169,7 @@ func TestParquetFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		good := fixtureRecords(1)[0]
+		good := recordtest.Fixture(1)[0]
 		for _, at := range []time.Time{
 			time.Time{}.Add(time.Millisecond),
 			time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -214,7 +215,7 @@ func TestParquetFailures(t *testing.T) {
 	})
 	t.Run("read truncated", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "rewards.parquet")
-		writeParquet(t, path, ParquetOptions{}, fixtureRecords(10))
+		writeParquet(t, path, ParquetOptions{}, recordtest.Fixture(10))
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -237,7 +238,7 @@ func TestParquetMemoryBounded(t *testing.T) {
 		t.Skip("slow; run without -race and -short")
 	}
 	const rowGroup, first, more = 500, 5_000, 50_000
-	recs := fixtureRecords(64)
+	recs := recordtest.Fixture(64)
 	w, err := NewParquetWriter(filepath.Join(t.TempDir(), "big.parquet"), ParquetOptions{RowGroupSize: rowGroup})
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +282,7 @@ func BenchmarkParquetWrite(b *testing.B) {
 	const pool = 4096
 	recs := make([]record.Record, pool)
 	for i := range recs {
-		recs[i] = benchRecord(i)
+		recs[i] = recordtest.Realistic(i)
 	}
 	path := filepath.Join(b.TempDir(), "bench.parquet")
 	b.ReportAllocs()
@@ -326,7 +327,7 @@ func TestParquetParallelPages(t *testing.T) {
 	}
 	recs := make([]record.Record, n)
 	for i := range recs {
-		recs[i] = benchRecord(i)
+		recs[i] = recordtest.Realistic(i)
 		recs[i].Error = strings.Repeat(fmt.Sprintf("error %d; ", i), 40)
 		recs[i].TaskID = fmt.Sprintf("%0300d", i)
 	}

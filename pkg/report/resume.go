@@ -189,7 +189,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		return done, nil
 	}
 	workers := lines.Workers()
-	decoders := make([]recordDecoder, workers)
+	decoders := make([]Decoder, workers)
 	// The kept records' keys, in order: the trajectories file holds their lines in the same
 	// order (the Sink writes a result's trajectory line, then its record), so that a
 	// trajectory line is usually the one of the next kept record, and needs no lookup.
@@ -207,13 +207,13 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		d := &decoders[w]
 		if keep == nil {
 			var ok bool
-			if res.key, ok = d.decodeKey(line); ok {
+			if res.key, ok = d.Key(line); ok {
 				return
 			}
 		}
-		var dl decodedLine
-		d.parse(line, &dl)
-		res.rec, res.err, res.key = &dl.rec, dl.err, dl.rec.Key()
+		rec := new(record.Record)
+		res.err = d.Decode(line, rec)
+		res.rec, res.key = rec, rec.Key()
 	}, func(_ []byte, n int, res *journalLine) (bool, error) {
 		if res.err != nil {
 			return false, fmt.Errorf("%s:%d: not a record: %v", jpath, n, res.err)
@@ -246,11 +246,11 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		arm           []byte // in the line
 		ok            bool
 	}
-	var intern recordDecoder
+	var intern Decoder
 	next := 0
 	var seen record.Done
 	err = rewriteLines(join(dir, TrajectoriesFile), workers, nil, func(_ int, line []byte, res *keyLine) {
-		res.task, res.rollout, res.arm, _, res.ok = lineKeys(line, "task_index", "rollout_index", "arm")
+		res.task, res.rollout, res.arm, _, res.ok = LineKeys(line, "task_index", "rollout_index", "arm")
 	}, func(line []byte, _ int, res *keyLine) (bool, error) {
 		var key record.Key
 		if res.ok {
@@ -260,7 +260,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 					return true, nil
 				}
 			}
-			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.intern(res.arm)}
+			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.Intern(res.arm)}
 		} else {
 			var k struct {
 				Task    int64  `json:"task_index"`
@@ -307,7 +307,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 // keeping the first line of each rollout in done, keyed by task, rollout and arm; lines without
 // the three keys are not the run's, and go.
 func keepNemoGymLines(path string, workers int, done record.Done) error {
-	var intern recordDecoder
+	var intern Decoder
 	seen := make(record.Done, len(done))
 	type ngLine struct {
 		task, rollout int64
@@ -316,14 +316,14 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 		ok            bool
 	}
 	return rewriteLines(path, workers, nil, func(_ int, line []byte, res *ngLine) {
-		res.task, res.rollout, res.arm, res.has, res.ok = lineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+		res.task, res.rollout, res.arm, res.has, res.ok = LineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
 	}, func(line []byte, _ int, res *ngLine) (bool, error) {
 		var key record.Key
 		if res.ok {
 			if res.has != 7 {
 				return false, nil
 			}
-			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.intern(res.arm)}
+			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.Intern(res.arm)}
 		} else {
 			var k struct {
 				Task    *int64  `json:"_ng_task_index"`
@@ -498,7 +498,7 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error)
 	)
 	ev := NewEvaluator(opt.Stats)
 	ev.reserve(lines.Estimate(join(dir, JournalFile)))
-	err = scanJournal(join(dir, JournalFile), func(rec *record.Record) error {
+	err = ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
 		stats.Add(rec)
 		ev.Add(rec)
 		// The Parquet writer keeps a copy of the record until its batch is written; the maps

@@ -108,7 +108,7 @@ func (t *TrajectoryWriter) appendLine(dst []byte, r *record.Result, traj json.Ra
 	dst = jsonw.AppendString(dst, r.Record.TaskID)
 	dst = append(dst, `,"reward":`...)
 	var ok bool
-	if dst, ok = appendJSONFloat(dst, r.Record.Reward); !ok {
+	if dst, ok = jsonw.AppendFloat(dst, r.Record.Reward); !ok {
 		return dst, false
 	}
 	dst = append(dst, `,"has_reward":`...)
