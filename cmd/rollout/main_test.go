@@ -44,7 +44,7 @@ var builtinServers = []string{
 
 func readRecords(t *testing.T, dir string) []record.Record {
 	t.Helper()
-	recs, err := report.ReadParquet(filepath.Join(dir, "rollouts.parquet"))
+	recs, err := record.ReadParquet(filepath.Join(dir, "rollouts.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}

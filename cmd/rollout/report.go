@@ -87,7 +87,7 @@ func addRecords(add func(*record.Record), path string, e env) error {
 }
 
 func addParquet(add func(*record.Record), path string) error {
-	recs, err := report.ReadParquet(path)
+	recs, err := record.ReadParquet(path)
 	if err != nil {
 		if !strings.Contains(err.Error(), path) {
 			err = fmt.Errorf("%s: %w", path, err)
@@ -102,7 +102,7 @@ func addParquet(add func(*record.Record), path string) error {
 
 func addJournal(add func(*record.Record), path string) error {
 	line := 0
-	err := report.ScanJSONL(path, func(rec *record.Record) error {
+	err := record.ScanJSONL(path, func(rec *record.Record) error {
 		line++
 		// Every record has a start time: a line without one is not a record (a task file,
 		// say, which would otherwise read as records without rewards).

@@ -117,7 +117,7 @@ func leaks(t *testing.T, key string, dirs, files []string, texts map[string]stri
 		}
 		look(path, b)
 		if filepath.Ext(path) == ".parquet" {
-			recs, err := report.ReadParquet(path)
+			recs, err := record.ReadParquet(path)
 			if err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}

@@ -52,7 +52,7 @@ func cmdShow(_ context.Context, args []string, e env) error {
 	// The records of the task: by id, or by index when no id matches.
 	var recs []record.Record
 	ids := map[string]bool{}
-	err = report.ScanJSONL(journal, func(r *record.Record) error {
+	err = record.ScanJSONL(journal, func(r *record.Record) error {
 		ids[r.TaskID] = true
 		if r.TaskID == *task || fmt.Sprint(r.TaskIndex) == *task {
 			recs = append(recs, *r)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -238,7 +239,7 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 		s.Resume = &Timing{Records: len(done), Took: time.Since(t0)}
 		say("finalize (Parquet and summary) of %d records", r.Rollouts)
 		t0 = time.Now()
-		if _, err := report.Finalize(out, report.ParquetOptions{}); err != nil {
+		if _, err := report.Finalize(out, record.ParquetOptions{}); err != nil {
 			return s, fmt.Errorf("finalize: %w", err)
 		}
 		s.Finalize = &Timing{Records: r.Rollouts, Took: time.Since(t0)}

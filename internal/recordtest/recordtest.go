@@ -6,6 +6,7 @@ package recordtest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -165,4 +166,32 @@ func Trajectory(i int, size int) json.RawMessage {
 	}
 	b.WriteString(`],"final":"42"}`)
 	return json.RawMessage(b.String())
+}
+
+// Diff compares two records as they survive Parquet: nil and empty
+// maps and lists are equal, and times are equal to the millisecond
+// regardless of location.
+func Diff(got, want record.Record) string {
+	norm := func(r record.Record) record.Record {
+		if len(r.RewardComponents) == 0 {
+			r.RewardComponents = nil
+		}
+		if len(r.ToolNames) == 0 {
+			r.ToolNames = nil
+		}
+		if len(r.TaskFields) == 0 {
+			r.TaskFields = nil
+		}
+		if r.StartedAt.IsZero() {
+			r.StartedAt = time.Time{}
+		} else {
+			r.StartedAt = r.StartedAt.Truncate(time.Millisecond).UTC()
+		}
+		return r
+	}
+	g, w := norm(got), norm(want)
+	if !reflect.DeepEqual(g, w) {
+		return fmt.Sprintf("got  %+v\nwant %+v", g, w)
+	}
+	return ""
 }

@@ -83,7 +83,7 @@ func TestSoakMixed(t *testing.T) {
 		texts = append(texts, stdout.String(), stderr.String())
 	}
 	runOnce(true, "--overwrite")
-	first, err := report.ReadParquet(filepath.Join(out, report.ParquetFile))
+	first, err := record.ReadParquet(filepath.Join(out, report.ParquetFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestSoakMixed(t *testing.T) {
 	}
 	runOnce(false, "--resume", "--retry-failed")
 
-	recs, err := report.ReadParquet(filepath.Join(out, report.ParquetFile))
+	recs, err := record.ReadParquet(filepath.Join(out, report.ParquetFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func keyLeaks(t *testing.T, key, dir, jsonl string, texts []string) []string {
 		}
 		look(path, b)
 		if filepath.Ext(path) == ".parquet" {
-			recs, err := report.ReadParquet(path)
+			recs, err := record.ReadParquet(path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,6 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 // The soak's settings. ROLLOUT_SOAK_ROLLOUTS (default 300) is the number of rollouts,
@@ -123,7 +122,7 @@ func TestSoak(t *testing.T) {
 	}
 	simStats, serveStats := simProc.stop(t), serveProc.stop(t)
 
-	recs, err := report.ReadParquet(filepath.Join(out, "rollouts.parquet"))
+	recs, err := record.ReadParquet(filepath.Join(out, "rollouts.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,3 @@
-// Package report turns rollout records into output: the Parquet rewards
-// file, the trajectories file, NeMo Gym-style JSONL, and summaries.
 package record
 
 import (

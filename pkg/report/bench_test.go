@@ -291,7 +291,7 @@ func BenchmarkFinalize(b *testing.B) {
 	}
 	b.Run("finalize", func(b *testing.B) {
 		benchFinalize(b, run, func(dir string) {
-			sum, err := Finalize(dir, ParquetOptions{})
+			sum, err := Finalize(dir, record.ParquetOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -300,7 +300,7 @@ func BenchmarkFinalize(b *testing.B) {
 	})
 	b.Run("two-passes", func(b *testing.B) {
 		benchFinalize(b, run, func(dir string) {
-			sum, err := Finalize(dir, ParquetOptions{})
+			sum, err := Finalize(dir, record.ParquetOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -66,14 +66,14 @@ func TestSinkAndFinalize(t *testing.T) {
 	if n := len(fileLines(t, ng)); n != 4 {
 		t.Fatalf("NeMo Gym file has %d lines, want 4 (the failed rollout has no verify answer)", n)
 	}
-	sum, err := Finalize(dir, ParquetOptions{})
+	sum, err := Finalize(dir, record.ParquetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.Rollouts != 5 || sum.Scored != 4 || sum.Failed != 1 {
 		t.Errorf("summary %+v", sum)
 	}
-	recs, err := ReadParquet(filepath.Join(dir, ParquetFile))
+	recs, err := record.ReadParquet(filepath.Join(dir, ParquetFile))
 	if err != nil || len(recs) != 5 {
 		t.Fatalf("parquet: %d records, %v", len(recs), err)
 	}
@@ -84,7 +84,7 @@ func TestSinkAndFinalize(t *testing.T) {
 
 // After a crash the journal may end in a torn line and the side files may hold lines of
 // rollouts that have no record. Compact keeps exactly one line per recorded rollout in every
-// file, and ScanJSONL skips a torn tail.
+// file, and record.ScanJSONL skips a torn tail.
 func TestCompactAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	ng := filepath.Join(dir, "ng.jsonl")
@@ -113,8 +113,8 @@ func TestCompactAfterCrash(t *testing.T) {
 	appendTo(filepath.Join(dir, JournalFile), j[0]+"\n"+`{"task_index":4,"rollout_ind`)
 
 	n := 0
-	if err := ScanJSONL(filepath.Join(dir, JournalFile), func(*record.Record) error { n++; return nil }); err != nil || n != 5 {
-		t.Fatalf("ScanJSONL: %d records, %v; want 5 (the torn line skipped)", n, err)
+	if err := record.ScanJSONL(filepath.Join(dir, JournalFile), func(*record.Record) error { n++; return nil }); err != nil || n != 5 {
+		t.Fatalf("record.ScanJSONL: %d records, %v; want 5 (the torn line skipped)", n, err)
 	}
 
 	done, err := Compact(dir, ng, nil)
@@ -348,10 +348,10 @@ func TestSinkRedactsSecrets(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Finalize(dir, ParquetOptions{}); err != nil {
+	if _, err := Finalize(dir, record.ParquetOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := ReadParquet(filepath.Join(dir, ParquetFile))
+	recs, err := record.ReadParquet(filepath.Join(dir, ParquetFile))
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("parquet: %d records, %v", len(recs), err)
 	}
@@ -417,7 +417,7 @@ func TestCountClass(t *testing.T) {
 		t.Errorf("CountClass: %d, %v; want %d", n, err, want)
 	}
 	n := 0
-	ScanJSONL(filepath.Join(dir, JournalFile), func(r *record.Record) error {
+	record.ScanJSONL(filepath.Join(dir, JournalFile), func(r *record.Record) error {
 		if r.FailureClass == record.FailCancelled {
 			n++
 		}

@@ -150,7 +150,7 @@ const NemoGymFile = "nemo_gym.jsonl"
 // one. It returns the number of lines written.
 func WriteNemoGym(dir, dest string) (written int, err error) {
 	done := record.Done{}
-	err = ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
+	err = record.ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
 		done[rec.Key()] = struct{}{}
 		return nil
 	})

@@ -189,7 +189,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		return done, nil
 	}
 	workers := lines.Workers()
-	decoders := make([]Decoder, workers)
+	decoders := make([]record.Decoder, workers)
 	// The kept records' keys, in order: the trajectories file holds their lines in the same
 	// order (the Sink writes a result's trajectory line, then its record), so that a
 	// trajectory line is usually the one of the next kept record, and needs no lookup.
@@ -246,11 +246,11 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		arm           []byte // in the line
 		ok            bool
 	}
-	var intern Decoder
+	var intern record.Decoder
 	next := 0
 	var seen record.Done
 	err = rewriteLines(join(dir, TrajectoriesFile), workers, nil, func(_ int, line []byte, res *keyLine) {
-		res.task, res.rollout, res.arm, _, res.ok = LineKeys(line, "task_index", "rollout_index", "arm")
+		res.task, res.rollout, res.arm, _, res.ok = record.LineKeys(line, "task_index", "rollout_index", "arm")
 	}, func(line []byte, _ int, res *keyLine) (bool, error) {
 		var key record.Key
 		if res.ok {
@@ -307,7 +307,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 // keeping the first line of each rollout in done, keyed by task, rollout and arm; lines without
 // the three keys are not the run's, and go.
 func keepNemoGymLines(path string, workers int, done record.Done) error {
-	var intern Decoder
+	var intern record.Decoder
 	seen := make(record.Done, len(done))
 	type ngLine struct {
 		task, rollout int64
@@ -316,7 +316,7 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 		ok            bool
 	}
 	return rewriteLines(path, workers, nil, func(_ int, line []byte, res *ngLine) {
-		res.task, res.rollout, res.arm, res.has, res.ok = LineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+		res.task, res.rollout, res.arm, res.has, res.ok = record.LineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
 	}, func(line []byte, _ int, res *ngLine) (bool, error) {
 		var key record.Key
 		if res.ok {
@@ -470,7 +470,7 @@ func copyPrefix(out *os.File, path string, n int64) error {
 
 // FinalizeOptions configure FinalizeWith.
 type FinalizeOptions struct {
-	Parquet ParquetOptions
+	Parquet record.ParquetOptions
 	// Stats say how the Evaluation is computed. The summary's standard error and interval
 	// are its overall ones.
 	Stats StatsOptions
@@ -478,7 +478,7 @@ type FinalizeOptions struct {
 
 // Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
 // (written as .tmp, synced, renamed) and summary.json. It returns the summary.
-func Finalize(dir string, opt ParquetOptions) (Summary, error) {
+func Finalize(dir string, opt record.ParquetOptions) (Summary, error) {
 	sum, _, err := FinalizeWith(dir, FinalizeOptions{Parquet: opt})
 	return sum, err
 }
@@ -488,7 +488,7 @@ func Finalize(dir string, opt ParquetOptions) (Summary, error) {
 // grow with the journal's length beyond the Evaluator's few numbers per record (the Parquet
 // writer holds one row group).
 func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error) {
-	pw, err := NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
+	pw, err := record.NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
 	if err != nil {
 		return Summary{}, nil, err
 	}
@@ -498,7 +498,7 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error)
 	)
 	ev := NewEvaluator(opt.Stats)
 	ev.reserve(lines.Estimate(join(dir, JournalFile)))
-	err = ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
+	err = record.ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
 		stats.Add(rec)
 		ev.Add(rec)
 		// The Parquet writer keeps a copy of the record until its batch is written; the maps

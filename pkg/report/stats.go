@@ -202,11 +202,11 @@ func Evaluate(recs []record.Record, o StatsOptions) *Evaluation {
 }
 
 // EvaluateJournal computes the statistics of the records of a run's journal (see
-// ScanJSONL).
+// record.ScanJSONL).
 func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	ev := NewEvaluator(o)
 	ev.reserve(lines.Estimate(path))
-	err := ScanJSONLInPlace(path, func(rec *record.Record) error {
+	err := record.ScanJSONLInPlace(path, func(rec *record.Record) error {
 		ev.Add(rec)
 		return nil
 	})

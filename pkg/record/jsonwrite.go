@@ -1,4 +1,4 @@
-package report
+package record
 
 // Writing the journal's and the trajectories file's lines without encoding/json's reflection:
 // the same bytes as a json.Encoder with SetEscapeHTML(false) writes (a test checks), at a
@@ -9,14 +9,13 @@ import (
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
-	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // AppendJSON appends r as one JSON line (with its newline), the bytes json.Encoder
 // (HTML escaping off) writes for it; ok is false, and dst unchanged, for a record it
 // cannot write (a NaN or infinite number, a time outside the years 0 to 9999): encoding/json
 // then gives its error.
-func AppendJSON(dst []byte, r *record.Record, keys []string) (out []byte, _ []string, ok bool) {
+func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, ok bool) {
 	n := len(dst)
 	dst = append(dst, `{"task_index":`...)
 	dst = strconv.AppendInt(dst, r.TaskIndex, 10)

@@ -1,4 +1,4 @@
-package report
+package record
 
 // A small JSON reader for the lines this package writes, so that reading a journal does not
 // cost an encoding/json decode per record (the resume scan, Finalize and the evaluation read
@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
-	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // maxJSONDepth bounds the nesting the fast paths follow (encoding/json's limit is 10000; a
@@ -227,10 +226,10 @@ func skipValue(b []byte, i, depth int) int {
 	return -1
 }
 
-// appendCompact appends the JSON value src (with surrounding space) to dst with the space
+// AppendCompact appends the JSON value src (with surrounding space) to dst with the space
 // between its tokens left out, as json.Compact does; false (and dst unchanged) if src is
 // not one valid JSON value.
-func appendCompact(dst, src []byte) ([]byte, bool) {
+func AppendCompact(dst, src []byte) ([]byte, bool) {
 	n := len(dst)
 	i := skipSpace(src, 0)
 	dst, i = appendCompactValue(dst, src, i, 0)
@@ -594,20 +593,20 @@ func (d *Decoder) str(b []byte, i int, slot int, store bool) (s string, end int)
 
 // decode reads the journal line b into r, which must be the zero Record, and reports whether
 // it could. When it could not, r holds garbage and the line must go to encoding/json.
-func (d *Decoder) decode(b []byte, r *record.Record) bool {
+func (d *Decoder) decode(b []byte, r *Record) bool {
 	return d.record(b, r, true)
 }
 
 // Key reads only the key of the journal line b (the other fields are checked, as
 // encoding/json would check them, but not kept), and reports whether it could.
-func (d *Decoder) Key(b []byte) (record.Key, bool) {
-	var r record.Record
+func (d *Decoder) Key(b []byte) (Key, bool) {
+	var r Record
 	ok := d.record(b, &r, false)
-	return record.Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm}, ok
+	return Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm}, ok
 }
 
 // record reads b into r: every field when full, else the key's.
-func (d *Decoder) record(b []byte, r *record.Record, full bool) bool {
+func (d *Decoder) record(b []byte, r *Record, full bool) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -665,7 +664,7 @@ func (d *Decoder) record(b []byte, r *record.Record, full bool) bool {
 // the fast path cannot. null leaves the field alone, as it does with encoding/json (r is
 // the zero Record, so maps and lists stay nil). Only the key's fields are kept when not
 // full, but every value is checked.
-func (d *Decoder) field(b []byte, i, f int, r *record.Record, full bool) int {
+func (d *Decoder) field(b []byte, i, f int, r *Record, full bool) int {
 	if hasLiteral(b, i, "null") {
 		return i + 4
 	}
@@ -759,7 +758,7 @@ func (d *Decoder) field(b []byte, i, f int, r *record.Record, full bool) int {
 		case rfTermination:
 			r.Termination = s
 		case rfFailureClass:
-			r.FailureClass = record.FailureClass(s)
+			r.FailureClass = FailureClass(s)
 		case rfSourceFile:
 			r.SourceFile = s
 		}
@@ -785,7 +784,7 @@ func (d *Decoder) field(b []byte, i, f int, r *record.Record, full bool) int {
 }
 
 // toolNames reads a JSON array of strings.
-func (d *Decoder) toolNames(b []byte, i int, r *record.Record, full bool) int {
+func (d *Decoder) toolNames(b []byte, i int, r *Record, full bool) int {
 	if b[i] != '[' {
 		return -1
 	}
@@ -827,7 +826,7 @@ func (d *Decoder) toolNames(b []byte, i int, r *record.Record, full bool) int {
 }
 
 // object reads reward_components (string to number) or task_fields (string to string).
-func (d *Decoder) object(b []byte, i, f int, r *record.Record, full bool) int {
+func (d *Decoder) object(b []byte, i, f int, r *Record, full bool) int {
 	if b[i] != '{' {
 		return -1
 	}

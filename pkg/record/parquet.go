@@ -1,4 +1,4 @@
-package report
+package record
 
 import (
 	"bufio"
@@ -21,7 +21,6 @@ import (
 	kzstd "github.com/klauspost/compress/zstd"
 
 	"github.com/rollout-dev/rollout/internal/durable"
-	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // DefaultRowGroupSize is the number of rows per Parquet row group when
@@ -80,7 +79,7 @@ const maxParquetWorkers = 4
 
 // pqBatch is a batch of rows on its way to the column writers.
 type pqBatch struct {
-	recs []record.Record
+	recs []Record
 	end  bool // the last batch of its row group: flush the pages
 	wg   sync.WaitGroup
 	errs []error // by worker
@@ -155,7 +154,7 @@ type parquetRecord struct {
 }
 
 func init() {
-	if !parquet.EqualNodes(recordSchema, parquet.SchemaOf(record.Record{})) {
+	if !parquet.EqualNodes(recordSchema, parquet.SchemaOf(Record{})) {
 		panic("report: parquetRecord's schema is not Record's")
 	}
 	cols := recordSchema.Columns()
@@ -246,7 +245,7 @@ var (
 // neither zero (written as null) nor within the years 1678 to 2262 is
 // refused with an error; the writer stays usable. An error in writing the
 // rows may be returned by a later Write or by Close.
-func (p *ParquetWriter) Write(r *record.Result) error {
+func (p *ParquetWriter) Write(r *Result) error {
 	if p.closed {
 		return errors.New("parquet output: write after close")
 	}
@@ -274,7 +273,7 @@ func (p *ParquetWriter) batch() *pqBatch {
 		p.free = p.free[:n-1]
 		return b
 	}
-	return &pqBatch{recs: make([]record.Record, 0, min(parquetBatch, p.limit)), errs: make([]error, len(p.workers))}
+	return &pqBatch{recs: make([]Record, 0, min(parquetBatch, p.limit)), errs: make([]error, len(p.workers))}
 }
 
 // dispatch hands the current batch to the workers. While the next batch
@@ -386,7 +385,7 @@ func pqBytes(s string) parquet.Value {
 // or list is a null at definition level 0; entries have definition level
 // 1, and repetition level 0 for the first of a row, 1 for the others. Map
 // entries go in key order, as parquet-go writes them.
-func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []record.Record) error {
+func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []Record) error {
 	c := fieldColumn(f)
 	v := slices.Grow(wk.vals[:0], len(recs))
 	defer func() { wk.vals = v[:0] }()
@@ -658,7 +657,7 @@ func (p *ParquetWriter) finish() error {
 
 // ReadParquet reads every record of a Parquet file written by ParquetWriter
 // (or any file whose columns match Record's by name).
-func ReadParquet(path string) ([]record.Record, error) {
+func ReadParquet(path string) ([]Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -672,10 +671,10 @@ func ReadParquet(path string) ([]record.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read parquet %s: %w", path, err)
 	}
-	r := parquet.NewGenericReader[record.Record](pf)
+	r := parquet.NewGenericReader[Record](pf)
 	defer r.Close()
-	out := make([]record.Record, 0, r.NumRows())
-	batch := make([]record.Record, 256)
+	out := make([]Record, 0, r.NumRows())
+	batch := make([]Record, 256)
 	for {
 		n, err := r.Read(batch)
 		out = append(out, batch[:n]...)

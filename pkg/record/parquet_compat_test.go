@@ -1,10 +1,12 @@
-package report
+package record_test
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // A Parquet file of an older run, without the task_hash column (nor others added since),
@@ -21,7 +23,7 @@ func TestReadParquetWithoutNewerColumns(t *testing.T) {
 	if err := parquet.WriteFile(path, []oldRecord{{TaskIndex: 3, TaskID: "t3", Arm: "multi", Reward: 0.5, HasReward: true}}); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := ReadParquet(path)
+	recs, err := record.ReadParquet(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,14 @@
-package report
+package record_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
@@ -37,8 +35,8 @@ var (
 // the package reads journals), and returns both records and whether the fast path took it.
 func decodeBoth(line string) (want record.Record, wantErr error, got record.Record, gotErr error, fast bool) {
 	wantErr = json.Unmarshal([]byte(line), &want)
-	var d Decoder
-	fast = d.decode([]byte(line), &got)
+	var d record.Decoder
+	fast = d.DecodeFast([]byte(line), &got)
 	if !fast {
 		got = record.Record{}
 		gotErr = d.Decode([]byte(line), &got)
@@ -145,7 +143,7 @@ func TestRecordDecoderMatchesEncodingJSON(t *testing.T) {
 				t.Errorf("the fast path took a line encoding/json refuses (%v)", wantErr)
 			}
 			// The key-only path agrees.
-			var d Decoder
+			var d record.Decoder
 			if k, ok := d.Key([]byte(tt.line)); ok {
 				if wantErr != nil {
 					t.Errorf("decodeKey took a line encoding/json refuses (%v)", wantErr)
@@ -222,9 +220,9 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 		}
 		var line []byte
 		var ok bool
-		line, keys, ok = AppendJSON(nil, &r, keys)
+		line, keys, ok = record.AppendJSON(nil, &r, keys)
 		if !ok || string(line) != enc.String() {
-			t.Fatalf("record %d: AppendJSON (ok %v):\n%s\nencoding/json:\n%s", i, ok, line, enc.Bytes())
+			t.Fatalf("record %d: record.AppendJSON (ok %v):\n%s\nencoding/json:\n%s", i, ok, line, enc.Bytes())
 		}
 		want, wantErr, got, gotErr, _ := decodeBoth(string(line))
 		if wantErr != nil || gotErr != nil {
@@ -249,7 +247,7 @@ func TestAppendRecordJSONRefuses(t *testing.T) {
 		if _, err := json.Marshal(&r); err == nil {
 			t.Fatalf("encoding/json takes %+v", r)
 		}
-		if out, _, ok := AppendJSON([]byte("x"), &r, nil); ok || string(out) != "x" {
+		if out, _, ok := record.AppendJSON([]byte("x"), &r, nil); ok || string(out) != "x" {
 			t.Errorf("AppendJSON took %+v: %q", r, out)
 		}
 	}
@@ -266,7 +264,7 @@ func TestAppendCompact(t *testing.T) {
 	} {
 		var want bytes.Buffer
 		werr := json.Compact(&want, []byte(in))
-		got, ok := appendCompact([]byte("pre"), []byte(in))
+		got, ok := record.AppendCompact([]byte("pre"), []byte(in))
 		switch {
 		case werr == nil && ok && string(got) != "pre"+want.String():
 			t.Errorf("%.40q: got %q, want %q", in, got, want.String())
@@ -280,176 +278,6 @@ func TestAppendCompact(t *testing.T) {
 	}
 }
 
-// LineKeys reads the keys of trajectory and NeMo Gym lines as encoding/json reads them into
-// the structs Compact used, or leaves the line to encoding/json.
-func TestLineKeys(t *testing.T) {
-	type keys struct {
-		Task    int64  `json:"task_index"`
-		Rollout int64  `json:"rollout_index"`
-		Arm     string `json:"arm"`
-	}
-	for _, tt := range []struct {
-		line string
-		fast bool
-	}{
-		{`{"task_index":4,"rollout_index":1,"arm":"multi","task_id":"t","trajectory":{"task_index":7,"arm":"x"}}`, true},
-		{`{"trajectory":"\"task_index\":7","arm":"single","rollout_index":0,"task_index":2}`, true},
-		{` { "task_index" : 4 , "arm" : "a" } `, true},
-		{`{"task_index":4,"rollout_index":1,"arm":"multi","trajectory":null}`, true},
-		{`{"task_index":null,"arm":null}`, true},
-		{`{}`, true},
-		{`{"task_index":4,"task_index":5}`, false},
-		{`{"TASK_INDEX":4}`, false},
-		{`{"arm":"a\"b"}`, false},
-		{`{"arm":"é"}`, false},
-		{`{"task_index":4.5}`, false},
-		{`{"task_index":"4"}`, false},
-		{`{"task_index":4,"trajectory":[1,2}`, false},
-		{`{"task_index":4,"rollout_index":1,"arm":"multi","trajectory":{"a":1}`, false},
-		{`{"task_index":4} x`, false},
-		{"{\"\xff\":1,\"task_index\":4}", false},
-		{`[1]`, false},
-	} {
-		var want keys
-		werr := json.Unmarshal([]byte(tt.line), &want)
-		task, rollout, arm, _, ok := LineKeys([]byte(tt.line), "task_index", "rollout_index", "arm")
-		if tt.fast && !ok {
-			t.Errorf("%s: refused", tt.line)
-		}
-		if ok && (werr != nil || task != want.Task || rollout != want.Rollout || string(arm) != want.Arm) {
-			t.Errorf("%s: got %d %d %q, want %+v (err %v)", tt.line, task, rollout, arm, want, werr)
-		}
-	}
-	// NeMo Gym: both keys at the end, after the verify answer; absent or null is no key.
-	for _, tt := range []struct {
-		line string
-		has  int
-	}{
-		{`{"reward":1,"response":{"_ng_task_index":9},"_ng_task_index":3,"_ng_rollout_index":0}`, 3},
-		{`{"reward":1,"_ng_task_index":3}`, 1},
-		{`{"reward":1,"_ng_task_index":3,"_ng_rollout_index":null}`, 1},
-	} {
-		task, rollout, _, has, ok := LineKeys([]byte(tt.line), ngTaskIndexKey, ngRolloutIndexKey, "")
-		if !ok || has != tt.has || task != 3 || (has == 3 && rollout != 0) {
-			t.Errorf("%s: %d %d has %d ok %v", tt.line, task, rollout, has, ok)
-		}
-	}
-}
-
-func TestEvalRowSize(t *testing.T) {
-	if n := unsafe.Sizeof(evalRow{}); n > 48 {
-		t.Errorf("evalRow is %d bytes, want at most 48", n)
-	}
-}
-
-// The Evaluator gives the Evaluation it gave when it kept 88 bytes of each record (the old
-// one, in stats_old_test.go), to the bit, on random records in any order; with duplicate
-// keys (whose order the old one left to its input), the same Evaluation in any order.
-func TestEvaluatorMatchesOld(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for trial := range 60 {
-		n := 1 + rng.IntN(400)
-		dups := trial%4 == 3
-		recs := make([]record.Record, 0, n)
-		seen := map[record.Key]bool{}
-		for len(recs) < n {
-			r := recordtest.Realistic(rng.IntN(200))
-			r.RolloutIndex = int64(rng.IntN(6))
-			r.Arm = []string{"single", "multi", "workflow"}[rng.IntN(3)]
-			r.Reward = []float64{0, 1, 0.5, 0.1, 1.0 / 3}[rng.IntN(5)]
-			r.LatencyMs = rng.Float64() * 1e4
-			if rng.IntN(8) == 0 {
-				r.TaskFields = nil
-			}
-			if rng.IntN(10) == 0 {
-				r.FailureClass, r.HasReward, r.Termination = []record.FailureClass{record.FailTimeout, record.FailBadTask}[rng.IntN(2)], false, ""
-			}
-			if rng.IntN(20) == 0 {
-				r.HasReward = false
-			}
-			if seen[r.Key()] && !dups {
-				continue
-			}
-			seen[r.Key()] = true
-			recs = append(recs, r)
-		}
-		o := StatsOptions{Bootstrap: 50, Seed: uint64(trial), ScoreFailuresAsZero: trial%3 == 0, Threshold: []float64{0, 0.5}[trial%2]}
-		if trial%2 == 0 {
-			o.GroupBy = "category"
-		}
-		evaluate := func(order []int) []byte {
-			ev := NewEvaluator(o)
-			for _, i := range order {
-				ev.Add(&recs[i])
-			}
-			a, _ := json.Marshal(ev.Evaluation())
-			// Evaluation sorts the rows in place: a second one is the same.
-			if b, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(a, b) {
-				t.Fatalf("trial %d: a second Evaluation differs", trial)
-			}
-			return a
-		}
-		got := evaluate(rng.Perm(n))
-		if again := evaluate(rng.Perm(n)); !bytes.Equal(got, again) {
-			t.Fatalf("trial %d (%d records): the order of the records matters", trial, n)
-		}
-		if dups {
-			continue
-		}
-		old := newOldEvaluator(o)
-		for i := range recs {
-			old.Add(&recs[i])
-		}
-		if want, _ := json.Marshal(old.Evaluation()); !bytes.Equal(got, want) {
-			t.Fatalf("trial %d (%d records, %+v):\nold %.2000s\nnew %.2000s", trial, len(recs), o, want, got)
-		}
-	}
-}
-
-// FinalizeWith evaluates the journal's records in the pass that writes the Parquet file: the
-// same Evaluation as EvaluateJournal, and the Parquet file holds the records.
-func TestFinalizeWithEvaluator(t *testing.T) {
-	dir := t.TempDir()
-	s, err := OpenSink(dir, SinkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 3000
-	for i := range n {
-		r := recordtest.Realistic(i)
-		if err := s.Write(&record.Result{Record: r, Trajectory: recordtest.Trajectory(i, 200)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	o := StatsOptions{GroupBy: "difficulty", Bootstrap: 100}
-	sum, got, err := FinalizeWith(dir, FinalizeOptions{Parquet: ParquetOptions{RowGroupSize: 1000}, Stats: o})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := EvaluateJournal(filepath.Join(dir, JournalFile), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(got)
-	b, _ := json.Marshal(want)
-	if sum.Rollouts != n || !bytes.Equal(a, b) {
-		t.Errorf("%d rollouts; evaluations differ:\n%s\n%s", sum.Rollouts, a, b)
-	}
-	recs, err := ReadParquet(filepath.Join(dir, ParquetFile))
-	if err != nil || len(recs) != n {
-		t.Fatalf("parquet: %d records, %v", len(recs), err)
-	}
-	for i := range recs {
-		if d := diffRecord(recs[i], recordtest.Realistic(i)); d != "" {
-			t.Fatalf("record %d: %s", i, d)
-		}
-	}
-}
-
-// checkDecoder fails t if the fast paths read line otherwise than encoding/json does.
 func checkDecoder(t *testing.T, line string) {
 	t.Helper()
 	want, wantErr, got, gotErr, fast := decodeBoth(line)
@@ -459,7 +287,7 @@ func checkDecoder(t *testing.T, line string) {
 	if wantErr == nil && !sameRecord(got, want) {
 		t.Fatalf("%q: records differ:\n got %+v\nwant %+v", line, got, want)
 	}
-	var d Decoder
+	var d record.Decoder
 	if k, ok := d.Key([]byte(line)); ok && (wantErr != nil || k != want.Key()) {
 		t.Fatalf("%q: decodeKey %v, want %v (err %v)", line, k, want.Key(), wantErr)
 	}
@@ -470,9 +298,9 @@ func checkDecoder(t *testing.T, line string) {
 	}
 	var wk keys
 	werr := json.Unmarshal([]byte(line), &wk)
-	if task, rollout, arm, _, ok := LineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
+	if task, rollout, arm, _, ok := record.LineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
 		(werr != nil || task != wk.Task || rollout != wk.Rollout || string(arm) != wk.Arm) {
-		t.Fatalf("%q: LineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
+		t.Fatalf("%q: record.LineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
 	}
 }
 
@@ -512,7 +340,7 @@ func FuzzRecordDecoder(f *testing.F) {
 		checkDecoder(t, line)
 		var want bytes.Buffer
 		werr := json.Compact(&want, []byte(line))
-		if got, ok := appendCompact(nil, []byte(line)); ok && (werr != nil || string(got) != want.String()) {
+		if got, ok := record.AppendCompact(nil, []byte(line)); ok && (werr != nil || string(got) != want.String()) {
 			t.Fatalf("%q: appendCompact %q, json.Compact %q (%v)", line, got, want.String(), werr)
 		}
 	})

@@ -4,7 +4,7 @@
 // about 100 MB of modules (grpc, thrift, flatbuffers), so it is built only with -tags arrowcheck
 // (.ci/run runs it; `make arrowcheck` too), not in every `make test`.
 
-package report
+package record_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/rollout-dev/rollout/internal/recordtest"
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 func init() {
@@ -118,7 +119,7 @@ func TestParquetReadByArrow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			recs := recordtest.Fixture(tt.n)
 			path := filepath.Join(t.TempDir(), "rewards.parquet")
-			writeParquet(t, path, ParquetOptions{RowGroupSize: tt.rowGroup}, recs)
+			writeParquet(t, path, record.ParquetOptions{RowGroupSize: tt.rowGroup}, recs)
 
 			af := readArrow(t, path)
 			if !reflect.DeepEqual(af.columns, wantColumns) {
@@ -129,7 +130,7 @@ func TestParquetReadByArrow(t *testing.T) {
 			}
 			limit := int64(tt.rowGroup)
 			if limit <= 0 {
-				limit = DefaultRowGroupSize
+				limit = record.DefaultRowGroupSize
 			}
 			for i, n := range af.rowGroups {
 				if n > limit {

@@ -1,11 +1,10 @@
-package report
+package record_test
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -24,9 +23,9 @@ var wantColumns = []string{
 	"started_at", "seed", "source_file", "source_line", "task_fields",
 }
 
-func writeParquet(t testing.TB, path string, opt ParquetOptions, recs []record.Record) {
+func writeParquet(t testing.TB, path string, opt record.ParquetOptions, recs []record.Record) {
 	t.Helper()
-	w, err := NewParquetWriter(path, opt)
+	w, err := record.NewParquetWriter(path, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +44,8 @@ func TestParquetRoundTrip(t *testing.T) {
 		n := tt.n
 		recs := recordtest.Fixture(n)
 		path := filepath.Join(t.TempDir(), "rewards.parquet")
-		writeParquet(t, path, ParquetOptions{RowGroupSize: tt.rowGroup}, recs)
-		got, err := ReadParquet(path)
+		writeParquet(t, path, record.ParquetOptions{RowGroupSize: tt.rowGroup}, recs)
+		got, err := record.ReadParquet(path)
 		if err != nil {
 			t.Fatalf("n=%d: %v", n, err)
 		}
@@ -54,45 +53,17 @@ func TestParquetRoundTrip(t *testing.T) {
 			t.Fatalf("n=%d: read %d records", n, len(got))
 		}
 		for i := range recs {
-			if d := diffRecord(got[i], recs[i]); d != "" {
+			if d := recordtest.Diff(got[i], recs[i]); d != "" {
 				t.Errorf("n=%d record %d: %s", n, i, d)
 			}
 		}
 	}
 }
 
-// diffRecord compares two records as they survive Parquet: nil and empty
-// maps and lists are equal, and times are equal to the millisecond
-// regardless of location.
-func diffRecord(got, want record.Record) string {
-	norm := func(r record.Record) record.Record {
-		if len(r.RewardComponents) == 0 {
-			r.RewardComponents = nil
-		}
-		if len(r.ToolNames) == 0 {
-			r.ToolNames = nil
-		}
-		if len(r.TaskFields) == 0 {
-			r.TaskFields = nil
-		}
-		if r.StartedAt.IsZero() {
-			r.StartedAt = time.Time{}
-		} else {
-			r.StartedAt = r.StartedAt.Truncate(time.Millisecond).UTC()
-		}
-		return r
-	}
-	g, w := norm(got), norm(want)
-	if !reflect.DeepEqual(g, w) {
-		return fmt.Sprintf("got  %+v\nwant %+v", g, w)
-	}
-	return ""
-}
-
 func TestParquetTempThenRename(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rewards.parquet")
-	w, err := NewParquetWriter(path, ParquetOptions{RowGroupSize: 2})
+	w, err := record.NewParquetWriter(path, record.ParquetOptions{RowGroupSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +93,14 @@ func TestParquetTempThenRename(t *testing.T) {
 	if err := w.Write(&record.Result{}); err == nil {
 		t.Error("Write after Close: no error")
 	}
-	if got, err := ReadParquet(path); err != nil || len(got) != 5 {
+	if got, err := record.ReadParquet(path); err != nil || len(got) != 5 {
 		t.Errorf("read back: %d records, %v", len(got), err)
 	}
 }
 
 func TestParquetFailures(t *testing.T) {
 	t.Run("missing directory", func(t *testing.T) {
-		_, err := NewParquetWriter(filepath.Join(t.TempDir(), "no", "such", "x.parquet"), ParquetOptions{})
+		_, err := record.NewParquetWriter(filepath.Join(t.TempDir(), "no", "such", "x.parquet"), record.ParquetOptions{})
 		if err == nil {
 			t.Fatal("no error")
 		}
@@ -143,7 +114,7 @@ func TestParquetFailures(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(path, "occupied"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		w, err := NewParquetWriter(path, ParquetOptions{})
+		w, err := record.NewParquetWriter(path, record.ParquetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +136,7 @@ func TestParquetFailures(t *testing.T) {
 		// times outside 1678..2262 would come back garbled; they are refused
 		// and the writer goes on.
 		path := filepath.Join(t.TempDir(), "rewards.parquet")
-		w, err := NewParquetWriter(path, ParquetOptions{})
+		w, err := record.NewParquetWriter(path, record.ParquetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +162,7 @@ func TestParquetFailures(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := ReadParquet(path)
+		got, err := record.ReadParquet(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +171,7 @@ func TestParquetFailures(t *testing.T) {
 		}
 	})
 	t.Run("read missing file", func(t *testing.T) {
-		if _, err := ReadParquet(filepath.Join(t.TempDir(), "none.parquet")); err == nil {
+		if _, err := record.ReadParquet(filepath.Join(t.TempDir(), "none.parquet")); err == nil {
 			t.Fatal("no error")
 		}
 	})
@@ -209,13 +180,13 @@ func TestParquetFailures(t *testing.T) {
 		if err := os.WriteFile(path, []byte(`{"not":"parquet"}`+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadParquet(path); err == nil {
+		if _, err := record.ReadParquet(path); err == nil {
 			t.Fatal("no error")
 		}
 	})
 	t.Run("read truncated", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "rewards.parquet")
-		writeParquet(t, path, ParquetOptions{}, recordtest.Fixture(10))
+		writeParquet(t, path, record.ParquetOptions{}, recordtest.Fixture(10))
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -223,7 +194,7 @@ func TestParquetFailures(t *testing.T) {
 		if err := os.WriteFile(path, data[:len(data)/2], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadParquet(path); err == nil {
+		if _, err := record.ReadParquet(path); err == nil {
 			t.Fatal("no error")
 		}
 	})
@@ -239,7 +210,7 @@ func TestParquetMemoryBounded(t *testing.T) {
 	}
 	const rowGroup, first, more = 500, 5_000, 50_000
 	recs := recordtest.Fixture(64)
-	w, err := NewParquetWriter(filepath.Join(t.TempDir(), "big.parquet"), ParquetOptions{RowGroupSize: rowGroup})
+	w, err := record.NewParquetWriter(filepath.Join(t.TempDir(), "big.parquet"), record.ParquetOptions{RowGroupSize: rowGroup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +258,7 @@ func BenchmarkParquetWrite(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "bench.parquet")
 	b.ReportAllocs()
 	b.ResetTimer()
-	w, err := NewParquetWriter(path, ParquetOptions{})
+	w, err := record.NewParquetWriter(path, record.ParquetOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -332,13 +303,13 @@ func TestParquetParallelPages(t *testing.T) {
 		recs[i].TaskID = fmt.Sprintf("%0300d", i)
 	}
 	path := filepath.Join(t.TempDir(), "rewards.parquet")
-	writeParquet(t, path, ParquetOptions{RowGroupSize: 2500}, recs)
-	got, err := ReadParquet(path)
+	writeParquet(t, path, record.ParquetOptions{RowGroupSize: 2500}, recs)
+	got, err := record.ReadParquet(path)
 	if err != nil || len(got) != n {
 		t.Fatalf("read %d records, %v", len(got), err)
 	}
 	for i := range recs {
-		if d := diffRecord(got[i], recs[i]); d != "" {
+		if d := recordtest.Diff(got[i], recs[i]); d != "" {
 			t.Fatalf("record %d: %s", i, d)
 		}
 	}

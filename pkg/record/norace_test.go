@@ -1,5 +1,5 @@
 //go:build !race
 
-package report
+package record_test
 
 const raceEnabled = false

@@ -1,0 +1,128 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"github.com/rollout-dev/rollout/internal/recordtest"
+	"github.com/rollout-dev/rollout/pkg/record"
+)
+
+func TestEvalRowSize(t *testing.T) {
+	if n := unsafe.Sizeof(evalRow{}); n > 48 {
+		t.Errorf("evalRow is %d bytes, want at most 48", n)
+	}
+}
+
+// The Evaluator gives the Evaluation it gave when it kept 88 bytes of each record (the old
+// one, in stats_old_test.go), to the bit, on random records in any order; with duplicate
+// keys (whose order the old one left to its input), the same Evaluation in any order.
+func TestEvaluatorMatchesOld(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 60 {
+		n := 1 + rng.IntN(400)
+		dups := trial%4 == 3
+		recs := make([]record.Record, 0, n)
+		seen := map[record.Key]bool{}
+		for len(recs) < n {
+			r := recordtest.Realistic(rng.IntN(200))
+			r.RolloutIndex = int64(rng.IntN(6))
+			r.Arm = []string{"single", "multi", "workflow"}[rng.IntN(3)]
+			r.Reward = []float64{0, 1, 0.5, 0.1, 1.0 / 3}[rng.IntN(5)]
+			r.LatencyMs = rng.Float64() * 1e4
+			if rng.IntN(8) == 0 {
+				r.TaskFields = nil
+			}
+			if rng.IntN(10) == 0 {
+				r.FailureClass, r.HasReward, r.Termination = []record.FailureClass{record.FailTimeout, record.FailBadTask}[rng.IntN(2)], false, ""
+			}
+			if rng.IntN(20) == 0 {
+				r.HasReward = false
+			}
+			if seen[r.Key()] && !dups {
+				continue
+			}
+			seen[r.Key()] = true
+			recs = append(recs, r)
+		}
+		o := StatsOptions{Bootstrap: 50, Seed: uint64(trial), ScoreFailuresAsZero: trial%3 == 0, Threshold: []float64{0, 0.5}[trial%2]}
+		if trial%2 == 0 {
+			o.GroupBy = "category"
+		}
+		evaluate := func(order []int) []byte {
+			ev := NewEvaluator(o)
+			for _, i := range order {
+				ev.Add(&recs[i])
+			}
+			a, _ := json.Marshal(ev.Evaluation())
+			// Evaluation sorts the rows in place: a second one is the same.
+			if b, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(a, b) {
+				t.Fatalf("trial %d: a second Evaluation differs", trial)
+			}
+			return a
+		}
+		got := evaluate(rng.Perm(n))
+		if again := evaluate(rng.Perm(n)); !bytes.Equal(got, again) {
+			t.Fatalf("trial %d (%d records): the order of the records matters", trial, n)
+		}
+		if dups {
+			continue
+		}
+		old := newOldEvaluator(o)
+		for i := range recs {
+			old.Add(&recs[i])
+		}
+		if want, _ := json.Marshal(old.Evaluation()); !bytes.Equal(got, want) {
+			t.Fatalf("trial %d (%d records, %+v):\nold %.2000s\nnew %.2000s", trial, len(recs), o, want, got)
+		}
+	}
+}
+
+// FinalizeWith evaluates the journal's records in the pass that writes the Parquet file: the
+// same Evaluation as EvaluateJournal, and the Parquet file holds the records.
+func TestFinalizeWithEvaluator(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSink(dir, SinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	for i := range n {
+		r := recordtest.Realistic(i)
+		if err := s.Write(&record.Result{Record: r, Trajectory: recordtest.Trajectory(i, 200)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := StatsOptions{GroupBy: "difficulty", Bootstrap: 100}
+	sum, got, err := FinalizeWith(dir, FinalizeOptions{Parquet: record.ParquetOptions{RowGroupSize: 1000}, Stats: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := EvaluateJournal(filepath.Join(dir, JournalFile), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(want)
+	if sum.Rollouts != n || !bytes.Equal(a, b) {
+		t.Errorf("%d rollouts; evaluations differ:\n%s\n%s", sum.Rollouts, a, b)
+	}
+	recs, err := record.ReadParquet(filepath.Join(dir, ParquetFile))
+	if err != nil || len(recs) != n {
+		t.Fatalf("parquet: %d records, %v", len(recs), err)
+	}
+	for i := range recs {
+		if d := recordtest.Diff(recs[i], recordtest.Realistic(i)); d != "" {
+			t.Fatalf("record %d: %s", i, d)
+		}
+	}
+}
+
+// checkDecoder fails t if the fast paths read line otherwise than encoding/json does.
