@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/runner"
@@ -37,10 +38,8 @@ func preflightModel(ctx context.Context, client *http.Client, base, apiKey, mode
 		return err
 	}
 	msg := err.Error()
-	for _, s := range secrets {
-		if len(s) >= agent.MinSecretLength {
-			msg = strings.ReplaceAll(msg, s, agent.Redacted)
-		}
+	if r := redact.Replacer(secrets); r != nil {
+		msg = r.Replace(msg)
 	}
 	return badUsage("%s", msg)
 }

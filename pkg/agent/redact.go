@@ -6,39 +6,26 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/internal/redact"
 )
 
 // Redacted is the placeholder of a secret.
-const Redacted = report.Redacted
+const Redacted = redact.Placeholder
 
 // MinSecretLength: shorter "keys" (EMPTY, x, none: what local servers are given) are not
 // redacted, since replacing them would mangle ordinary text.
-const MinSecretLength = report.MinSecretLength
+const MinSecretLength = redact.MinLength
 
 // RedactModel wraps m so that none of secrets ever comes out of it: an endpoint that echoes the
 // Authorization header, in an error message or in its answer, cannot make rollout write the key
 // into a record, a trajectory, the NeMo Gym JSONL or a verify request. Each secret is replaced
 // by Redacted in the text of the errors and in the answers' content, reasoning and tool calls.
 func RedactModel(m Model, secrets ...string) Model {
-	var keep []string
-	for _, s := range secrets {
-		if len(s) >= MinSecretLength {
-			keep = append(keep, s)
-		}
-	}
-	if len(keep) == 0 {
+	r := redact.Replacer(secrets)
+	if r == nil {
 		return m
 	}
-	return redactingModel{m: m, r: strings.NewReplacer(pairs(keep)...)}
-}
-
-func pairs(secrets []string) []string {
-	var p []string
-	for _, s := range secrets {
-		p = append(p, s, Redacted)
-	}
-	return p
+	return redactingModel{m: m, r: r}
 }
 
 type redactingModel struct {

@@ -62,9 +62,9 @@ type SinkOptions struct {
 	SyncInterval time.Duration
 	// NemoGym, when set, also writes NeMo Gym-style records to that path.
 	NemoGym string
-	// Secrets are replaced by Redacted in every result before any of it is written (the
+	// Secrets are replaced by redact.Placeholder in every result before any of it is written (the
 	// record's strings, the trajectory, the verify answer): whatever an endpoint echoed, in
-	// any field, reaches no file. Secrets shorter than MinSecretLength are left alone.
+	// any field, reaches no file. Secrets shorter than redact.MinLength are left alone.
 	Secrets []string
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -378,7 +379,7 @@ func TestSinkRedactsSecrets(t *testing.T) {
 			t.Errorf("trajectories lack %s:\n%s", want, traj)
 		}
 	}
-	if recs[0].Error != "echo: [REDACTED]" || recs[0].TaskFields["note"] != Redacted {
+	if recs[0].Error != "echo: [REDACTED]" || recs[0].TaskFields["note"] != redact.Placeholder {
 		t.Errorf("record: error %q, task fields %v", recs[0].Error, recs[0].TaskFields)
 	}
 }

@@ -6,15 +6,9 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
-
-// Redacted is what a secret is replaced by in everything a run writes.
-const Redacted = "[REDACTED]"
-
-// MinSecretLength: shorter secrets are not looked for (replacing "x" or "EMPTY", what local
-// servers are given as keys, would mangle ordinary text).
-const MinSecretLength = 8
 
 // redactor replaces secrets in what goes to disk: every string of a record, and the raw JSON
 // of a trajectory and a verify answer (as written, and as JSON escapes them).
@@ -25,22 +19,17 @@ type redactor struct {
 }
 
 func newRedactor(secrets []string) *redactor {
-	var pairs []string
-	r := &redactor{plain: []byte(Redacted)}
-	for _, s := range secrets {
-		if len(s) < MinSecretLength {
-			continue
-		}
-		pairs = append(pairs, s, Redacted)
+	text := redact.Replacer(secrets)
+	if text == nil {
+		return nil
+	}
+	r := &redactor{text: text, plain: []byte(redact.Placeholder)}
+	for _, s := range redact.Secrets(secrets) {
 		r.raw = append(r.raw, []byte(s))
 		if esc := jsonw.AppendString(nil, s); string(esc[1:len(esc)-1]) != s {
 			r.raw = append(r.raw, esc[1:len(esc)-1])
 		}
 	}
-	if len(pairs) == 0 {
-		return nil
-	}
-	r.text = strings.NewReplacer(pairs...)
 	return r
 }
 
@@ -82,7 +71,7 @@ func (r *redactor) rawJSON(b json.RawMessage) json.RawMessage {
 		out = bytes.ReplaceAll(out, s, r.plain)
 	}
 	if !json.Valid(out) {
-		return json.RawMessage(`"` + Redacted + `: a secret was found in this value outside a string"`)
+		return json.RawMessage(`"` + redact.Placeholder + `: a secret was found in this value outside a string"`)
 	}
 	return out
 }
