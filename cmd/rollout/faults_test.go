@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Two identical runs with injected HTTP 500s, two arms whose first requests are identical,
@@ -108,7 +109,7 @@ func TestRetryFailedRunsModelErrors(t *testing.T) {
 		t.Fatalf("classes %v", got)
 	}
 	var sum report.Summary
-	readJSON(t, filepath.Join(dir, report.SummaryFile), &sum)
+	readJSON(t, filepath.Join(dir, rundir.SummaryFile), &sum)
 	if sum.Scored != 0 || sum.Failed != 4 {
 		t.Errorf("summary: scored %d failed %d; want 0 and 4", sum.Scored, sum.Failed)
 	}

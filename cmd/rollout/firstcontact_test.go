@@ -18,7 +18,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // runProcess runs the rollout binary to its end, with env added to the test's environment, and
@@ -557,10 +557,10 @@ func TestResumeFromManifest(t *testing.T) {
 		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
 	}
 	// The run stopped after 5 of its 16 records.
-	journal := filepath.Join(dir, report.JournalFile)
+	journal := filepath.Join(dir, rundir.JournalFile)
 	lines := strings.SplitAfter(readFile(t, journal), "\n")
 	os.WriteFile(journal, []byte(strings.Join(lines[:5], "")), 0o644)
-	os.Remove(filepath.Join(dir, report.ParquetFile))
+	os.Remove(filepath.Join(dir, rundir.ParquetFile))
 
 	r := runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--num-repeats", "3")
 	if r.code != exitUsage || firstLine(r.stderr) != "rollout: --resume: --num-repeats was 2, now 3; pass --force to resume anyway, or choose another --out" {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Two processes writing one --out: while a run holds it, a --resume of the same run is refused
@@ -33,7 +33,7 @@ func TestConcurrentWritersRefused(t *testing.T) {
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 		"--quiet", "--concurrency", "4", "--sim-latency", "50ms"}
 	first, firstErr, waited := startRollout(t, bin, args...)
-	for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 1 {
+	for strings.Count(readFileOr(filepath.Join(dir, rundir.JournalFile)), "\n") < 1 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, extra := range [][]string{{"--resume"}, {"--overwrite"}} {
@@ -64,7 +64,7 @@ func TestJSONLOutThreeArmsResume(t *testing.T) {
 	for i := range 2 {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 8*(i+1) {
+			for strings.Count(readFileOr(filepath.Join(dir, rundir.JournalFile)), "\n") < 8*(i+1) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			cancel()
@@ -130,8 +130,8 @@ func TestOutputPathsRefused(t *testing.T) {
 		{"jsonl-out is a symlink to the input", out, filepath.Join(base, "link.jsonl"), "is the input"},
 		{"jsonl-out is a hard link to the input", out, filepath.Join(base, "hard.jsonl"), "is the input"},
 		{"jsonl-out through a symlinked directory", out, filepath.Join(base, "dirlink", "tasks.jsonl"), "is the input"},
-		{"jsonl-out is the journal", out, filepath.Join(out, report.JournalFile), "one of the files rollout writes"},
-		{"jsonl-out is the Parquet file", out, filepath.Join(out, report.ParquetFile), "one of the files rollout writes"},
+		{"jsonl-out is the journal", out, filepath.Join(out, rundir.JournalFile), "one of the files rollout writes"},
+		{"jsonl-out is the Parquet file", out, filepath.Join(out, rundir.ParquetFile), "one of the files rollout writes"},
 		{"jsonl-out is --out", out, out, "is --out"},
 		{"--out contains the input", base, "", "contains the input"},
 		{"--out is a symlink to the input's directory", filepath.Join(base, "dirlink"), "", "contains the input"},
@@ -150,7 +150,7 @@ func TestOutputPathsRefused(t *testing.T) {
 			if readFile(t, input) != before {
 				t.Fatal("the input changed")
 			}
-			if _, err := os.Stat(filepath.Join(tt.out, report.ManifestFile)); err == nil {
+			if _, err := os.Stat(filepath.Join(tt.out, rundir.ManifestFile)); err == nil {
 				t.Error("a manifest was written")
 			}
 		})
@@ -184,7 +184,7 @@ func TestJSONLOutBelongsToTheRun(t *testing.T) {
 	if n := strings.Count(readFile(t, jsonl), "\n"); n != 6 || strings.Contains(readFile(t, jsonl), `"_ng_rollout_index":0}`) {
 		t.Errorf("after --overwrite: %d lines (want 6, each with its arm):\n%s", n, readFile(t, jsonl))
 	}
-	mf, err := report.ReadManifest(dir)
+	mf, err := rundir.ReadManifest(dir)
 	if err != nil || mf.JSONLOut != resolvePath(jsonl) {
 		t.Errorf("manifest jsonl_out %q, want %q (%v)", mf.JSONLOut, jsonl, err)
 	}
@@ -215,7 +215,7 @@ func TestResumeRecoveryMessages(t *testing.T) {
 		"--quiet", "--concurrency", "4", "--sim-latency", "300ms", "--drain-timeout", "1ms"}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 1 {
+		for strings.Count(readFileOr(filepath.Join(dir, rundir.JournalFile)), "\n") < 1 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -225,7 +225,7 @@ func TestResumeRecoveryMessages(t *testing.T) {
 		t.Fatalf("interrupted run: exit %d: %s", r.code, r.stderr)
 	}
 	cancelled := 0
-	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, report.JournalFile))), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, rundir.JournalFile))), "\n") {
 		if strings.Contains(line, `"failure_class":"cancelled"`) {
 			cancelled++
 		}
@@ -233,9 +233,9 @@ func TestResumeRecoveryMessages(t *testing.T) {
 	if cancelled == 0 {
 		t.Fatal("the interrupt left no cancelled record")
 	}
-	records := strings.Count(readFile(t, filepath.Join(dir, report.JournalFile)), "\n")
-	os.Remove(filepath.Join(dir, report.ManifestFile))
-	os.WriteFile(filepath.Join(dir, report.ParquetFile+".tmp"), []byte("half a parquet file"), 0o644)
+	records := strings.Count(readFile(t, filepath.Join(dir, rundir.JournalFile)), "\n")
+	os.Remove(filepath.Join(dir, rundir.ManifestFile))
+	os.WriteFile(filepath.Join(dir, rundir.ParquetFile+".tmp"), []byte("half a parquet file"), 0o644)
 
 	r := runCLI(t, context.Background(), nil, append(args, "--resume")...)
 	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("%d records in journal.jsonl but no manifest.json", records)) || !strings.Contains(r.stderr, "--resume --force") {
@@ -248,10 +248,10 @@ func TestResumeRecoveryMessages(t *testing.T) {
 	if want := fmt.Sprintf("%d of them are cancelled records", cancelled); !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "--retry-failed runs them again") {
 		t.Errorf("the resume does not say %q: %s", want, r.stderr)
 	}
-	if _, err := os.Stat(filepath.Join(dir, report.ParquetFile+".tmp")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, rundir.ParquetFile+".tmp")); err == nil {
 		t.Error("the stale rollouts.parquet.tmp is still there")
 	}
-	if _, err := report.ReadManifest(dir); err != nil {
+	if _, err := rundir.ReadManifest(dir); err != nil {
 		t.Errorf("no manifest after --force: %v", err)
 	}
 	checkExactlyOnce(t, dir, 12, 1)
@@ -284,7 +284,7 @@ func TestHugeRewardIsAVerifyFailure(t *testing.T) {
 			t.Errorf("record %d: class %q reward %v error %q", rec.TaskIndex, rec.FailureClass, rec.HasReward, rec.Error)
 		}
 	}
-	for _, name := range []string{report.SummaryFile, "evaluation.json"} {
+	for _, name := range []string{rundir.SummaryFile, "evaluation.json"} {
 		b := readFile(t, filepath.Join(dir, name))
 		if strings.Contains(b, "Inf") || strings.Contains(b, "NaN") || !json.Valid([]byte(b)) {
 			t.Errorf("%s: %s", name, b)
@@ -308,7 +308,7 @@ func TestRedisRestartLosesNoRollout(t *testing.T) {
 		"--fail-on-error", "0.5"} // the restart loses the sessions in flight: those rollouts fail
 	restarted := make(chan error, 1)
 	go func() {
-		for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 8 {
+		for strings.Count(readFileOr(filepath.Join(dir, rundir.JournalFile)), "\n") < 8 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		restarted <- redis.Restart()

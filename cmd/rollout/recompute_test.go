@@ -29,6 +29,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // pqRow is the columns of rollouts.parquet the statistics use, by their names.
@@ -52,7 +53,7 @@ type pqRow struct {
 
 func readPQ(t *testing.T, dir string) []pqRow {
 	t.Helper()
-	rows, err := parquet.ReadFile[pqRow](filepath.Join(dir, report.ParquetFile))
+	rows, err := parquet.ReadFile[pqRow](filepath.Join(dir, rundir.ParquetFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +395,7 @@ func TestRecomputeFromParquet(t *testing.T) {
 		t.Errorf("evaluation.json: %d arms", len(ev.ByArm))
 	}
 	var sum report.Summary
-	readJSON(t, filepath.Join(dirA, report.SummaryFile), &sum)
+	readJSON(t, filepath.Join(dirA, rundir.SummaryFile), &sum)
 	if sum.Rollouts != base.rollouts || sum.Scored != base.scored || sum.Failed != base.failed || sum.Tasks != base.tasks ||
 		sum.TasksAllFailed != base.allFailed || !near(sum.MeanReward, base.mean) || !near(sum.StdErr, base.stdErr) ||
 		sum.CI95 == nil || *sum.CI95 != *ev.Overall.CI95 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // cmdReport prints the statistics of one or more runs' records (DESIGN §7).
@@ -66,16 +67,16 @@ func addRecords(add func(*record.Record), path string, e env) error {
 		return err // *PathError: names the path
 	}
 	if st.IsDir() {
-		pq := filepath.Join(path, report.ParquetFile)
+		pq := filepath.Join(path, rundir.ParquetFile)
 		if _, err := os.Stat(pq); err == nil {
 			return addParquet(add, pq)
 		}
-		j := filepath.Join(path, report.JournalFile)
+		j := filepath.Join(path, rundir.JournalFile)
 		if _, err := os.Stat(j); err == nil {
-			fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, report.ParquetFile, j)
+			fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, rundir.ParquetFile, j)
 			return addJournal(add, j)
 		}
-		return fmt.Errorf("%s: no %s or %s: not a run's output directory", path, report.ParquetFile, report.JournalFile)
+		return fmt.Errorf("%s: no %s or %s: not a run's output directory", path, rundir.ParquetFile, rundir.JournalFile)
 	}
 	switch {
 	case strings.HasSuffix(path, ".parquet"):

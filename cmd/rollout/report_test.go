@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // reportRun runs 12 extraction tasks (4 of each difficulty) × 4 repeats against the simulator,
@@ -147,7 +148,7 @@ func TestReportGroupsMatchRecords(t *testing.T) {
 	}
 
 	// The same from the Parquet file and from the journal; the same bytes again.
-	for _, src := range []string{dir, filepath.Join(dir, report.ParquetFile), filepath.Join(dir, report.JournalFile)} {
+	for _, src := range []string{dir, filepath.Join(dir, rundir.ParquetFile), filepath.Join(dir, rundir.JournalFile)} {
 		again := runCLI(t, context.Background(), nil, "report", "--format", "json", src, "--group-by", "difficulty")
 		if again.code != 0 || again.stdout != r.stdout {
 			t.Errorf("report %s: exit %d, output differs: %s\n%s", src, again.code, again.stderr, again.stdout)
@@ -155,11 +156,11 @@ func TestReportGroupsMatchRecords(t *testing.T) {
 	}
 	// A run directory without its Parquet file (a run not finished) is read from its journal.
 	alive := t.TempDir()
-	if err := os.WriteFile(filepath.Join(alive, report.JournalFile), []byte(readFile(t, filepath.Join(dir, report.JournalFile))), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(alive, rundir.JournalFile), []byte(readFile(t, filepath.Join(dir, rundir.JournalFile))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	fromJournal := runCLI(t, context.Background(), nil, "report", alive, "--group-by", "difficulty", "--format", "json")
-	if fromJournal.code != 0 || fromJournal.stdout != r.stdout || !strings.Contains(fromJournal.stderr, "reading "+filepath.Join(alive, report.JournalFile)) {
+	if fromJournal.code != 0 || fromJournal.stdout != r.stdout || !strings.Contains(fromJournal.stderr, "reading "+filepath.Join(alive, rundir.JournalFile)) {
 		t.Errorf("report of a directory with only a journal: exit %d, stderr %s", fromJournal.code, fromJournal.stderr)
 	}
 	// The same run twice: counted twice, with a warning.

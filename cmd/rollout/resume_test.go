@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // checkExactlyOnce fails unless dir's Parquet file, journal and trajectories hold exactly one
@@ -37,7 +37,7 @@ func checkExactlyOnce(t *testing.T, dir string, tasks, repeats int) []record.Rec
 	if len(recs) != tasks*repeats {
 		t.Errorf("%d records, want %d", len(recs), tasks*repeats)
 	}
-	for _, name := range []string{report.JournalFile, report.TrajectoriesFile} {
+	for _, name := range []string{rundir.JournalFile, rundir.TrajectoriesFile} {
 		if n := strings.Count(readFile(t, filepath.Join(dir, name)), "\n"); n != tasks*repeats {
 			t.Errorf("%s: %d lines, want %d", name, n, tasks*repeats)
 		}
@@ -56,7 +56,7 @@ func TestRunResume(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for {
-			b, _ := os.ReadFile(filepath.Join(dir, report.TrajectoriesFile))
+			b, _ := os.ReadFile(filepath.Join(dir, rundir.TrajectoriesFile))
 			if strings.Count(string(b), "\n") >= 5 {
 				cancel()
 				return
@@ -174,7 +174,7 @@ func TestKill9Resume(t *testing.T) {
 				cmd.Process.Signal(syscall.SIGKILL)
 				<-waited
 				killed++
-				n := strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n")
+				n := strings.Count(readFileOr(filepath.Join(dir, rundir.JournalFile)), "\n")
 				t.Logf("kill %d: %d records in the journal", killed, n)
 				continue
 			}
@@ -214,7 +214,7 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 		"--quiet", "--concurrency", "8", "--sim-latency", "150ms", "--drain-timeout", "1m"}
 	cmd, stderr, waited := startRollout(t, bin, args...)
-	for strings.Count(readFileOr(filepath.Join(dir, report.JournalFile)), "\n") < 2 {
+	for strings.Count(readFileOr(filepath.Join(dir, rundir.JournalFile)), "\n") < 2 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cmd.Process.Signal(os.Interrupt)

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/runner"
 )
 
@@ -22,26 +22,26 @@ import (
 // endpoints' retries) simply does, one that changes results is then refused without --force.
 // It returns the run's arms and workflow steps when they were not given.
 func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *agent.Workflow, err error) {
-	mf, err := report.ReadManifest(out)
+	mf, err := rundir.ReadManifest(out)
 	if errors.Is(err, os.ErrNotExist) {
-		if lineCount(filepath.Join(out, report.JournalFile)) > 0 {
+		if lineCount(filepath.Join(out, rundir.JournalFile)) > 0 {
 			return nil, nil, nil // records without a manifest: the flags given must say what the run was
 		}
-		return nil, nil, badUsage("--resume: %s holds no run to resume (no %s, no records)", out, report.ManifestFile)
+		return nil, nil, badUsage("--resume: %s holds no run to resume (no %s, no records)", out, rundir.ManifestFile)
 	}
 	if err != nil {
 		return nil, nil, badUsage("--resume: %v", err)
 	}
 	var cfg runConfig
 	if err := json.Unmarshal(mf.Config, &cfg); err != nil {
-		return nil, nil, badUsage("--resume: %s/%s: config: %v", out, report.ManifestFile, err)
+		return nil, nil, badUsage("--resume: %s/%s: config: %v", out, rundir.ManifestFile, err)
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	set := func(name, value string) {
 		if err == nil && !given[name] {
 			if e := fs.Set(name, value); e != nil {
-				err = badUsage("--resume: %s/%s: --%s %s: %v", out, report.ManifestFile, name, value, e)
+				err = badUsage("--resume: %s/%s: --%s %s: %v", out, rundir.ManifestFile, name, value, e)
 			}
 		}
 	}
@@ -54,7 +54,7 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	// A URL whose secrets the manifest does not keep must be given again.
 	if u := cfg.ModelURL; u != agent.RedactURL(u) || strings.Contains(u, "REDACTED") {
 		if !given["model-url"] {
-			return nil, nil, badUsage("--resume: the run's --model-url held a password or query values, which %s does not keep: give --model-url again", report.ManifestFile)
+			return nil, nil, badUsage("--resume: the run's --model-url held a password or query values, which %s does not keep: give --model-url again", rundir.ManifestFile)
 		}
 	} else {
 		set("model-url", u)
@@ -63,7 +63,7 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	if !given["server"] {
 		for _, s := range cfg.Servers {
 			if strings.Contains(serverURL(s), "REDACTED") {
-				return nil, nil, badUsage("--resume: the run's --server %s held a password or query values, which %s does not keep: give the --server flags again", s, report.ManifestFile)
+				return nil, nil, badUsage("--resume: the run's --server %s held a password or query values, which %s does not keep: give the --server flags again", s, rundir.ManifestFile)
 			}
 		}
 		for _, s := range cfg.Servers {
@@ -85,7 +85,7 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	for knob, v := range cfg.Sim {
 		name := "sim-" + kebab(knob)
 		if fs.Lookup(name) == nil {
-			return nil, nil, badUsage("--resume: %s/%s: the simulator's %s has no flag --%s in this version", out, report.ManifestFile, knob, name)
+			return nil, nil, badUsage("--resume: %s/%s: the simulator's %s has no flag --%s in this version", out, rundir.ManifestFile, knob, name)
 		}
 		set(name, v)
 	}
@@ -96,7 +96,7 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 		for _, a := range cfg.Arms {
 			arm, e := parseArmName(a)
 			if e != nil {
-				return nil, nil, badUsage("--resume: %s/%s: arm %q: %v", out, report.ManifestFile, a, e)
+				return nil, nil, badUsage("--resume: %s/%s: arm %q: %v", out, rundir.ManifestFile, a, e)
 			}
 			arms = append(arms, arm)
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
@@ -382,11 +383,11 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	closers = append(closers, out.unlock)
 	opts.Done = out.done
-	sinkOpts := report.SinkOptions{Secrets: secrets}
+	sinkOpts := rundir.SinkOptions{Secrets: secrets}
 	if f.jsonlOut != "" {
-		sinkOpts.NemoGym = filepath.Join(f.out, report.NemoGymFile)
+		sinkOpts.NemoGym = filepath.Join(f.out, rundir.NemoGymFile)
 	}
-	sink, err := report.OpenSink(f.out, sinkOpts)
+	sink, err := rundir.OpenSink(f.out, sinkOpts)
 	if err != nil {
 		return badUsage("--out %s: %v", f.out, err)
 	}
@@ -431,7 +432,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// The journal is the truth; the Parquet file, the summary and the statistics of the
 	// evaluation are derived from it in one pass, over every record of the run, resumed ones
 	// included.
-	sum, ev, err := report.FinalizeWith(f.out, report.FinalizeOptions{})
+	sum, ev, err := rundir.FinalizeWith(f.out, rundir.FinalizeOptions{})
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
@@ -458,7 +459,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
 	if f.jsonlOut != "" {
-		lines, err := report.WriteNemoGym(f.out, f.jsonlOut)
+		lines, err := rundir.WriteNemoGym(f.out, f.jsonlOut)
 		if err != nil {
 			return fmt.Errorf("writing results: %w", err)
 		}
@@ -548,8 +549,8 @@ func knobValues(o sim.Options) map[string]string {
 }
 
 // runFiles are the files a run writes in --out.
-var runFiles = []string{report.ManifestFile, report.JournalFile, report.TrajectoriesFile, report.ParquetFile,
-	report.ParquetFile + ".tmp", report.SummaryFile, "evaluation.json", report.NemoGymFile}
+var runFiles = []string{rundir.ManifestFile, rundir.JournalFile, rundir.TrajectoriesFile, rundir.ParquetFile,
+	rundir.ParquetFile + ".tmp", rundir.SummaryFile, "evaluation.json", rundir.NemoGymFile}
 
 // preparedOut is --out made ready for the run: locked, and with what a resume skips.
 type preparedOut struct {
@@ -581,7 +582,7 @@ func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return p, badUsage("--out %s: %v", f.out, err)
 	}
-	if p.unlock, err = report.LockDir(f.out); err != nil {
+	if p.unlock, err = rundir.LockDir(f.out); err != nil {
 		return p, badUsage("--out %v", err)
 	}
 	defer func() {
@@ -589,21 +590,21 @@ func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
 			p.unlock()
 		}
 	}()
-	var mf *report.Manifest
+	var mf *rundir.Manifest
 	if f.input == "-" {
-		mf, err = report.NewManifest(os.DevNull, cfg)
+		mf, err = rundir.NewManifest(os.DevNull, cfg)
 		if mf != nil {
 			mf.Input, mf.InputSHA256 = "-", ""
 		}
 	} else {
-		mf, err = report.NewManifest(f.input, cfg)
+		mf, err = rundir.NewManifest(f.input, cfg)
 	}
 	if err != nil {
 		return p, badUsage("--input: %v", err)
 	}
 	mf.JSONLOut = jsonlOut
 	// What a kill during the last writes leaves: never part of a run.
-	os.Remove(filepath.Join(f.out, report.ParquetFile+".tmp"))
+	os.Remove(filepath.Join(f.out, rundir.ParquetFile+".tmp"))
 	if jsonlOut != "" {
 		os.Remove(jsonlOut + ".tmp")
 	}
@@ -632,7 +633,7 @@ func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
 			}
 		}
 	}
-	if err := report.WriteManifest(f.out, mf); err != nil {
+	if err := rundir.WriteManifest(f.out, mf); err != nil {
 		return p, badUsage("--out %s: %v", f.out, err)
 	}
 	p.done = record.Done{}
@@ -641,17 +642,17 @@ func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
 
 // resumeOut checks the manifest of --out against this invocation's (mf) and compacts the run's
 // files for a resume.
-func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, error) {
-	old, err := report.ReadManifest(f.out)
+func resumeOut(f runFlags, mf *rundir.Manifest, p preparedOut) (preparedOut, error) {
+	old, err := rundir.ReadManifest(f.out)
 	if errors.Is(err, os.ErrNotExist) {
-		records := lineCount(filepath.Join(f.out, report.JournalFile))
+		records := lineCount(filepath.Join(f.out, rundir.JournalFile))
 		if records == 0 {
-			return p, badUsage("--resume: %s holds no run to resume (no %s, no records)", f.out, report.ManifestFile)
+			return p, badUsage("--resume: %s holds no run to resume (no %s, no records)", f.out, rundir.ManifestFile)
 		}
 		if !f.force {
 			return p, badUsage("--resume: %s has %d records in %s but no %s, so they cannot be checked against this input and these settings; "+
 				"if they come from this same command, pass --resume --force to write a new %s and keep them (--overwrite would delete them)",
-				f.out, records, report.JournalFile, report.ManifestFile, report.ManifestFile)
+				f.out, records, rundir.JournalFile, rundir.ManifestFile, rundir.ManifestFile)
 		}
 		old = mf // --force: this invocation's manifest stands for the lost one
 	} else if err != nil {
@@ -669,20 +670,20 @@ func resumeOut(f runFlags, mf *report.Manifest, p preparedOut) (preparedOut, err
 	}
 	var nemoGym string
 	if f.jsonlOut != "" {
-		nemoGym = filepath.Join(f.out, report.NemoGymFile)
+		nemoGym = filepath.Join(f.out, rundir.NemoGymFile)
 	}
-	if p.done, err = report.Compact(f.out, nemoGym, keep); err != nil {
+	if p.done, err = rundir.Compact(f.out, nemoGym, keep); err != nil {
 		return p, fmt.Errorf("--resume: %w", err)
 	}
 	if !f.retryFailed {
-		if p.cancelled, err = report.CountClass(f.out, record.FailCancelled); err != nil {
+		if p.cancelled, err = rundir.CountClass(f.out, record.FailCancelled); err != nil {
 			return p, fmt.Errorf("--resume: %w", err)
 		}
 	}
 	forced := len(mf.Differences(old)) > 0
 	old.JSONLOut = mf.JSONLOut
-	old.Resumes = append(old.Resumes, report.Resume{At: time.Now().UTC(), Forced: forced, RetryFailed: f.retryFailed})
-	if err := report.WriteManifest(f.out, old); err != nil {
+	old.Resumes = append(old.Resumes, rundir.Resume{At: time.Now().UTC(), Forced: forced, RetryFailed: f.retryFailed})
+	if err := rundir.WriteManifest(f.out, old); err != nil {
 		return p, err
 	}
 	p.resumed = true
@@ -720,7 +721,7 @@ func checkOutPaths(f runFlags) (jsonlOut string, err error) {
 		return "", badUsage("--jsonl-out %s is the input %s: the results would be written into the task file; choose another file", f.jsonlOut, f.input)
 	case jsonlOut == out || within(jsonlOut, out):
 		return "", badUsage("--jsonl-out %s is --out %s (or contains it); give a file", f.jsonlOut, f.out)
-	case filepath.Dir(jsonlOut) == out && (slices.Contains(runFiles, filepath.Base(jsonlOut)) || filepath.Base(jsonlOut) == report.LockFile):
+	case filepath.Dir(jsonlOut) == out && (slices.Contains(runFiles, filepath.Base(jsonlOut)) || filepath.Base(jsonlOut) == rundir.LockFile):
 		return "", badUsage("--jsonl-out %s is one of the files rollout writes in --out %s; choose another name", f.jsonlOut, f.out)
 	}
 	return jsonlOut, nil

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
@@ -509,14 +509,14 @@ func TestSecurityModelURLCredentials(t *testing.T) {
 			t.Errorf("a credential of --model-url leaked: %s", w)
 		}
 	}
-	mf, err := report.ReadManifest(out)
+	mf, err := rundir.ReadManifest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := `"model_url": "http://REDACTED@` + host + `/openai/v1?api-key=REDACTED\u0026api-version=REDACTED"`; !strings.Contains(string(mf.Config), want) {
 		t.Errorf("manifest config %s, want %s", mf.Config, want)
 	}
-	if traj := readFile(t, filepath.Join(out, report.TrajectoriesFile)); !strings.Contains(traj, "api-key=[REDACTED]") || !strings.Contains(traj, "user:[REDACTED]") {
+	if traj := readFile(t, filepath.Join(out, rundir.TrajectoriesFile)); !strings.Contains(traj, "api-key=[REDACTED]") || !strings.Contains(traj, "user:[REDACTED]") {
 		t.Errorf("the echoed URL is not in the trajectories, redacted:\n%s", traj)
 	}
 }

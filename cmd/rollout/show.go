@@ -16,7 +16,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // cmdShow prints one rollout of a run: its record (reward and components, termination,
@@ -45,7 +45,7 @@ func cmdShow(_ context.Context, args []string, e env) error {
 	if *task == "" {
 		return badUsage("show: --task ID is required")
 	}
-	journal := filepath.Join(dir, report.JournalFile)
+	journal := filepath.Join(dir, rundir.JournalFile)
 	if _, err := os.Stat(journal); err != nil {
 		return badUsage("show: %s holds no run (%v)", dir, errors.Unwrap(err))
 	}
@@ -85,7 +85,7 @@ func cmdShow(_ context.Context, args []string, e env) error {
 		return badUsage("show: task %s has no rollout with --repeat %d%s in %s (arms %s)", *task, *repeat, map[bool]string{true: " --arm " + *arm}[*arm != ""], dir,
 			strings.Join(slices.Sorted(maps.Keys(arms)), ", "))
 	}
-	traj, err := findTrajectory(filepath.Join(dir, report.TrajectoriesFile), rec)
+	traj, err := findTrajectory(filepath.Join(dir, rundir.TrajectoriesFile), rec)
 	if err != nil {
 		return fmt.Errorf("show: %w", err)
 	}

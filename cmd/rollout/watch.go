@@ -13,6 +13,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/progress"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // failureWatch is an output that tells the terminal about failures while the run goes on: the
@@ -108,7 +109,7 @@ func checkFailures(sum report.Summary, limit failureLimit, out string) error {
 	if !limit.exceeded(sum.Failed, sum.Rollouts) {
 		return nil
 	}
-	return failuresError{fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), filepath.Join(out, report.ParquetFile))}
+	return failuresError{fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), filepath.Join(out, rundir.ParquetFile))}
 }
 
 // classList is "model_unavailable 240, timeout 2", by count then name.

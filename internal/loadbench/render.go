@@ -284,10 +284,10 @@ func (s *Suite) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "The whole run: %s rollouts in %s (%s rollouts/s), peak RSS (rusage) **%s MiB**, runner CPU %s µs per rollout.\n\n",
 			thousands(int64(m.Rollouts)), secs(m.Wall), num(m.RolloutRate()), num(mib(m.Runner.MaxRSS)), num(micros(m.Runner.CPU()/time.Duration(max(m.Rollouts, 1)))))
 		if r := s.Resume; r != nil {
-			fmt.Fprintf(w, "Resume: `report.Compact` (what `--resume` does first) over that output: %s records in **%s** (%s records/s).\n\n", thousands(int64(r.Records)), secs(r.Took), num(r.Rate()))
+			fmt.Fprintf(w, "Resume: `rundir.Compact` (what `--resume` does first) over that output: %s records in **%s** (%s records/s).\n\n", thousands(int64(r.Records)), secs(r.Took), num(r.Rate()))
 		}
 		if f := s.Finalize; f != nil {
-			fmt.Fprintf(w, "Finalize: `report.Finalize` (journal → rollouts.parquet and summary.json, as at the end of every run) over that output: %s records in %s (%s records/s).\n\n", thousands(int64(f.Records)), secs(f.Took), num(f.Rate()))
+			fmt.Fprintf(w, "Finalize: `rundir.Finalize` (journal → rollouts.parquet and summary.json, as at the end of every run) over that output: %s records in %s (%s records/s).\n\n", thousands(int64(f.Records)), secs(f.Took), num(f.Rate()))
 		}
 	}
 	if len(s.GoBench) > 0 {

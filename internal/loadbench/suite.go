@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // SuiteOptions size the suite.
@@ -56,8 +56,8 @@ type Suite struct {
 	Size     []*Result // zero latency, concurrency 64, 3 rounds, prompt 0 to 64 KiB
 	Conc     []*Result // 100 ms latency, 3 rounds, concurrency 64 to 4096
 	Million  *Result   // 10^6 one-round tasks, concurrency 1024, zero latency
-	Resume   *Timing   // report.Compact over the million scenario's output
-	Finalize *Timing   // report.Finalize over the million scenario's output
+	Resume   *Timing   // rundir.Compact over the million scenario's output
+	Finalize *Timing   // rundir.Finalize over the million scenario's output
 }
 
 // Timing is an in-process measurement over a run's output.
@@ -232,14 +232,14 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 		defer os.RemoveAll(out)
 		say("resume scan of %d records", r.Rollouts)
 		t0 := time.Now()
-		done, err := report.Compact(out, "", nil)
+		done, err := rundir.Compact(out, "", nil)
 		if err != nil {
 			return s, fmt.Errorf("resume scan: %w", err)
 		}
 		s.Resume = &Timing{Records: len(done), Took: time.Since(t0)}
 		say("finalize (Parquet and summary) of %d records", r.Rollouts)
 		t0 = time.Now()
-		if _, err := report.Finalize(out, record.ParquetOptions{}); err != nil {
+		if _, err := rundir.Finalize(out, record.ParquetOptions{}); err != nil {
 			return s, fmt.Errorf("finalize: %w", err)
 		}
 		s.Finalize = &Timing{Records: r.Rollouts, Took: time.Since(t0)}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // mixedKey is the API key of the mixed soak: the hostile model echoes it into every field of
@@ -83,7 +83,7 @@ func TestSoakMixed(t *testing.T) {
 		texts = append(texts, stdout.String(), stderr.String())
 	}
 	runOnce(true, "--overwrite")
-	first, err := record.ReadParquet(filepath.Join(out, report.ParquetFile))
+	first, err := record.ReadParquet(filepath.Join(out, rundir.ParquetFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestSoakMixed(t *testing.T) {
 	}
 	runOnce(false, "--resume", "--retry-failed")
 
-	recs, err := record.ReadParquet(filepath.Join(out, report.ParquetFile))
+	recs, err := record.ReadParquet(filepath.Join(out, rundir.ParquetFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestSoakMixed(t *testing.T) {
 // rollouts have a record.
 func attackWhileRunning(t *testing.T, bin string, args, env []string, out string, pid int, redis *redistest.Server, n int) {
 	t.Helper()
-	journal := filepath.Join(out, report.JournalFile)
+	journal := filepath.Join(out, rundir.JournalFile)
 	waitRecords := func(k int) {
 		deadline := time.Now().Add(2 * time.Minute)
 		for countLinesOr(journal) < k {

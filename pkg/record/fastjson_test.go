@@ -278,6 +278,7 @@ func TestAppendCompact(t *testing.T) {
 	}
 }
 
+// checkDecoder fails t if the fast paths read line otherwise than encoding/json does.
 func checkDecoder(t *testing.T, line string) {
 	t.Helper()
 	want, wantErr, got, gotErr, fast := decodeBoth(line)

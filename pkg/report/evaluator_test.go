@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
@@ -81,48 +80,3 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 		}
 	}
 }
-
-// FinalizeWith evaluates the journal's records in the pass that writes the Parquet file: the
-// same Evaluation as EvaluateJournal, and the Parquet file holds the records.
-func TestFinalizeWithEvaluator(t *testing.T) {
-	dir := t.TempDir()
-	s, err := OpenSink(dir, SinkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 3000
-	for i := range n {
-		r := recordtest.Realistic(i)
-		if err := s.Write(&record.Result{Record: r, Trajectory: recordtest.Trajectory(i, 200)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	o := StatsOptions{GroupBy: "difficulty", Bootstrap: 100}
-	sum, got, err := FinalizeWith(dir, FinalizeOptions{Parquet: record.ParquetOptions{RowGroupSize: 1000}, Stats: o})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := EvaluateJournal(filepath.Join(dir, JournalFile), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(got)
-	b, _ := json.Marshal(want)
-	if sum.Rollouts != n || !bytes.Equal(a, b) {
-		t.Errorf("%d rollouts; evaluations differ:\n%s\n%s", sum.Rollouts, a, b)
-	}
-	recs, err := record.ReadParquet(filepath.Join(dir, ParquetFile))
-	if err != nil || len(recs) != n {
-		t.Fatalf("parquet: %d records, %v", len(recs), err)
-	}
-	for i := range recs {
-		if d := recordtest.Diff(recs[i], recordtest.Realistic(i)); d != "" {
-			t.Fatalf("record %d: %s", i, d)
-		}
-	}
-}
-
-// checkDecoder fails t if the fast paths read line otherwise than encoding/json does.

@@ -205,7 +205,7 @@ func Evaluate(recs []record.Record, o StatsOptions) *Evaluation {
 // record.ScanJSONL).
 func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	ev := NewEvaluator(o)
-	ev.reserve(lines.Estimate(path))
+	ev.Reserve(lines.Estimate(path))
 	err := record.ScanJSONLInPlace(path, func(rec *record.Record) error {
 		ev.Add(rec)
 		return nil
@@ -287,8 +287,8 @@ func NewEvaluator(o StatsOptions) *Evaluator {
 	return e
 }
 
-// reserve makes room for n more records.
-func (e *Evaluator) reserve(n int) { e.rows = slices.Grow(e.rows, n) }
+// Reserve makes room for n more records.
+func (e *Evaluator) Reserve(n int) { e.rows = slices.Grow(e.rows, n) }
 
 // internAs is intern, first trying the last string of its kind.
 func (e *Evaluator) internAs(kind int, s string) int32 {

@@ -460,7 +460,7 @@ func TestStatsQuantile(t *testing.T) {
 
 // EvaluateJournal reads a journal like Evaluate reads records.
 func TestEvaluateJournal(t *testing.T) {
-	path := filepath.Join(t.TempDir(), JournalFile)
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	var buf bytes.Buffer
 	for _, r := range fixtureB() {
 		b, err := json.Marshal(r)

@@ -536,7 +536,7 @@ func responseID(task, rollout int, arm string) string {
 	return fmt.Sprintf("resp_%s_%d_%d", arm, task, rollout)
 }
 
-// rowHash is report.Record.TaskHash of a row without id: the first 16 hex digits of the
+// rowHash is record.Record.TaskHash of a row without id: the first 16 hex digits of the
 // SHA-256 of its bytes.
 func rowHash(raw []byte) string {
 	h := sha256.Sum256(raw)

@@ -1,4 +1,4 @@
-package report
+package rundir
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"github.com/rollout-dev/rollout/internal/durable"
 	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 // Manifest identifies what a run in an output directory is running, so that a resume can
@@ -473,31 +474,31 @@ type FinalizeOptions struct {
 	Parquet record.ParquetOptions
 	// Stats say how the Evaluation is computed. The summary's standard error and interval
 	// are its overall ones.
-	Stats StatsOptions
+	Stats report.StatsOptions
 }
 
 // Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
 // (written as .tmp, synced, renamed) and summary.json. It returns the summary.
-func Finalize(dir string, opt record.ParquetOptions) (Summary, error) {
+func Finalize(dir string, opt record.ParquetOptions) (report.Summary, error) {
 	sum, _, err := FinalizeWith(dir, FinalizeOptions{Parquet: opt})
 	return sum, err
 }
 
-// FinalizeWith is Finalize, also returning the Evaluation of the records, computed in the
+// FinalizeWith is Finalize, also returning the report.Evaluation of the records, computed in the
 // same pass over the journal. It reads the journal a record at a time: its memory does not
-// grow with the journal's length beyond the Evaluator's few numbers per record (the Parquet
+// grow with the journal's length beyond the report.Evaluator's few numbers per record (the Parquet
 // writer holds one row group).
-func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error) {
+func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Evaluation, error) {
 	pw, err := record.NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
 	if err != nil {
-		return Summary{}, nil, err
+		return report.Summary{}, nil, err
 	}
 	var (
-		stats Stats
+		stats report.Stats
 		res   record.Result
 	)
-	ev := NewEvaluator(opt.Stats)
-	ev.reserve(lines.Estimate(join(dir, JournalFile)))
+	ev := report.NewEvaluator(opt.Stats)
+	ev.Reserve(lines.Estimate(join(dir, JournalFile)))
 	err = record.ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
 		stats.Add(rec)
 		ev.Add(rec)
@@ -513,15 +514,15 @@ func FinalizeWith(dir string, opt FinalizeOptions) (Summary, *Evaluation, error)
 		err = cerr
 	}
 	if err != nil {
-		return Summary{}, nil, err
+		return report.Summary{}, nil, err
 	}
 	eval := ev.Evaluation()
 	sum := stats.Summary()
 	if !opt.Stats.ScoreFailuresAsZero {
 		sum.SetScores(&eval.Overall)
 	}
-	if err := WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
-		return Summary{}, nil, err
+	if err := report.WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
+		return report.Summary{}, nil, err
 	}
 	return sum, eval, nil
 }

@@ -1,8 +1,9 @@
-package report
+package rundir
 
 // Benchmarks of the output path at the scale of the performance issue: a 10^6-record run.
 //
-//	go test -run '^$' -bench 'ParquetWrite|ResumeScan|Finalize|AppendRecord' -benchmem ./pkg/report
+//	go test -run '^$' -bench 'ResumeScan|Finalize|AppendRecord' -benchmem ./pkg/rundir
+//	go test -run '^$' -bench 'ParquetWrite' -benchmem ./pkg/record
 //
 // The 10^6-record run directory (journal.jsonl and trajectories.jsonl, written through a real
 // Sink) is built once per test process in a temporary directory, outside the timers, and
@@ -26,6 +27,7 @@ import (
 	"github.com/rollout-dev/rollout/internal/benchutil"
 	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/report"
 )
 
 func TestMain(m *testing.M) {
@@ -278,13 +280,13 @@ func peakRSS() (read func() uint64) {
 // (sampled) and the peak RSS of the process over it:
 //
 //   - finalize: Finalize (rollouts.parquet and summary.json);
-//   - two-passes: Finalize, then EvaluateJournal (evaluation.json);
+//   - two-passes: Finalize, then report.EvaluateJournal (evaluation.json);
 //   - one-pass: FinalizeWith, which evaluates as it writes (as rollout run does);
 //   - one-pass-no-ci: the same without the bootstrap interval (2000 resamples of 125,000
 //     tasks in 3 scopes), the part of the evaluation that is not reading records.
 func BenchmarkFinalize(b *testing.B) {
 	run := cachedRun(b, benchN())
-	check := func(b *testing.B, sum Summary, ev *Evaluation) {
+	check := func(b *testing.B, sum report.Summary, ev *report.Evaluation) {
 		if sum.Rollouts != run.n || ev != nil && ev.Overall.Rollouts != run.n {
 			b.Fatalf("%d rollouts, want %d", sum.Rollouts, run.n)
 		}
@@ -304,7 +306,7 @@ func BenchmarkFinalize(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ev, err := EvaluateJournal(filepath.Join(dir, JournalFile), StatsOptions{})
+			ev, err := report.EvaluateJournal(filepath.Join(dir, JournalFile), report.StatsOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -317,7 +319,7 @@ func BenchmarkFinalize(b *testing.B) {
 	}{{"one-pass", 0}, {"one-pass-no-ci", -1}} {
 		b.Run(bc.name, func(b *testing.B) {
 			benchFinalize(b, run, func(dir string) {
-				sum, ev, err := FinalizeWith(dir, FinalizeOptions{Stats: StatsOptions{Bootstrap: bc.bootstrap}})
+				sum, ev, err := FinalizeWith(dir, FinalizeOptions{Stats: report.StatsOptions{Bootstrap: bc.bootstrap}})
 				if err != nil {
 					b.Fatal(err)
 				}
