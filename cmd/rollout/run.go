@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"runtime/debug"
 	"slices"
@@ -26,14 +25,12 @@ import (
 	"github.com/rollout-dev/rollout/pkg/plan"
 	"github.com/rollout-dev/rollout/pkg/progress"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
-	"github.com/rollout-dev/rollout/pkg/sim"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
@@ -201,68 +198,12 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		}
 	}()
 
-	// The model endpoint: a URL, or one served in this process.
-	modelURL, modelName := f.modelURL, f.model
-	var local http.Handler
-	localName := ""
-	var simUsed *sim.Options // part of the run's identity
-	if glob, ok := strings.CutPrefix(f.modelURL, "replay:"); ok {
-		h, err := replay.Load(glob)
-		if err != nil {
-			return badUsage("--model-url %s: %v", f.modelURL, err)
-		}
-		local, localName = h, "replay"
-	} else if f.modelURL == "builtin:sim" {
-		// The simulator plays the reference plans of the run's own tasks.
-		if f.input == "-" {
-			return badUsage("--model-url builtin:sim reads the tasks' plans from --input FILE, not from stdin")
-		}
-		opts, err := simOptions()
-		if err != nil {
-			return usageError{err}
-		}
-		ts, err := sim.LoadTasks(f.input)
-		if err != nil {
-			return badUsage("--input %s: %v", f.input, err)
-		}
-		h, err := sim.New(ts, opts)
-		if err != nil {
-			return usageError{err}
-		}
-		local, localName = h, sim.ModelID
-		simUsed = &opts
-	} else if strings.HasPrefix(f.modelURL, "builtin:") {
-		return badUsage("--model-url %s: the built-in endpoint is builtin:sim", f.modelURL)
-	}
-	if local != nil {
-		url, stop, err := serveLocal(local)
-		if err != nil {
-			return err
-		}
-		closers = append(closers, stop)
-		modelURL = url + "/v1"
-		if modelName == "" {
-			modelName = localName
-		}
-	}
-	if modelName == "" {
-		return badUsage("run: --model NAME is required (or set ROLLOUT_MODEL)")
-	}
-	apiKey := e.getenv("OPENAI_API_KEY")
-	endpoint, err := agent.ParseEndpoint(modelURL)
+	ep, err := openModel(f, simOptions, e, transport, policy)
 	if err != nil {
-		return badUsage("--model-url: %v", err)
+		return err
 	}
-	secrets := append([]string{apiKey}, endpoint.Secrets...)
-	for _, spec := range f.servers {
-		secrets = append(secrets, agent.URLSecrets(serverURL(spec))...)
-	}
-	// --model-timeout bounds each attempt; retries come on top, within
-	// the rollout's deadline. The base URL's query goes with every request.
-	doer := &retry.Doer{Client: &http.Client{Transport: agent.QueryTransport(transport, endpoint.Query), CheckRedirect: retry.NoRedirect}, Policy: policy, AttemptTimeout: f.modelTimeout}
-	// An endpoint that echoes the key back (in an error or an answer) cannot make it reach a
-	// verify request; the sink redacts whatever reaches a file.
-	model := agent.RedactModel(agent.NewOpenAIModel(endpoint.Base, apiKey, doer, agent.WithMaxAnswerBytes(f.maxModelAnswer)), secrets...)
+	closers = append(closers, ep.close)
+	model, modelName, secrets, simUsed := ep.model, ep.name, ep.secrets, ep.sim
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -342,9 +283,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	if !f.noPreflight {
 		client := &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}
-		if local == nil {
-			client := &http.Client{Transport: agent.QueryTransport(transport, endpoint.Query), CheckRedirect: retry.NoRedirect}
-			if err := preflightModel(ctx, client, endpoint.Base, apiKey, modelName, secrets); err != nil {
+		if !ep.local {
+			client := &http.Client{Transport: agent.QueryTransport(transport, ep.endpoint.Query), CheckRedirect: retry.NoRedirect}
+			if err := preflightModel(ctx, client, ep.endpoint.Base, ep.apiKey, modelName, secrets); err != nil {
 				return err
 			}
 		}
@@ -352,23 +293,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return err
 		}
 	}
-	var armNames []string
-	for _, a := range opts.Arms {
-		name := a.Name + "=" + a.Policy
-		if a.MaxRounds > 0 {
-			name += fmt.Sprintf(",max-rounds=%d", a.MaxRounds)
-		}
-		if a.ToolMode != "" {
-			name += ",tool-mode=" + a.ToolMode
-		}
-		armNames = append(armNames, name)
-	}
-	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, ModelURL: agent.RedactURL(f.modelURL), Model: modelName,
-		Servers: redactServers(f.servers), MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds,
-		MaxTokens: f.maxTokens, Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls)}
-	if simUsed != nil {
-		cfg.Sim = knobValues(*simUsed)
-	}
+	cfg := newRunConfig(f, &opts, simUsed)
 	// A start that fails before any rollout leaves no output directory it created behind.
 	_, statErr := os.Stat(f.out)
 	cleanup := errors.Is(statErr, os.ErrNotExist)
@@ -484,68 +409,6 @@ func printResuming(w io.Writer, f runFlags, out preparedOut) {
 	if out.cancelled > 0 {
 		fmt.Fprintf(w, "rollout: %d of them are cancelled records (rollouts cut short by an interrupt), kept as they are; rollout run --resume --retry-failed runs them again\n", out.cancelled)
 	}
-}
-
-// runConfig is what makes a run's results what they are; its hash is in the manifest, and a
-// resume with another one is refused unless --force. Concurrency, timeouts and retries are not
-// in it: they may change between resumes.
-type runConfig struct {
-	Arms            []string          `json:"arms"`
-	Steps           *agent.Workflow   `json:"steps,omitempty"`
-	ToolMode        string            `json:"tool_mode"`
-	Repeats         int               `json:"num_repeats"`
-	Limit           int               `json:"limit"`
-	ModelURL        string            `json:"model_url"`
-	Model           string            `json:"model"`
-	Servers         []string          `json:"servers"`
-	MaxRounds       int               `json:"max_rounds"`
-	MaxFailedRounds int               `json:"max_failed_rounds"`
-	MaxTokens       int               `json:"max_tokens"`
-	Temperature     *float64          `json:"temperature"`
-	Seed            int64             `json:"seed"`
-	MaxToolCalls    int               `json:"max_tool_calls,omitempty"` // when not the default
-	Sim             map[string]string `json:"sim,omitempty"`            // the simulator's knobs, with builtin:sim
-}
-
-// redactServers is --server's values with the credentials of their URLs redacted, for the
-// manifest.
-func redactServers(specs []string) []string {
-	out := make([]string, len(specs))
-	for i, s := range specs {
-		out[i] = strings.TrimSuffix(s, serverURL(s)) + agent.RedactURL(serverURL(s))
-	}
-	return out
-}
-
-// serverURL is the URL of a --server value: URL, or NAME=URL.
-func serverURL(spec string) string {
-	if n, u, ok := strings.Cut(spec, "="); ok && !strings.Contains(n, ":") {
-		return u
-	}
-	return spec
-}
-
-// maxToolCallsConfig is --max-tool-calls in the run's identity: 0 (left out) at the default, so
-// that a run from before the flag resumes without --force.
-func maxToolCallsConfig(n int) int {
-	if n == agent.DefaultMaxToolCalls {
-		return 0
-	}
-	return n
-}
-
-// knobValues lists the simulator's knobs that are set, by name (its Options' fields; functions
-// and zero values left out), so that every knob is part of the run's identity, and a knob
-// added in a later version, unset, does not change it.
-func knobValues(o sim.Options) map[string]string {
-	m := map[string]string{}
-	v := reflect.ValueOf(o)
-	for i := range v.NumField() {
-		if f := v.Field(i); f.Kind() != reflect.Func && !f.IsZero() {
-			m[v.Type().Field(i).Name] = fmt.Sprint(f.Interface())
-		}
-	}
-	return m
 }
 
 // runFiles are the files a run writes in --out.
