@@ -185,12 +185,12 @@ func TestJSONLOutBelongsToTheRun(t *testing.T) {
 		t.Errorf("after --overwrite: %d lines (want 6, each with its arm):\n%s", n, readFile(t, jsonl))
 	}
 	mf, err := rundir.ReadManifest(dir)
-	if err != nil || mf.JSONLOut != resolvePath(jsonl) {
+	if err != nil || mf.JSONLOut != rundir.ResolvePath(jsonl) {
 		t.Errorf("manifest jsonl_out %q, want %q (%v)", mf.JSONLOut, jsonl, err)
 	}
 	other := filepath.Join(t.TempDir(), "other.jsonl")
 	r = runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--jsonl-out", other, "--resume")
-	if r.code != exitUsage || !strings.Contains(r.stderr, "--jsonl-out was "+resolvePath(jsonl)) {
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--jsonl-out was "+rundir.ResolvePath(jsonl)) {
 		t.Errorf("resume with another --jsonl-out: exit %d: %s", r.code, r.stderr)
 	}
 	// A resume of the finished run rebuilds the file: a line someone appended is gone.

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -24,7 +23,7 @@ import (
 func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *agent.Workflow, err error) {
 	mf, err := rundir.ReadManifest(out)
 	if errors.Is(err, os.ErrNotExist) {
-		if lineCount(filepath.Join(out, rundir.JournalFile)) > 0 {
+		if rundir.JournalLines(out) > 0 {
 			return nil, nil, nil // records without a manifest: the flags given must say what the run was
 		}
 		return nil, nil, badUsage("--resume: %s holds no run to resume (no %s, no records)", out, rundir.ManifestFile)

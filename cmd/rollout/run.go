@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"slices"
@@ -306,21 +304,17 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	closers = append(closers, out.unlock)
-	opts.Done = out.done
-	sinkOpts := rundir.SinkOptions{Secrets: secrets}
-	if f.jsonlOut != "" {
-		sinkOpts.NemoGym = filepath.Join(f.out, rundir.NemoGymFile)
-	}
-	sink, err := rundir.OpenSink(f.out, sinkOpts)
+	closers = append(closers, out.Unlock)
+	opts.Done = out.Done
+	sink, err := out.OpenSink(secrets)
 	if err != nil {
 		return badUsage("--out %s: %v", f.out, err)
 	}
 	if !f.quiet {
 		opts.Progress = progress.New(e.stderr, f.progressInterval)
 	}
-	if out.resumed {
-		printResuming(e.stderr, f, out)
+	if out.Resumed {
+		printResuming(e.stderr, out)
 	}
 	stopNotice := context.AfterFunc(ctx, func() {
 		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once (then rollout run --resume finishes the run).\n", f.drainTimeout)
@@ -334,7 +328,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	rep, runErr := runner.Run(runCtx, opts, []runner.Output{sink, watch})
 	closeErr := sink.Close()
 	// An input read from stdin is only known to be empty now: no rollout, no earlier record.
-	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.resumed
+	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.Resumed
 	cleanup = cleanup && rep != nil && rep.Started == 0 && (runErr != nil || noTasks)
 	if noTasks {
 		return badUsage("--input %s: no tasks", f.input)
@@ -354,22 +348,15 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// again, so that the end of a big run does not stack on the memory of its middle.
 	transport.CloseIdleConnections()
 	debug.FreeOSMemory()
-	// The journal is the truth; the Parquet file, the summary and the statistics of the
-	// evaluation are derived from it in one pass, over every record of the run, resumed ones
-	// included.
-	sum, ev, err := rundir.FinalizeWith(f.out, rundir.FinalizeOptions{})
+	// The journal is the truth: the Parquet file, the summary, evaluation.json and the NeMo Gym
+	// file are derived from it, over every record of the run, resumed ones included.
+	fin, err := rundir.Finish(f.out, rundir.FinishOptions{NemoGym: f.jsonlOut})
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
+	sum, ev := fin.Summary, fin.Evaluation
 	if err := report.PrintSummary(e.stdout, sum); err != nil {
 		return err
-	}
-	var evj bytes.Buffer
-	if err := ev.WriteJSON(&evj); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(f.out, "evaluation.json"), evj.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("writing results: %w", err)
 	}
 	// The tables when there is more than one arm or repeat to tell apart; else the line
 	// that says how the summary's numbers were computed.
@@ -383,14 +370,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
-	if f.jsonlOut != "" {
-		lines, err := rundir.WriteNemoGym(f.out, f.jsonlOut)
-		if err != nil {
-			return fmt.Errorf("writing results: %w", err)
-		}
-		if left := sum.Rollouts - lines; left > 0 {
-			fmt.Fprintf(e.stderr, "rollout: %s: %d lines; %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, lines, left)
-		}
+	if left := sum.Rollouts - fin.NemoGymLines; f.jsonlOut != "" && left > 0 {
+		fmt.Fprintf(e.stderr, "rollout: %s: %d lines; %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, fin.NemoGymLines, left)
 	}
 	if ctx.Err() != nil {
 		return errInterrupted
@@ -404,223 +385,71 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 
 // printResuming says what a resume keeps: the records, and on a plain --resume the cancelled
 // ones among them, which only --retry-failed runs again.
-func printResuming(w io.Writer, f runFlags, out preparedOut) {
-	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", f.out, len(out.done))
-	if out.cancelled > 0 {
-		fmt.Fprintf(w, "rollout: %d of them are cancelled records (rollouts cut short by an interrupt), kept as they are; rollout run --resume --retry-failed runs them again\n", out.cancelled)
+func printResuming(w io.Writer, out *rundir.Dir) {
+	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", out.Path, len(out.Done))
+	if out.Cancelled > 0 {
+		fmt.Fprintf(w, "rollout: %d of them are cancelled records (rollouts cut short by an interrupt), kept as they are; rollout run --resume --retry-failed runs them again\n", out.Cancelled)
 	}
 }
 
-// runFiles are the files a run writes in --out.
-var runFiles = []string{rundir.ManifestFile, rundir.JournalFile, rundir.TrajectoriesFile, rundir.ParquetFile,
-	rundir.ParquetFile + ".tmp", rundir.SummaryFile, "evaluation.json", rundir.NemoGymFile}
-
-// preparedOut is --out made ready for the run: locked, and with what a resume skips.
-type preparedOut struct {
-	done      record.Done // the rollouts that have a record
-	resumed   bool
-	cancelled int    // records kept (on a plain --resume) whose failure class is cancelled
-	unlock    func() // releases --out's lock; held until the run's last file is written
-}
-
-// prepareOut readies --out: it takes the directory's lock (a second process writing it is
-// refused, naming the first); for a new run it refuses an earlier run's files (unless
-// --overwrite removes them) and writes the manifest; with --resume it checks the manifest
-// against this invocation and compacts the journal.
-func prepareOut(f runFlags, cfg runConfig) (p preparedOut, err error) {
+// prepareOut readies --out for the run (rundir.Prepare) after refusing flags that contradict
+// each other, and words rundir's refusals by the flags they concern.
+func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 	switch {
 	case f.force && !f.resume:
-		return p, badUsage("--force goes with --resume")
+		return nil, badUsage("--force goes with --resume")
 	case f.retryFailed && !f.resume:
-		return p, badUsage("--retry-failed goes with --resume")
+		return nil, badUsage("--retry-failed goes with --resume")
 	case f.resume && f.overwrite:
-		return p, badUsage("--resume and --overwrite contradict each other")
+		return nil, badUsage("--resume and --overwrite contradict each other")
 	case f.resume && f.input == "-":
-		return p, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
+		return nil, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
 	}
-	jsonlOut, err := checkOutPaths(f)
-	if err != nil {
-		return p, err
+	d, err := rundir.Prepare(f.out, rundir.PrepareOptions{Input: f.input, Config: cfg, NemoGym: f.jsonlOut,
+		Resume: f.resume, Force: f.force, RetryFailed: f.retryFailed, Overwrite: f.overwrite})
+	var pe *rundir.PrepareError
+	if err == nil || !errors.As(err, &pe) {
+		return d, err
 	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return p, badUsage("--out %s: %v", f.out, err)
-	}
-	if p.unlock, err = rundir.LockDir(f.out); err != nil {
-		return p, badUsage("--out %v", err)
-	}
-	defer func() {
-		if err != nil {
-			p.unlock()
-		}
-	}()
-	var mf *rundir.Manifest
-	if f.input == "-" {
-		mf, err = rundir.NewManifest(os.DevNull, cfg)
-		if mf != nil {
-			mf.Input, mf.InputSHA256 = "-", ""
-		}
-	} else {
-		mf, err = rundir.NewManifest(f.input, cfg)
-	}
-	if err != nil {
-		return p, badUsage("--input: %v", err)
-	}
-	mf.JSONLOut = jsonlOut
-	// What a kill during the last writes leaves: never part of a run.
-	os.Remove(filepath.Join(f.out, rundir.ParquetFile+".tmp"))
-	if jsonlOut != "" {
-		os.Remove(jsonlOut + ".tmp")
-	}
-	if f.resume {
-		return resumeOut(f, mf, p)
-	}
-	for _, name := range runFiles {
-		path := filepath.Join(f.out, name)
-		if _, err := os.Stat(path); err != nil {
-			continue
-		}
-		if !f.overwrite {
-			return p, badUsage("--out %s already holds a run (%s); pass --resume to finish it, --overwrite to replace it, or choose another directory", f.out, name)
-		}
-		if err := os.Remove(path); err != nil {
-			return p, badUsage("--overwrite: %v", err)
-		}
-	}
-	if jsonlOut != "" {
-		if _, err := os.Stat(jsonlOut); err == nil {
-			if !f.overwrite {
-				return p, badUsage("--jsonl-out %s already exists; pass --overwrite to replace it, or choose another file", f.jsonlOut)
-			}
-			if err := os.Remove(jsonlOut); err != nil {
-				return p, badUsage("--overwrite: %v", err)
-			}
-		}
-	}
-	if err := rundir.WriteManifest(f.out, mf); err != nil {
-		return p, badUsage("--out %s: %v", f.out, err)
-	}
-	p.done = record.Done{}
-	return p, nil
-}
-
-// resumeOut checks the manifest of --out against this invocation's (mf) and compacts the run's
-// files for a resume.
-func resumeOut(f runFlags, mf *rundir.Manifest, p preparedOut) (preparedOut, error) {
-	old, err := rundir.ReadManifest(f.out)
-	if errors.Is(err, os.ErrNotExist) {
-		records := lineCount(filepath.Join(f.out, rundir.JournalFile))
-		if records == 0 {
-			return p, badUsage("--resume: %s holds no run to resume (no %s, no records)", f.out, rundir.ManifestFile)
-		}
-		if !f.force {
-			return p, badUsage("--resume: %s has %d records in %s but no %s, so they cannot be checked against this input and these settings; "+
-				"if they come from this same command, pass --resume --force to write a new %s and keep them (--overwrite would delete them)",
-				f.out, records, rundir.JournalFile, rundir.ManifestFile, rundir.ManifestFile)
-		}
-		old = mf // --force: this invocation's manifest stands for the lost one
-	} else if err != nil {
-		return p, badUsage("--resume: %v", err)
-	}
-	if diffs := mf.Differences(old); len(diffs) > 0 && !f.force {
-		for i, d := range diffs {
+	switch pe.Problem {
+	case rundir.DirHoldsInput:
+		return nil, badUsage("--out %s contains the input %s: a run's output directory must not hold its tasks; choose another --out", f.out, f.input)
+	case rundir.NemoGymIsInput:
+		return nil, badUsage("--jsonl-out %s is the input %s: the results would be written into the task file; choose another file", f.jsonlOut, f.input)
+	case rundir.NemoGymIsDir:
+		return nil, badUsage("--jsonl-out %s is --out %s (or contains it); give a file", f.jsonlOut, f.out)
+	case rundir.NemoGymIsRunFile:
+		return nil, badUsage("--jsonl-out %s is one of the files rollout writes in --out %s; choose another name", f.jsonlOut, f.out)
+	case rundir.DirUnusable:
+		return nil, badUsage("--out %s: %v", f.out, pe.Err)
+	case rundir.Locked:
+		return nil, badUsage("--out %v", pe.Err)
+	case rundir.InputUnreadable:
+		return nil, badUsage("--input: %v", pe.Err)
+	case rundir.HoldsRun:
+		return nil, badUsage("--out %s already holds a run (%s); pass --resume to finish it, --overwrite to replace it, or choose another directory", f.out, pe.Other)
+	case rundir.NemoGymExists:
+		return nil, badUsage("--jsonl-out %s already exists; pass --overwrite to replace it, or choose another file", f.jsonlOut)
+	case rundir.OverwriteFailed:
+		return nil, badUsage("--overwrite: %v", pe.Err)
+	case rundir.NothingToResume:
+		return nil, badUsage("--resume: %s holds no run to resume (no %s, no records)", f.out, rundir.ManifestFile)
+	case rundir.NoManifest:
+		return nil, badUsage("--resume: %s has %d records in %s but no %s, so they cannot be checked against this input and these settings; "+
+			"if they come from this same command, pass --resume --force to write a new %s and keep them (--overwrite would delete them)",
+			f.out, pe.Records, rundir.JournalFile, rundir.ManifestFile, rundir.ManifestFile)
+	case rundir.ManifestUnreadable:
+		return nil, badUsage("--resume: %v", pe.Err)
+	case rundir.ManifestDiffers:
+		diffs := make([]string, len(pe.Differences))
+		for i, d := range pe.Differences {
 			diffs[i] = flagDiff(d)
 		}
-		return p, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
+		return nil, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
+	case rundir.ResumeFailed:
+		return nil, fmt.Errorf("--resume: %w", pe.Err)
 	}
-	var keep func(*record.Record) bool // nil: every record stays, read for its key only
-	if f.retryFailed {
-		keep = func(r *record.Record) bool { return !r.FailureClass.Infra() }
-	}
-	var nemoGym string
-	if f.jsonlOut != "" {
-		nemoGym = filepath.Join(f.out, rundir.NemoGymFile)
-	}
-	if p.done, err = rundir.Compact(f.out, nemoGym, keep); err != nil {
-		return p, fmt.Errorf("--resume: %w", err)
-	}
-	if !f.retryFailed {
-		if p.cancelled, err = rundir.CountClass(f.out, record.FailCancelled); err != nil {
-			return p, fmt.Errorf("--resume: %w", err)
-		}
-	}
-	forced := len(mf.Differences(old)) > 0
-	old.JSONLOut = mf.JSONLOut
-	old.Resumes = append(old.Resumes, rundir.Resume{At: time.Now().UTC(), Forced: forced, RetryFailed: f.retryFailed})
-	if err := rundir.WriteManifest(f.out, old); err != nil {
-		return p, err
-	}
-	p.resumed = true
-	return p, nil
-}
-
-// lineCount is the number of lines of the file at path (0 if it cannot be read).
-func lineCount(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	return bytes.Count(b, []byte{'\n'})
-}
-
-// checkOutPaths refuses outputs that would write over the input or over each other: --out may
-// not be or contain the input; --jsonl-out may not be the input, --out, or a file of --out's.
-// Paths are compared after resolving symbolic links (and existing files by identity, so a
-// hard link is caught too). It returns --jsonl-out's absolute path ("" without it).
-func checkOutPaths(f runFlags) (jsonlOut string, err error) {
-	out := resolvePath(f.out)
-	input := ""
-	if f.input != "-" {
-		input = resolvePath(f.input)
-		if input == out || within(out, input) {
-			return "", badUsage("--out %s contains the input %s: a run's output directory must not hold its tasks; choose another --out", f.out, f.input)
-		}
-	}
-	if f.jsonlOut == "" {
-		return "", nil
-	}
-	jsonlOut = resolvePath(f.jsonlOut)
-	switch {
-	case input != "" && (jsonlOut == input || within(jsonlOut, input) || sameFile(f.jsonlOut, f.input)):
-		return "", badUsage("--jsonl-out %s is the input %s: the results would be written into the task file; choose another file", f.jsonlOut, f.input)
-	case jsonlOut == out || within(jsonlOut, out):
-		return "", badUsage("--jsonl-out %s is --out %s (or contains it); give a file", f.jsonlOut, f.out)
-	case filepath.Dir(jsonlOut) == out && (slices.Contains(runFiles, filepath.Base(jsonlOut)) || filepath.Base(jsonlOut) == rundir.LockFile):
-		return "", badUsage("--jsonl-out %s is one of the files rollout writes in --out %s; choose another name", f.jsonlOut, f.out)
-	}
-	return jsonlOut, nil
-}
-
-// resolvePath is path made absolute with its symbolic links resolved, as far as it exists:
-// the part that does not exist yet is joined as it is.
-func resolvePath(path string) string {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return filepath.Clean(path)
-	}
-	if r, err := filepath.EvalSymlinks(abs); err == nil {
-		return r
-	}
-	dir, base := filepath.Split(abs)
-	if dir == abs || base == "" {
-		return abs
-	}
-	return filepath.Join(resolvePath(filepath.Clean(dir)), base)
-}
-
-// within reports whether path is inside dir (both resolved).
-func within(dir, path string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-}
-
-// sameFile reports whether a and b both exist and are the same file.
-func sameFile(a, b string) bool {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return false
-	}
-	sb, err := os.Stat(b)
-	return err == nil && os.SameFile(sa, sb)
+	return nil, err
 }
 
 // serverSetup is how buildServers makes resource-server clients.

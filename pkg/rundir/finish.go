@@ -1,0 +1,45 @@
+package rundir
+
+import (
+	"bytes"
+
+	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// FinishOptions say what Finish writes besides the Parquet file and the summary.
+type FinishOptions struct {
+	Stats   report.StatsOptions // how the evaluation is computed
+	NemoGym string              // the NeMo Gym file to write from the run's lines ("" for none)
+}
+
+// Finished is what Finish wrote.
+type Finished struct {
+	Summary      report.Summary
+	Evaluation   *report.Evaluation
+	NemoGymLines int // lines written to FinishOptions.NemoGym
+}
+
+// Finish ends a run in dir: from the journal, the truth, over every record of the run (resumed
+// ones included), it derives in one pass the Parquet file, summary.json and the evaluation
+// (written to evaluation.json), then the NeMo Gym file when asked.
+func Finish(dir string, o FinishOptions) (Finished, error) {
+	var fin Finished
+	var err error
+	if fin.Summary, fin.Evaluation, err = FinalizeWith(dir, FinalizeOptions{Stats: o.Stats}); err != nil {
+		return fin, err
+	}
+	var b bytes.Buffer
+	if err := fin.Evaluation.WriteJSON(&b); err != nil {
+		return fin, err
+	}
+	if err := durable.WriteFileAtomic(join(dir, EvaluationFile), b.Bytes(), 0o644); err != nil {
+		return fin, err
+	}
+	if o.NemoGym != "" {
+		if fin.NemoGymLines, err = WriteNemoGym(dir, o.NemoGym); err != nil {
+			return fin, err
+		}
+	}
+	return fin, nil
+}

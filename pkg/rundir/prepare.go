@@ -1,0 +1,299 @@
+package rundir
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/record"
+)
+
+// EvaluationFile is the run's evaluation (report.Evaluation as JSON), written by Finish.
+const EvaluationFile = "evaluation.json"
+
+// runFiles are the files a run writes in its directory.
+var runFiles = []string{ManifestFile, JournalFile, TrajectoriesFile, ParquetFile, ParquetFile + ".tmp", SummaryFile, EvaluationFile, NemoGymFile}
+
+// PrepareOptions say how Prepare readies a run's directory.
+type PrepareOptions struct {
+	Input   string // the task file; "-" is stdin, which a manifest records without a hash
+	Config  any    // the run's identity (what makes its results what they are), kept in the manifest
+	NemoGym string // the NeMo Gym file the run also writes at the end ("" for none)
+	// Resume finishes the run in the directory: its manifest must match (unless Force), and
+	// Compact keeps one record per rollout (the ones with an infrastructure failure go with
+	// RetryFailed). Overwrite, for a new run, removes an earlier run's files.
+	Resume, Force, RetryFailed, Overwrite bool
+}
+
+// Dir is a run's directory, locked and ready for the run's Sink.
+type Dir struct {
+	Path      string
+	Done      record.Done // the rollouts that have a record: a resume skips them
+	Resumed   bool
+	Cancelled int // records kept (on a resume without RetryFailed) whose failure class is cancelled
+	nemoGym   string
+	unlock    func()
+}
+
+// Unlock releases the directory's lock; hold it until the run's last file is written.
+func (d *Dir) Unlock() { d.unlock() }
+
+// OpenSink opens the run's Sink, with its NeMo Gym lines when the run writes a NeMo Gym file.
+func (d *Dir) OpenSink(secrets []string) (*Sink, error) {
+	o := SinkOptions{Secrets: secrets}
+	if d.nemoGym != "" {
+		o.NemoGym = filepath.Join(d.Path, NemoGymFile)
+	}
+	return OpenSink(d.Path, o)
+}
+
+// Problem is why Prepare refused a directory or could not ready it.
+type Problem int
+
+const (
+	DirHoldsInput     Problem = iota + 1 // Path (the directory) is or holds Other (the input)
+	NemoGymIsInput                       // Path (the NeMo Gym file) is Other (the input)
+	NemoGymIsDir                         // Path (the NeMo Gym file) is or holds Other (the directory)
+	NemoGymIsRunFile                     // Path (the NeMo Gym file) is one of the files of Other (the directory)
+	DirUnusable                          // Path could not be created or written: Err
+	Locked                               // another process holds the lock: Err (a *LockedError)
+	InputUnreadable                      // the input could not be hashed: Err
+	HoldsRun                             // a new run's directory Path holds an earlier run's file Other
+	NemoGymExists                        // a new run's NeMo Gym file Path exists
+	OverwriteFailed                      // an earlier run's file could not be removed: Err
+	NothingToResume                      // Path has neither a manifest nor records
+	NoManifest                           // Path has Records records but no manifest
+	ManifestUnreadable                   // Err
+	ManifestDiffers                      // the input or the config differs from the manifest's: Differences
+	ResumeFailed                         // compacting the run's files failed: Err
+)
+
+// A PrepareError is a directory Prepare refused, or could not ready; the caller words it for
+// its users (a command line names its flags).
+type PrepareError struct {
+	Problem     Problem
+	Path, Other string
+	Records     int
+	Differences []string
+	Err         error
+}
+
+func (e *PrepareError) Error() string {
+	switch e.Problem {
+	case HoldsRun:
+		return fmt.Sprintf("%s already holds a run (%s)", e.Path, e.Other)
+	case NoManifest:
+		return fmt.Sprintf("%s has %d records in %s but no %s", e.Path, e.Records, JournalFile, ManifestFile)
+	case ManifestDiffers:
+		return strings.Join(e.Differences, "; ")
+	case DirHoldsInput, NemoGymIsInput, NemoGymIsDir, NemoGymIsRunFile:
+		return fmt.Sprintf("%s would write over %s", e.Path, e.Other)
+	case NothingToResume:
+		return fmt.Sprintf("%s holds no run to resume", e.Path)
+	case NemoGymExists:
+		return fmt.Sprintf("%s already exists", e.Path)
+	}
+	if e.Path != "" {
+		return fmt.Sprintf("%s: %v", e.Path, e.Err)
+	}
+	return e.Err.Error()
+}
+
+func (e *PrepareError) Unwrap() error { return e.Err }
+
+// Prepare readies dir for a run: it takes the directory's lock (a second process writing it is
+// refused, naming the first); for a new run it refuses an earlier run's files (unless
+// Overwrite removes them) and writes the manifest; with Resume it checks the manifest against
+// this run's and compacts the run's files. Outputs that would write over the input or over
+// each other are refused first. Errors are *PrepareError.
+func Prepare(dir string, o PrepareOptions) (d *Dir, err error) {
+	nemoGym, err := checkPaths(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, &PrepareError{Problem: DirUnusable, Path: dir, Err: err}
+	}
+	unlock, err := LockDir(dir)
+	if err != nil {
+		return nil, &PrepareError{Problem: Locked, Err: err}
+	}
+	defer func() {
+		if err != nil {
+			unlock()
+		}
+	}()
+	d = &Dir{Path: dir, nemoGym: nemoGym, unlock: unlock}
+	var mf *Manifest
+	if o.Input == "-" {
+		mf, err = NewManifest(os.DevNull, o.Config)
+		if mf != nil {
+			mf.Input, mf.InputSHA256 = "-", ""
+		}
+	} else {
+		mf, err = NewManifest(o.Input, o.Config)
+	}
+	if err != nil {
+		return nil, &PrepareError{Problem: InputUnreadable, Err: err}
+	}
+	mf.JSONLOut = nemoGym
+	// What a kill during the last writes leaves: never part of a run.
+	os.Remove(filepath.Join(dir, ParquetFile+".tmp"))
+	if nemoGym != "" {
+		os.Remove(nemoGym + ".tmp")
+	}
+	if o.Resume {
+		if err = d.resume(mf, o); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	for _, name := range runFiles {
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		if !o.Overwrite {
+			return nil, &PrepareError{Problem: HoldsRun, Path: dir, Other: name}
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, &PrepareError{Problem: OverwriteFailed, Err: err}
+		}
+	}
+	if nemoGym != "" {
+		if _, err := os.Stat(nemoGym); err == nil {
+			if !o.Overwrite {
+				return nil, &PrepareError{Problem: NemoGymExists, Path: o.NemoGym}
+			}
+			if err := os.Remove(nemoGym); err != nil {
+				return nil, &PrepareError{Problem: OverwriteFailed, Err: err}
+			}
+		}
+	}
+	if err := WriteManifest(dir, mf); err != nil {
+		return nil, &PrepareError{Problem: DirUnusable, Path: dir, Err: err}
+	}
+	d.Done = record.Done{}
+	return d, nil
+}
+
+// resume checks the manifest of the directory against this run's (mf) and compacts the run's
+// files for a resume.
+func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
+	old, err := ReadManifest(d.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		records := JournalLines(d.Path)
+		if records == 0 {
+			return &PrepareError{Problem: NothingToResume, Path: d.Path}
+		}
+		if !o.Force {
+			return &PrepareError{Problem: NoManifest, Path: d.Path, Records: records}
+		}
+		old = mf // Force: this run's manifest stands for the lost one
+	} else if err != nil {
+		return &PrepareError{Problem: ManifestUnreadable, Err: err}
+	}
+	diffs := mf.Differences(old)
+	if len(diffs) > 0 && !o.Force {
+		return &PrepareError{Problem: ManifestDiffers, Path: d.Path, Differences: diffs}
+	}
+	var keep func(*record.Record) bool // nil: every record stays, read for its key only
+	if o.RetryFailed {
+		keep = func(r *record.Record) bool { return !r.FailureClass.Infra() }
+	}
+	var nemoGym string
+	if d.nemoGym != "" {
+		nemoGym = filepath.Join(d.Path, NemoGymFile)
+	}
+	if d.Done, err = Compact(d.Path, nemoGym, keep); err != nil {
+		return &PrepareError{Problem: ResumeFailed, Err: err}
+	}
+	if !o.RetryFailed {
+		if d.Cancelled, err = CountClass(d.Path, record.FailCancelled); err != nil {
+			return &PrepareError{Problem: ResumeFailed, Err: err}
+		}
+	}
+	old.JSONLOut = mf.JSONLOut
+	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0, RetryFailed: o.RetryFailed})
+	if err := WriteManifest(d.Path, old); err != nil {
+		return err
+	}
+	d.Resumed = true
+	return nil
+}
+
+// JournalLines is the number of lines of the journal in dir (0 if it cannot be read).
+func JournalLines(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte{'\n'})
+}
+
+// checkPaths refuses outputs that would write over the input or over each other: dir may not
+// be or contain the input; the NeMo Gym file may not be the input, dir, or a file of dir's.
+// Paths are compared after resolving symbolic links (and existing files by identity, so a
+// hard link is caught too). It returns the NeMo Gym file's absolute path ("" without it).
+func checkPaths(dir string, o PrepareOptions) (nemoGym string, err error) {
+	out := ResolvePath(dir)
+	input := ""
+	if o.Input != "-" {
+		input = ResolvePath(o.Input)
+		if input == out || within(out, input) {
+			return "", &PrepareError{Problem: DirHoldsInput, Path: dir, Other: o.Input}
+		}
+	}
+	if o.NemoGym == "" {
+		return "", nil
+	}
+	nemoGym = ResolvePath(o.NemoGym)
+	switch {
+	case input != "" && (nemoGym == input || within(nemoGym, input) || sameFile(o.NemoGym, o.Input)):
+		return "", &PrepareError{Problem: NemoGymIsInput, Path: o.NemoGym, Other: o.Input}
+	case nemoGym == out || within(nemoGym, out):
+		return "", &PrepareError{Problem: NemoGymIsDir, Path: o.NemoGym, Other: dir}
+	case filepath.Dir(nemoGym) == out && (slices.Contains(runFiles, filepath.Base(nemoGym)) || filepath.Base(nemoGym) == LockFile):
+		return "", &PrepareError{Problem: NemoGymIsRunFile, Path: o.NemoGym, Other: dir}
+	}
+	return nemoGym, nil
+}
+
+// ResolvePath is path made absolute with its symbolic links resolved, as far as it exists
+// (the part that does not exist yet is joined as it is): the NeMo Gym file's path in the
+// manifest.
+func ResolvePath(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r
+	}
+	dir, base := filepath.Split(abs)
+	if dir == abs || base == "" {
+		return abs
+	}
+	return filepath.Join(ResolvePath(filepath.Clean(dir)), base)
+}
+
+// within reports whether path is inside dir (both resolved).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// sameFile reports whether a and b both exist and are the same file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
+}
