@@ -56,21 +56,21 @@ func (d *Dir) OpenSink(secrets []string) (*Sink, error) {
 type Problem int
 
 const (
-	DirHoldsInput     Problem = iota + 1 // Path (the directory) is or holds Other (the input)
-	NemoGymIsInput                       // Path (the NeMo Gym file) is Other (the input)
-	NemoGymIsDir                         // Path (the NeMo Gym file) is or holds Other (the directory)
-	NemoGymIsRunFile                     // Path (the NeMo Gym file) is one of the files of Other (the directory)
-	DirUnusable                          // Path could not be created or written: Err
-	Locked                               // another process holds the lock: Err (a *LockedError)
-	InputUnreadable                      // the input could not be hashed: Err
-	HoldsRun                             // a new run's directory Path holds an earlier run's file Other
-	NemoGymExists                        // a new run's NeMo Gym file Path exists
-	OverwriteFailed                      // an earlier run's file could not be removed: Err
-	NothingToResume                      // Path has neither a manifest nor records
-	NoManifest                           // Path has Records records but no manifest
-	ManifestUnreadable                   // Err
-	ManifestDiffers                      // the input or the config differs from the manifest's: Differences
-	ResumeFailed                         // compacting the run's files failed: Err
+	DirHoldsInput      Problem = iota + 1 // Path (the directory) is or holds Other (the input)
+	NemoGymIsInput                        // Path (the NeMo Gym file) is Other (the input)
+	NemoGymIsDir                          // Path (the NeMo Gym file) is or holds Other (the directory)
+	NemoGymIsRunFile                      // Path (the NeMo Gym file) is one of the files of Other (the directory)
+	DirUnusable                           // Path could not be created or written: Err
+	Locked                                // another process holds the lock: Err (a *LockedError)
+	InputUnreadable                       // the input could not be hashed: Err
+	HoldsRun                              // a new run's directory Path holds an earlier run's file Other
+	NemoGymExists                         // a new run's NeMo Gym file Path exists
+	OverwriteFailed                       // an earlier run's file could not be removed: Err
+	NothingToResume                       // Path has neither a manifest nor records
+	NoManifest                            // Path has Records records but no manifest
+	ManifestUnreadable                    // Err
+	ManifestDiffers                       // the input or the config differs from the manifest's: Differences
+	ResumeFailed                          // compacting the run's files failed: Err
 )
 
 // A PrepareError is a directory Prepare refused, or could not ready; the caller words it for
