@@ -29,6 +29,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
+	"github.com/rollout-dev/rollout/pkg/sim"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
@@ -80,52 +81,7 @@ func (s *syncWriter) Unwrap() io.Writer { return s.w }
 func cmdRun(ctx context.Context, args []string, e env) error {
 	e.stderr = &syncWriter{w: e.stderr}
 	var f runFlags
-	fs := flag.NewFlagSet("rollout run", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.StringVar(&f.input, "input", "", "task `FILE`, NeMo Gym JSONL (.gz is read as gzip; - is stdin)")
-	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
-	f.modelURL = e.getenv("OPENAI_BASE_URL")
-	modelURLFlag := &onceFlag{v: &f.modelURL, what: "one model endpoint"}
-	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim or replay:GLOB")
-	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
-	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
-	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "`N` rollouts in flight")
-	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
-	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
-	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
-	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end as tool_error after `N` rounds of failed tool calls")
-	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls (`N`) in one answer; more end it as invalid_output")
-	fs.IntVar(&f.maxTokens, "max-tokens", 0, "most tokens (`N`) per model call (0: the rows' max_output_tokens)")
-	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature `T`, over the rows' (-1: the rows')")
-	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
-	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) of one rollout in all (-1: no budget)")
-	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read (`BYTES`)")
-	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
-	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
-	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")
-	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline `D` of one resource-server call (0: none)")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long (`D`) running rollouts may finish")
-	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "status line period `D` off a terminal")
-	fs.StringVar(&f.sessionStore, "session-store", "memory", "builtin: servers' `STORE`: memory or redis://HOST:PORT/DB")
-	fs.DurationVar(&f.sessionTTL, "session-ttl", store.DefaultTTL, "builtin: servers drop a session `D` after its last write")
-	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: servers)")
-	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records to `FILE` (refused if it exists, unless --overwrite)")
-	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task: single, multi, workflow, or a list")
-	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (data/workflow.steps.json)")
-	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "`MODE`: native tool calling, or json answers")
-	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's `NAME` in the records, with one multi arm")
-	fs.BoolVar(&f.strict, "strict", false, "refuse to start if a row is malformed (else: bad_task records)")
-	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
-	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out, with its own flags: run what has no record")
-	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or results' flags differ")
-	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: run the failed rollouts again too (all but bad_task)")
-	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
-	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the endpoint, model and server checks")
-	f.failOnError = failureLimit{0.05}
-	fs.Var(&f.failOnError, "fail-on-error", "exit 4 past this failed `RATE` (<1) or count")
-	fs.IntVar(&f.earlyStop, "early-stop", 20, "exit 4 when the first `N` rollouts all fail alike (0: never)")
-	simOptions := simKnobs(fs, "sim-")
-	fs.String("config", "", "a YAML `FILE` of flags by name, and arms")
+	fs, modelURLFlag, simOptions := runFlagSet(&f, e)
 	// A config file sets the flags first; the command line overrides it.
 	var configArms []runner.Arm
 	if path, err := configArg(args); err != nil {
@@ -160,29 +116,8 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if fs.NArg() > 0 {
 		return badUsage("run: unexpected argument %q", fs.Arg(0))
 	}
-	if f.input == "" {
-		return badUsage("run: --input FILE is required")
-	}
-	if f.modelURL == "" {
-		return badUsage("run: --model-url is required (or set OPENAI_BASE_URL)")
-	}
-	if len(f.servers) == 0 {
-		return badUsage("run: --server URL is required")
-	}
-	if f.retries < 0 {
-		return badUsage("run: --retries must be >= 0")
-	}
-	if f.concurrency < 1 {
-		return badUsage("run: --concurrency must be at least 1, got %d", f.concurrency)
-	}
-	if err := checkModelURL(f.modelURL); err != nil {
+	if err := f.check(); err != nil {
 		return err
-	}
-	if err := checkInput(f.input, f.modelURL == "builtin:sim"); err != nil {
-		return err
-	}
-	if f.earlyStop < 0 {
-		return badUsage("run: --early-stop must be >= 0")
 	}
 
 	transport := runner.NewTransport(f.concurrency)
@@ -201,7 +136,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	closers = append(closers, ep.close)
-	model, modelName, secrets, simUsed := ep.model, ep.name, ep.secrets, ep.sim
+	modelName, secrets := ep.name, ep.secrets
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -214,67 +149,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	routes.Warn = func(msg string) { fmt.Fprintln(e.stderr, "rollout: warning: "+msg) }
 
-	opts := runner.Options{
-		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
-		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
-		Agent: agent.Config{Model: model, ModelName: modelName, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
-			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls},
-	}
-	if f.temperature >= 0 {
-		t := f.temperature
-		opts.Agent.Temperature = &t
-	}
-	if f.steps != "" {
-		wf, err := agent.LoadWorkflow(f.steps)
-		if err != nil {
-			return badUsage("--steps: %v", err)
-		}
-		opts.Agent.Workflow = wf
-	} else if resumeSteps != nil {
-		opts.Agent.Workflow = resumeSteps
-	}
-	opts.Arms = configArms
-	if f.arms != "" {
-		if f.arm != runner.DefaultArm {
-			return badUsage("run: --arm names the one arm of a run; with --arms the arms are named by their policies")
-		}
-		arms, err := runner.ParseArms(f.arms)
-		if err != nil {
-			return badUsage("--arms: %v", err)
-		}
-		opts.Arms = arms
-	}
-	jsonWarned := false
-	for _, a := range opts.Arms {
-		if a.Policy == agent.PolicyWorkflow && opts.Agent.Workflow == nil {
-			return badUsage("the workflow arm needs --steps FILE (e.g. data/workflow.steps.json)")
-		}
-		if simUsed != nil && cmp.Or(a.ToolMode, f.toolMode) == agent.ToolModeJSON && !jsonWarned {
-			jsonWarned = true
-			fmt.Fprintf(e.stderr, "rollout: warning: tool-mode json (arm %s): the simulator answers with native tool calls only, so those rollouts end as invalid_output\n", a.Name)
-		}
-	}
-	if simUsed != nil && len(opts.Arms) == 0 && f.toolMode == agent.ToolModeJSON {
-		fmt.Fprintf(e.stderr, "rollout: warning: --tool-mode json: the simulator answers with native tool calls only, so the rollouts end as invalid_output\n")
-	}
-	if err := opts.Validate(); err != nil {
-		return usageError{err}
-	}
-	if err := runner.CheckInput(&opts); err != nil {
-		return usageError{err}
-	}
-	if f.input != "-" {
-		warns, err := toolWarnings(f.input, f.limit)
-		if err != nil {
-			return badUsage("--input %s: %v", f.input, err)
-		}
-		for i, w := range warns {
-			if i == 5 {
-				fmt.Fprintf(e.stderr, "rollout: ... and %d more rows without tools\n", len(warns)-5)
-				break
-			}
-			fmt.Fprintf(e.stderr, "rollout: %s\n", w)
-		}
+	opts, err := runOptions(f, ep, routes, configArms, resumeSteps, e.stderr)
+	if err != nil {
+		return err
 	}
 	if st, err := os.Stat(f.out); err == nil && !st.IsDir() {
 		return badUsage("--out %s: not a directory", f.out)
@@ -291,7 +168,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			return err
 		}
 	}
-	cfg := newRunConfig(f, &opts, simUsed)
+	cfg := newRunConfig(f, &opts, ep.sim)
 	// A start that fails before any rollout leaves no output directory it created behind.
 	_, statErr := os.Stat(f.out)
 	cleanup := errors.Is(statErr, os.ErrNotExist)
@@ -381,6 +258,158 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
 	}
 	return checkFailures(sum, f.failOnError, f.out)
+}
+
+// runFlagSet defines rollout run's flags into f, with their defaults from the environment
+// (OPENAI_BASE_URL, ROLLOUT_MODEL); it returns --model-url's flag (given once) and the
+// simulator's options as the --sim-* flags set them.
+func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, simOptions func() (sim.Options, error)) {
+	fs = flag.NewFlagSet("rollout run", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(&f.input, "input", "", "task `FILE`, NeMo Gym JSONL (.gz is read as gzip; - is stdin)")
+	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
+	f.modelURL = e.getenv("OPENAI_BASE_URL")
+	modelURLFlag = &onceFlag{v: &f.modelURL, what: "one model endpoint"}
+	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim or replay:GLOB")
+	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
+	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
+	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "`N` rollouts in flight")
+	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
+	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
+	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
+	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end as tool_error after `N` rounds of failed tool calls")
+	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls (`N`) in one answer; more end it as invalid_output")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "most tokens (`N`) per model call (0: the rows' max_output_tokens)")
+	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature `T`, over the rows' (-1: the rows')")
+	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
+	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) of one rollout in all (-1: no budget)")
+	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read (`BYTES`)")
+	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
+	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
+	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")
+	fs.DurationVar(&f.toolTimeout, "tool-timeout", time.Minute, "deadline `D` of one resource-server call (0: none)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", runner.DefaultDrainTimeout, "after Ctrl-C, how long (`D`) running rollouts may finish")
+	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "status line period `D` off a terminal")
+	fs.StringVar(&f.sessionStore, "session-store", "memory", "builtin: servers' `STORE`: memory or redis://HOST:PORT/DB")
+	fs.DurationVar(&f.sessionTTL, "session-ttl", store.DefaultTTL, "builtin: servers drop a session `D` after its last write")
+	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: servers)")
+	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records to `FILE` (refused if it exists, unless --overwrite)")
+	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task: single, multi, workflow, or a list")
+	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (data/workflow.steps.json)")
+	fs.StringVar(&f.toolMode, "tool-mode", agent.ToolModeNative, "`MODE`: native tool calling, or json answers")
+	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's `NAME` in the records, with one multi arm")
+	fs.BoolVar(&f.strict, "strict", false, "refuse to start if a row is malformed (else: bad_task records)")
+	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
+	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out, with its own flags: run what has no record")
+	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or results' flags differ")
+	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: run the failed rollouts again too (all but bad_task)")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the endpoint, model and server checks")
+	f.failOnError = failureLimit{0.05}
+	fs.Var(&f.failOnError, "fail-on-error", "exit 4 past this failed `RATE` (<1) or count")
+	fs.IntVar(&f.earlyStop, "early-stop", 20, "exit 4 when the first `N` rollouts all fail alike (0: never)")
+	simOptions = simKnobs(fs, "sim-")
+	fs.String("config", "", "a YAML `FILE` of flags by name, and arms")
+	return fs, modelURLFlag, simOptions
+}
+
+// check refuses missing and out-of-range flags, a --model-url of no known form and an
+// --input that cannot be run.
+func (f *runFlags) check() error {
+	if f.input == "" {
+		return badUsage("run: --input FILE is required")
+	}
+	if f.modelURL == "" {
+		return badUsage("run: --model-url is required (or set OPENAI_BASE_URL)")
+	}
+	if len(f.servers) == 0 {
+		return badUsage("run: --server URL is required")
+	}
+	if f.retries < 0 {
+		return badUsage("run: --retries must be >= 0")
+	}
+	if f.concurrency < 1 {
+		return badUsage("run: --concurrency must be at least 1, got %d", f.concurrency)
+	}
+	if err := checkModelURL(f.modelURL); err != nil {
+		return err
+	}
+	if err := checkInput(f.input, f.modelURL == "builtin:sim"); err != nil {
+		return err
+	}
+	if f.earlyStop < 0 {
+		return badUsage("run: --early-stop must be >= 0")
+	}
+	return nil
+}
+
+// runOptions are the runner's options of a run with flags f, against the model ep and the
+// resource servers routes; configArms and resumeSteps are the arms and the workflow steps of
+// --config or of the run resumed. Warnings about the input go to stderr.
+func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms []runner.Arm, resumeSteps *agent.Workflow, stderr io.Writer) (opts runner.Options, err error) {
+	opts = runner.Options{
+		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
+		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
+		Agent: agent.Config{Model: ep.model, ModelName: ep.name, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
+			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls},
+	}
+	if f.temperature >= 0 {
+		t := f.temperature
+		opts.Agent.Temperature = &t
+	}
+	if f.steps != "" {
+		wf, err := agent.LoadWorkflow(f.steps)
+		if err != nil {
+			return opts, badUsage("--steps: %v", err)
+		}
+		opts.Agent.Workflow = wf
+	} else if resumeSteps != nil {
+		opts.Agent.Workflow = resumeSteps
+	}
+	opts.Arms = configArms
+	if f.arms != "" {
+		if f.arm != runner.DefaultArm {
+			return opts, badUsage("run: --arm names the one arm of a run; with --arms the arms are named by their policies")
+		}
+		arms, err := runner.ParseArms(f.arms)
+		if err != nil {
+			return opts, badUsage("--arms: %v", err)
+		}
+		opts.Arms = arms
+	}
+	jsonWarned := false
+	for _, a := range opts.Arms {
+		if a.Policy == agent.PolicyWorkflow && opts.Agent.Workflow == nil {
+			return opts, badUsage("the workflow arm needs --steps FILE (e.g. data/workflow.steps.json)")
+		}
+		if ep.sim != nil && cmp.Or(a.ToolMode, f.toolMode) == agent.ToolModeJSON && !jsonWarned {
+			jsonWarned = true
+			fmt.Fprintf(stderr, "rollout: warning: tool-mode json (arm %s): the simulator answers with native tool calls only, so those rollouts end as invalid_output\n", a.Name)
+		}
+	}
+	if ep.sim != nil && len(opts.Arms) == 0 && f.toolMode == agent.ToolModeJSON {
+		fmt.Fprintf(stderr, "rollout: warning: --tool-mode json: the simulator answers with native tool calls only, so the rollouts end as invalid_output\n")
+	}
+	if err := opts.Validate(); err != nil {
+		return opts, usageError{err}
+	}
+	if err := runner.CheckInput(&opts); err != nil {
+		return opts, usageError{err}
+	}
+	if f.input != "-" {
+		warns, err := toolWarnings(f.input, f.limit)
+		if err != nil {
+			return opts, badUsage("--input %s: %v", f.input, err)
+		}
+		for i, w := range warns {
+			if i == 5 {
+				fmt.Fprintf(stderr, "rollout: ... and %d more rows without tools\n", len(warns)-5)
+				break
+			}
+			fmt.Fprintf(stderr, "rollout: %s\n", w)
+		}
+	}
+	return opts, nil
 }
 
 // printResuming says what a resume keeps: the records, and on a plain --resume the cancelled
