@@ -504,7 +504,7 @@ func recordField(key []byte) int {
 	return -1
 }
 
-// Decoder decodes journal lines into records (decode) or keys (decodeKey). It interns
+// Decoder decodes journal lines into records (Decode, and its fast path decode) or keys (Key). It interns
 // the short strings that repeat from record to record (arms, models, classes, tool names, map
 // keys and task fields), so that a record costs few allocations. It is not safe for
 // concurrent use.

@@ -146,9 +146,9 @@ func TestRecordDecoderMatchesEncodingJSON(t *testing.T) {
 			var d record.Decoder
 			if k, ok := d.Key([]byte(tt.line)); ok {
 				if wantErr != nil {
-					t.Errorf("decodeKey took a line encoding/json refuses (%v)", wantErr)
+					t.Errorf("Decoder.Key took a line encoding/json refuses (%v)", wantErr)
 				} else if k != want.Key() {
-					t.Errorf("decodeKey %v, want %v", k, want.Key())
+					t.Errorf("Decoder.Key %v, want %v", k, want.Key())
 				}
 			}
 		})
@@ -290,7 +290,7 @@ func checkDecoder(t *testing.T, line string) {
 	}
 	var d record.Decoder
 	if k, ok := d.Key([]byte(line)); ok && (wantErr != nil || k != want.Key()) {
-		t.Fatalf("%q: decodeKey %v, want %v (err %v)", line, k, want.Key(), wantErr)
+		t.Fatalf("%q: Decoder.Key %v, want %v (err %v)", line, k, want.Key(), wantErr)
 	}
 	type keys struct {
 		Task    int64  `json:"task_index"`
