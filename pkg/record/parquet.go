@@ -37,7 +37,7 @@ type ParquetOptions struct {
 }
 
 // ParquetWriter streams records into a zstd-compressed Parquet file
-// (DESIGN §6). It writes to path+".tmp" and renames the file to path only
+// (one row per record, one column per field). It writes to path+".tmp" and renames the file to path only
 // when Close succeeds, so that path never holds a partial file.
 //
 // The file's columns are Record's (recordSchema: the strings that repeat

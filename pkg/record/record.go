@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Record is the one line of output a rollout ends in (DESIGN §6), success or
+// Record is the one line of output a rollout ends in, success or
 // failure. It is keyed by (TaskIndex, RolloutIndex, Arm).
 //
 // A record with an empty FailureClass has a reward; a record with a failure

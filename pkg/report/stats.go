@@ -22,7 +22,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
-// The statistics of an evaluation (DESIGN §7): for the whole run, per arm and per group of
+// The statistics of an evaluation: for the whole run, per arm and per group of
 // tasks, the mean reward with its standard error and a 95% confidence interval bootstrapped
 // over tasks, pass@k and pass^k, failures apart, and the agents' behaviour.
 

@@ -11,7 +11,7 @@ import (
 )
 
 // TrajectoryWriter writes one JSON line per result to the trajectories
-// file (DESIGN §6), keyed like the record:
+// file, keyed like the record:
 //
 //	{"task_index":0,"rollout_index":0,"arm":"single","task_id":"t0","reward":1,"has_reward":true,
 //	 "termination":"completed","failure_class":"","trajectory":{...}}
