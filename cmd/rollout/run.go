@@ -136,7 +136,6 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	closers = append(closers, ep.close)
-	modelName, secrets := ep.name, ep.secrets
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -157,14 +156,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return badUsage("--out %s: not a directory", f.out)
 	}
 	if !f.noPreflight {
-		client := &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}
-		if !ep.local {
-			client := &http.Client{Transport: agent.QueryTransport(transport, ep.endpoint.Query), CheckRedirect: retry.NoRedirect}
-			if err := preflightModel(ctx, client, ep.endpoint.Base, ep.apiKey, modelName, secrets); err != nil {
-				return err
-			}
-		}
-		if err := preflightServers(ctx, client, routes); err != nil {
+		if err := preflightRun(ctx, ep, transport, routes); err != nil {
 			return err
 		}
 	}
@@ -183,7 +175,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	closers = append(closers, out.Unlock)
 	opts.Done = out.Done
-	sink, err := out.OpenSink(secrets)
+	sink, err := out.OpenSink(ep.secrets)
 	if err != nil {
 		return badUsage("--out %s: %v", f.out, err)
 	}
@@ -231,6 +223,36 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
+	if err := printResults(e, f, fin, &opts, rep); err != nil {
+		return err
+	}
+	sum := fin.Summary
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	if watch.stopped {
+		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s",
+			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
+	}
+	return checkFailures(sum, f.failOnError, f.out)
+}
+
+// preflightRun checks, before anything is written, that the model endpoint lists the model
+// (unless it is served in this process) and that every resource server answers.
+func preflightRun(ctx context.Context, ep *modelEndpoint, transport http.RoundTripper, routes runner.Servers) error {
+	client := &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}
+	if !ep.local {
+		client := &http.Client{Transport: agent.QueryTransport(transport, ep.endpoint.Query), CheckRedirect: retry.NoRedirect}
+		if err := preflightModel(ctx, client, ep.endpoint.Base, ep.apiKey, ep.name, ep.secrets); err != nil {
+			return err
+		}
+	}
+	return preflightServers(ctx, client, routes)
+}
+
+// printResults prints a finished run's summary and evaluation to stdout, and how long it took
+// (and the NeMo Gym lines left out) to stderr.
+func printResults(e env, f runFlags, fin rundir.Finished, opts *runner.Options, rep *runner.Report) (err error) {
 	sum, ev := fin.Summary, fin.Evaluation
 	if err := report.PrintSummary(e.stdout, sum); err != nil {
 		return err
@@ -250,14 +272,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if left := sum.Rollouts - fin.NemoGymLines; f.jsonlOut != "" && left > 0 {
 		fmt.Fprintf(e.stderr, "rollout: %s: %d lines; %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, fin.NemoGymLines, left)
 	}
-	if ctx.Err() != nil {
-		return errInterrupted
-	}
-	if watch.stopped {
-		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s",
-			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
-	}
-	return checkFailures(sum, f.failOnError, f.out)
+	return nil
 }
 
 // runFlagSet defines rollout run's flags into f, with their defaults from the environment
