@@ -80,43 +80,8 @@ func (s *syncWriter) Unwrap() io.Writer { return s.w }
 
 func cmdRun(ctx context.Context, args []string, e env) error {
 	e.stderr = &syncWriter{w: e.stderr}
-	var f runFlags
-	fs, modelURLFlag, simOptions := runFlagSet(&f, e)
-	// A config file sets the flags first; the command line overrides it.
-	var configArms []runner.Arm
-	if path, err := configArg(args); err != nil {
-		return err
-	} else if path != "" {
-		if configArms, err = applyConfig(fs, path); err != nil {
-			return err
-		}
-	}
-	// The environment (ROLLOUT_CONCURRENCY=8 ...) overrides the config file; the command line
-	// overrides both.
-	modelURLFlag.given = false
-	if err := applyEnv(fs, e.getenv); err != nil {
-		return err
-	}
-	modelURLFlag.given = false
-	fs.Usage = func() { runHelp.write(fs.Output(), fs) }
-	if err := parseFlags(fs, args, e); err != nil {
-		return err
-	}
-	var resumeSteps *agent.Workflow
-	if f.resume && !f.overwrite {
-		arms, steps, err := resumeDefaults(fs, f.out)
-		if err != nil {
-			return err
-		}
-		if configArms == nil {
-			configArms = arms
-		}
-		resumeSteps = steps
-	}
-	if fs.NArg() > 0 {
-		return badUsage("run: unexpected argument %q", fs.Arg(0))
-	}
-	if err := f.check(); err != nil {
+	f, simOptions, configArms, resumeSteps, err := parseRunFlags(args, e)
+	if err != nil {
 		return err
 	}
 
@@ -235,6 +200,50 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
 	}
 	return checkFailures(sum, f.failOnError, f.out)
+}
+
+// parseRunFlags reads rollout run's flags from a --config file, the environment (ROLLOUT_*)
+// and args, each overriding the one before; with --resume, the flags not given come from the
+// run's manifest. It returns the flags, the simulator's options, and the arms and workflow
+// steps of --config or of the run resumed.
+func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Options, error), configArms []runner.Arm, resumeSteps *agent.Workflow, err error) {
+	fs, modelURLFlag, simOptions := runFlagSet(&f, e)
+	// A config file sets the flags first; the command line overrides it.
+	if path, err := configArg(args); err != nil {
+		return f, nil, nil, nil, err
+	} else if path != "" {
+		if configArms, err = applyConfig(fs, path); err != nil {
+			return f, nil, nil, nil, err
+		}
+	}
+	// The environment (ROLLOUT_CONCURRENCY=8 ...) overrides the config file; the command line
+	// overrides both.
+	modelURLFlag.given = false
+	if err := applyEnv(fs, e.getenv); err != nil {
+		return f, nil, nil, nil, err
+	}
+	modelURLFlag.given = false
+	fs.Usage = func() { runHelp.write(fs.Output(), fs) }
+	if err := parseFlags(fs, args, e); err != nil {
+		return f, nil, nil, nil, err
+	}
+	if f.resume && !f.overwrite {
+		arms, steps, err := resumeDefaults(fs, f.out)
+		if err != nil {
+			return f, nil, nil, nil, err
+		}
+		if configArms == nil {
+			configArms = arms
+		}
+		resumeSteps = steps
+	}
+	if fs.NArg() > 0 {
+		return f, nil, nil, nil, badUsage("run: unexpected argument %q", fs.Arg(0))
+	}
+	if err := f.check(); err != nil {
+		return f, nil, nil, nil, err
+	}
+	return f, simOptions, configArms, resumeSteps, nil
 }
 
 // preflightRun checks, before anything is written, that the model endpoint lists the model
