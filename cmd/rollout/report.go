@@ -14,7 +14,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
-// cmdReport prints the statistics of one or more runs' records (DESIGN §7).
+// cmdReport prints the statistics of one or more runs' records: the statistics of docs/ARCHITECTURE.md, "Statistics".
 func cmdReport(_ context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("rollout report", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)

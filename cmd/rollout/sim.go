@@ -33,7 +33,7 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 	fs.Float64Var(&o.ConnectionReset, prefix+"connection-reset", 0, "probability per request that the connection is closed with a TCP RST instead of an answer (a retry draws again)")
 	fs.Float64Var(&o.Hang, prefix+"hang", 0, "probability per request of no answer until the client gives up (a retry draws again)")
 	fs.DurationVar(&o.RetryAfter, prefix+"retry-after", 0, "Retry-After sent with an injected 429 (0: none)")
-	fs.Float64Var(&o.ToolCountErrorSlope, prefix+"tool-count-error-slope", 0, "extra wrong-argument probability per tool offered beyond --"+prefix+"tool-count-baseline (models seed 003's 'many tools confuse the model'; 0: off)")
+	fs.Float64Var(&o.ToolCountErrorSlope, prefix+"tool-count-error-slope", 0, "extra wrong-argument probability per tool offered beyond --"+prefix+"tool-count-baseline (models real models erring more when offered more tools; 0: off)")
 	fs.IntVar(&o.ToolCountBaseline, prefix+"tool-count-baseline", 0, "tools offered that cost nothing under --"+prefix+"tool-count-error-slope")
 	return func() (sim.Options, error) {
 		base, err := sim.Profile(*profile)

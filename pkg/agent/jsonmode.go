@@ -22,8 +22,8 @@ const (
 	// ToolModeNative offers the tools in the request's "tools" and reads the answer's
 	// tool_calls (the default).
 	ToolModeNative = "native"
-	// ToolModeJSON is for endpoints without native tool calling (seed 003's dual-purpose
-	// response): no tools are sent; the system prompt describes them and the response format,
+	// ToolModeJSON is for endpoints without native tool calling (one answer format for both a
+	// tool call and the final answer): no tools are sent; the system prompt describes them and the response format,
 	// and every answer must be ONE JSON object, {"tool_calls": [{"name", "arguments"}]} or a
 	// final {"success", "result", "reasoning"}, validated against answerSchema. Tool results
 	// come back as a user message of <tool_response> blocks.
@@ -309,7 +309,7 @@ func jsonModeFormat(tools []dataset.Tool) *openai.ChatCompletionResponseFormat {
 	}
 }
 
-// toolResponse is a tool result as the model sees it in structured form (seed 003):
+// toolResponse is a tool result as the model sees it in structured form:
 //
 //	<tool_response>
 //	<tool_name>X</tool_name>

@@ -18,7 +18,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
-// Termination is how the agent loop ended (DESIGN §5).
+// Termination is how the agent loop ended (docs/ARCHITECTURE.md, "Terminations and failure classes").
 type Termination string
 
 // Terminations.
@@ -134,7 +134,7 @@ type Tools interface {
 type Config struct {
 	Model     Model
 	ModelName string
-	// Policy is how rounds go (DESIGN §5): PolicyMulti (the default), PolicySingle or PolicyWorkflow.
+	// Policy is how rounds go: PolicyMulti (the default), PolicySingle or PolicyWorkflow.
 	Policy string
 	// MaxRounds bounds the rounds of a rollout (default 10, never unlimited).
 	MaxRounds int
@@ -162,7 +162,7 @@ const (
 	// tools are offered in every round.
 	PolicyMulti = "multi"
 	// PolicySingle: at most one round of tool calls; then one more model call without tools
-	// for the final answer (seed 004's baseline: "tools removed after the first call").
+	// for the final answer (the single-step baseline: the tools are removed after the first round).
 	PolicySingle = "single"
 )
 
@@ -212,7 +212,7 @@ func (c *Config) Validate() error {
 	return c.validateSteps()
 }
 
-// Run runs the multi-step loop of one rollout (seed 004, plan A): rounds
+// Run runs the multi-step loop of one rollout: rounds
 // until the model answers without tool calls or MaxRounds is reached; all
 // tools offered every round; every tool call of a round executed in order
 // before the next model call. It never returns an error: how the rollout

@@ -7,7 +7,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 )
 
-// Single-step (seed 004's baseline): one round of tool calls with the tools offered, then one
+// Single-step: one round of tool calls with the tools offered, then one
 // more model call without tools, whose answer is final; the earlier tool results are in it.
 func TestSinglePolicy(t *testing.T) {
 	res := newFakeResource(t, nil)

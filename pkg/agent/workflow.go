@@ -19,14 +19,14 @@ import (
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
-// PolicyWorkflow: seed 003's multi-step workflow. The rollout goes through the steps of
+// PolicyWorkflow: a multi-step workflow of named steps. The rollout goes through the steps of
 // Config.Workflow in order; each step offers only its own tools, has an iteration budget (model
 // calls per attempt), accepts a final answer only when its validation tools have all passed,
 // shows failed tool calls to the model in structured form, and is retried from its start when
 // an attempt fails. See runSteps.
 const PolicyWorkflow = "workflow"
 
-// Step defaults (seed 003: "Recommended: 10" iterations, "3 retries per step").
+// Step defaults: at most 10 model calls per attempt of a step, and 3 retries of a failed step.
 const (
 	DefaultStepIterations = 10
 	DefaultStepRetries    = 3
@@ -782,7 +782,7 @@ func firstText(obj map[string]json.RawMessage, keys ...string) string {
 }
 
 // validationProblems is what the model is told when it gives a final answer before the step's
-// validations have all passed (seed 003), or "" when they have:
+// validations have all passed, or "" when they have:
 //
 //	You returned a final response but validations have not all passed.
 //	Validation Errors Found:

@@ -39,8 +39,8 @@ const (
 	prompt2 = "Step 2 of 2: configure. Follow this workflow in order. Do NOT skip steps or go back."
 	// missingChannel is check's answer without a channel.
 	missingChannel = `{"valid":false,"errors":[{"property":"channel","message":"Required field 'channel' is missing"}]}`
-	// seed003Message is seed 003's validation-enforcement message for missingChannel.
-	seed003Message = "You returned a final response but validations have not all passed.\nValidation Errors Found:\n1. Property: channel\n   Message: Required field 'channel' is missing\nPlease fix the errors and call the validation tools again."
+	// prematureAnswerMessage is the validation-enforcement message for missingChannel.
+	prematureAnswerMessage = "You returned a final response but validations have not all passed.\nValidation Errors Found:\n1. Property: channel\n   Message: Required field 'channel' is missing\nPlease fix the errors and call the validation tools again."
 )
 
 func testWorkflow() *agent.Workflow {
@@ -198,7 +198,7 @@ func TestWorkflowRefusesToolsOfOtherSteps(t *testing.T) {
 	}
 }
 
-// A final answer before the step's validations pass is refused with seed 003's message (the
+// A final answer before the step's validations pass is refused with the validation-enforcement message (the
 // tools not called yet, then the errors of the last validation answers) and the step goes on;
 // a failed validation is shown as a structured error.
 func TestWorkflowValidationEnforcement(t *testing.T) {
@@ -224,8 +224,8 @@ func TestWorkflowValidationEnforcement(t *testing.T) {
 	if got := toolMessages(m.request(4)); got[len(got)-1] != wantErr {
 		t.Errorf("failed validation shown as %q\nwant %q", got[len(got)-1], wantErr)
 	}
-	if got := content(m.request(5), -1); got != seed003Message {
-		t.Errorf("after the second premature answer: %q\nwant %q", got, seed003Message)
+	if got := content(m.request(5), -1); got != prematureAnswerMessage {
+		t.Errorf("after the second premature answer: %q\nwant %q", got, prematureAnswerMessage)
 	}
 	// A validation that passed is shown as the server's answer.
 	if got := toolMessages(m.request(6)); got[len(got)-1] != `{"valid":true,"errors":[]}` {
@@ -312,7 +312,7 @@ func TestWorkflowAllAttemptsFail(t *testing.T) {
 	}
 }
 
-// Failed tool calls are shown in seed 003's structured form; successful ones as the server's
+// Failed tool calls are shown in the structured error form; successful ones as the server's
 // answer; the recorded output (what BuildResponse reports) is the server's answer. Rounds where
 // every call failed do not end a workflow (the step budget bounds them).
 func TestWorkflowStructuredErrorFeedback(t *testing.T) {

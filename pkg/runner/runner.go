@@ -50,7 +50,7 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Arm names the policy arm in the records (default "multi") when Arms is empty.
 	Arm string
-	// Arms are the policies run on every (task, repeat), with the same seed (DESIGN §5):
+	// Arms are the policies run on every (task, repeat), with the same seed, so that arms differ only by policy:
 	// the records' arm column tells them apart. Empty: one multi-step arm named Arm.
 	Arms []Arm
 	// Seed is the base of the per-(task, repeat) seeds.

@@ -61,8 +61,8 @@ type Options struct {
 	// whole seconds rounded up.
 	RetryAfter time.Duration
 
-	// ToolCountErrorSlope models an effect seen in seed 003 ("with 15 tools the LLM often
-	// calls the wrong one"): the more tools a request offers, the likelier a wrong argument.
+	// ToolCountErrorSlope models an effect reported of real models (offered 15 tools, they
+	// often call the wrong one): the more tools a request offers, the likelier a wrong argument.
 	// The WrongArgument probability of a request offering n tools is
 	// min(1, WrongArgument + ToolCountErrorSlope*max(0, n-ToolCountBaseline)).
 	// It is in [0, 1]; 0 (the default) turns the effect off.
