@@ -1,6 +1,8 @@
-// Package agent runs one rollout: the model client, the resource-server
-// client (one cookie session per rollout), the policy loop and the
-// trajectory it records.
+// Package agent runs one rollout: the model client (Chat Completions through Model, native or
+// JSON-mode tool calls, redaction of secrets), the policy loop (multi-step, single-step or a
+// workflow of named steps) and the trajectory it records, in rollout's JSON and as a NeMo Gym
+// response. Tool calls go through the Tools interface; package toolclient is the
+// resource-server client that implements it.
 package agent
 
 import (

@@ -2,6 +2,10 @@
 // repeats, keeps a bounded sliding window of rollouts in flight, routes each
 // task to its resource server, verifies, and hands every result to one
 // writer goroutine that owns the outputs, the statistics and the progress.
+//
+// Run is the entry point: Options say what to run and against which model (Options.Agent) and
+// resource servers (Servers), and every rollout's record.Result goes to each Output (a run's
+// directory, rundir.Sink, is one). Transport is the HTTP transport the rollouts of a run share.
 package runner
 
 import (

@@ -1,5 +1,6 @@
-// Package verify turns a finished rollout into a reward: the resource
-// server's /verify (NeMo Gym protocol) or, later, local checkers.
+// Package verify turns a finished rollout into a reward: Remote posts the rollout's response
+// to the resource server's /verify (NeMo Gym protocol) and Parse reads its answer into the
+// reward and its components, with errors that say what the server sent.
 package verify
 
 import (
