@@ -355,15 +355,5 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 	return nil
 }
 
-// Write writes the comparison as "text", "json" or "markdown".
-func (c *Comparison) Write(w io.Writer, format string) error {
-	switch format {
-	case "", "text":
-		return c.WriteText(w)
-	case "json":
-		return c.WriteJSON(w)
-	case "markdown", "md":
-		return c.WriteMarkdown(w)
-	}
-	return fmt.Errorf("unknown format %q (text, json, markdown)", format)
-}
+// Write writes the comparison as "text", "json" or "markdown" ("md").
+func (c *Comparison) Write(w io.Writer, format string) error { return write(w, c, format) }

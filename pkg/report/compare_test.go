@@ -2,8 +2,11 @@ package report
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +149,44 @@ func TestComparePairsByRowHash(t *testing.T) {
 	a[1].TaskHash = "aaaa"
 	if c := Compare(a, b, "A", "B", StatsOptions{}); c.PairedBy != "task index" {
 		t.Errorf("a hash naming two tasks: paired by %q", c.PairedBy)
+	}
+}
+
+// Write of both results takes each format name to its own writer, and refuses any other name.
+func TestWriteFormats(t *testing.T) {
+	a := []record.Record{cmpRec(0, 0, 0, ""), cmpRec(1, 0, 1, "")}
+	b := []record.Record{cmpRec(0, 0, 1, ""), cmpRec(1, 0, 1, "")}
+	results := map[string]rendering{"comparison": Compare(a, b, "A", "B", StatsOptions{Seed: 1}), "evaluation": Evaluate(a, StatsOptions{Seed: 1})}
+	for name, r := range results {
+		for _, c := range []struct {
+			format string
+			direct func(io.Writer) error
+		}{
+			{"", r.WriteText}, {"text", r.WriteText}, {"json", r.WriteJSON}, {"markdown", r.WriteMarkdown}, {"md", r.WriteMarkdown},
+		} {
+			var got, want bytes.Buffer
+			if err := write(&got, r, c.format); err != nil {
+				t.Fatalf("%s %q: %v", name, c.format, err)
+			}
+			if err := c.direct(&want); err != nil {
+				t.Fatal(err)
+			}
+			if got.Len() == 0 || got.String() != want.String() {
+				t.Errorf("%s as %q:\n%s\nwant:\n%s", name, c.format, got.String(), want.String())
+			}
+		}
+		for _, f := range []string{"yaml", "TEXT", "html"} {
+			if err := write(&bytes.Buffer{}, r, f); !errors.Is(err, errFormat) || !strings.Contains(err.Error(), strconv.Quote(f)) {
+				t.Errorf("%s as %q: %v, want errFormat naming the format", name, f, err)
+			}
+		}
+	}
+	// The exported methods are that same writer.
+	var viaComparison, viaEvaluation bytes.Buffer
+	if err := results["comparison"].(*Comparison).Write(&viaComparison, "md"); err != nil || !strings.Contains(viaComparison.String(), "| metric |") {
+		t.Errorf("Comparison.Write md: %v\n%s", err, viaComparison.String())
+	}
+	if err := results["evaluation"].(*Evaluation).Write(&viaEvaluation, "yaml"); !errors.Is(err, errFormat) {
+		t.Errorf("Evaluation.Write yaml: %v", err)
 	}
 }

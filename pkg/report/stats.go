@@ -1089,15 +1089,25 @@ func (e *Evaluation) WriteMarkdown(w io.Writer) error {
 // errFormat names the formats of Write.
 var errFormat = errors.New(`format: want text, json or markdown`)
 
-// Write writes e in a format: "text", "json" or "markdown" ("md").
-func (e *Evaluation) Write(w io.Writer, format string) error {
+// rendering is a result that writes itself in each of Write's formats.
+type rendering interface {
+	WriteText(io.Writer) error
+	WriteJSON(io.Writer) error
+	WriteMarkdown(io.Writer) error
+}
+
+// write writes r in a format: "text" (also ""), "json" or "markdown" ("md").
+func write(w io.Writer, r rendering, format string) error {
 	switch format {
 	case "text", "":
-		return e.WriteText(w)
+		return r.WriteText(w)
 	case "json":
-		return e.WriteJSON(w)
+		return r.WriteJSON(w)
 	case "markdown", "md":
-		return e.WriteMarkdown(w)
+		return r.WriteMarkdown(w)
 	}
 	return fmt.Errorf("%w, not %q", errFormat, format)
 }
+
+// Write writes e in a format: "text", "json" or "markdown" ("md").
+func (e *Evaluation) Write(w io.Writer, format string) error { return write(w, e, format) }
