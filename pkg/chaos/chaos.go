@@ -53,6 +53,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
 // Endpoint classes of Options.Endpoints.
@@ -267,11 +269,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.opt.Latency > 0 {
-		t := time.NewTimer(time.Duration(d.float("latency") * float64(h.opt.Latency)))
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
+		if retry.Sleep(r.Context(), time.Duration(d.float("latency")*float64(h.opt.Latency))) != nil {
 			return
 		}
 	}

@@ -219,7 +219,7 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 	counter := counterFrom(ctx)
 	sleep := d.Sleep
 	if sleep == nil {
-		sleep = sleepCtx
+		sleep = Sleep
 	}
 	attempts := max(d.Policy.MaxAttempts, 1)
 	var body []byte
@@ -397,7 +397,9 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits for d or until ctx ends, whichever comes first; it returns ctx.Err() when ctx
+// ended first (also when d <= 0 and ctx has ended), else nil.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

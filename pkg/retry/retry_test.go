@@ -345,3 +345,35 @@ func TestCountAttempt(t *testing.T) {
 		t.Fatalf("attempts %d", c.Attempts())
 	}
 }
+
+// Sleep returns nil when the wait is over and ctx.Err() when ctx ended first, whatever d is.
+func TestSleep(t *testing.T) {
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancelExpired()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		d    time.Duration
+		want error
+	}{
+		{"no wait", live, 0, nil},
+		{"negative", live, -time.Second, nil},
+		{"short wait", live, time.Microsecond, nil},
+		{"cancelled, no wait", cancelled, 0, context.Canceled},
+		{"cancelled, an hour", cancelled, time.Hour, context.Canceled},
+		{"past deadline, an hour", expired, time.Hour, context.DeadlineExceeded},
+	} {
+		if err := Sleep(c.ctx, c.d); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	// A context cancelled during the wait ends it.
+	ctx, cancelLater := context.WithCancel(context.Background())
+	go cancelLater()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled during an hour's wait: %v", err)
+	}
+}

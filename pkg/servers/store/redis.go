@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
 // Redis keys. A session is one string key holding its state, with the store's TTL:
@@ -207,14 +209,7 @@ func (r *redisStore) Update(ctx context.Context, id string, fn func([]byte, bool
 // writers contending for one session spread out.
 func pause(ctx context.Context, attempt int) error {
 	ceiling := min(time.Millisecond<<min(attempt, 5), 20*time.Millisecond)
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceiling)) + 1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return retry.Sleep(ctx, time.Duration(rand.Int64N(int64(ceiling))+1))
 }
 
 func (r *redisStore) Delete(ctx context.Context, id string) error {
