@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -13,13 +13,8 @@ import (
 
 // cmdCompare compares two runs, or two arms of one run, rollout by rollout.
 func cmdCompare(_ context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout compare", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
-	arm := fs.String("arm", "", "with two runs: compare this arm of each (needed when a run has several)")
-	options := statsFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
+	fs := newFlagSet("rollout compare", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
 			"Pairs the rollouts of two sides by task and repeat and reports B − A: the mean reward\n"+
 			"difference with its task-clustered std err and 95%% CI (tasks resampled), the sides' means\n"+
 			"over the pairs, tasks won / lost / tied, and each side's pass@k, terminations, rounds, tokens\n"+
@@ -27,9 +22,11 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"every record has one (any order of the task files), else by their index in the task file;\n"+
 			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
 			"directory or a .parquet file or journal.\n\n")
-		fmt.Fprint(fs.Output(), "Examples:\n  rollout compare out/extraction --arms single,multi\n  rollout compare out/qwen out/llama --format markdown\n\n")
-		printFlags(fs.Output(), fs)
-	}
+		fmt.Fprint(w, "Examples:\n  rollout compare out/extraction --arms single,multi\n  rollout compare out/qwen out/llama --format markdown\n\n")
+	})
+	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
+	arm := fs.String("arm", "", "with two runs: compare this arm of each (needed when a run has several)")
+	options := statsFlags(fs)
 	paths, err := parsePaths(fs, args, e)
 	if err != nil {
 		return err

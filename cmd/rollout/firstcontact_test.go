@@ -497,10 +497,15 @@ func TestHelp(t *testing.T) {
 			t.Errorf("no %q in the help", section)
 		}
 	}
-	for _, cmd := range []string{"serve", "sim", "gen", "validate", "compare", "report"} {
+	for _, cmd := range []string{"serve", "sim", "gen", "validate", "compare", "report", "show"} {
 		r := runProcess(t, nil, cmd, "--help")
 		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: rollout "+cmd) {
 			t.Errorf("rollout %s --help: exit %d, stderr %q, stdout %.80q", cmd, r.code, r.stderr, r.stdout)
+		}
+		// The usage text, its examples, then every flag.
+		usage, flags, ok := strings.Cut(r.stdout, "\nFlags:\n  -")
+		if !ok || !strings.Contains(usage, "\nExample") || strings.Contains(flags, "Usage:") {
+			t.Errorf("rollout %s --help is not usage, examples, then the flags:\n%s", cmd, r.stdout)
 		}
 	}
 	r = runProcess(t, nil, "version")

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -36,21 +35,18 @@ func generatorNames() string {
 
 // cmdGen writes a built-in server's task file, deterministically for a seed.
 func cmdGen(_ context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout gen", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet("rollout gen", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout gen NAME [--seed N] [--n N] [--out FILE]\n\nNAME is one of:\n")
+		for _, name := range strings.Split(generatorNames(), ", ") {
+			fmt.Fprintf(w, "  %-11s %s (default --n %d)\n", name, generators[name].summary, generators[name].defN)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "Examples:\n  rollout gen extraction --seed 1 --out data/extraction.jsonl\n  rollout gen workflow --n 10 | head -1\n\n")
+	})
 	seed := fs.Int64("seed", 1, "generator seed: the same seed writes the same bytes")
 	n := fs.Int("n", 0, "number of tasks (0: the generator's default)")
 	out := fs.String("out", "-", "output `FILE` (- for stdout)")
 	fs.StringVar(out, "o", "-", "short for --out")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout gen NAME [--seed N] [--n N] [--out FILE]\n\nNAME is one of:\n")
-		for _, name := range strings.Split(generatorNames(), ", ") {
-			fmt.Fprintf(fs.Output(), "  %-11s %s (default --n %d)\n", name, generators[name].summary, generators[name].defN)
-		}
-		fmt.Fprintln(fs.Output())
-		fmt.Fprint(fs.Output(), "Examples:\n  rollout gen extraction --seed 1 --out data/extraction.jsonl\n  rollout gen workflow --n 10 | head -1\n\n")
-		printFlags(fs.Output(), fs)
-	}
 	name, err := parseNamed(fs, args, e)
 	if err != nil {
 		return err

@@ -236,3 +236,15 @@ func renameFlags(args []string, renames map[string]string) []string {
 	}
 	return out
 }
+
+// newFlagSet is the flag set of the command name: its help (--help) is what usage writes, then
+// the list of its flags.
+func newFlagSet(name string, e env, usage func(w io.Writer)) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		usage(fs.Output())
+		printFlags(fs.Output(), fs)
+	}
+	return fs
+}

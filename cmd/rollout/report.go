@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,20 +17,17 @@ import (
 
 // cmdReport prints the statistics of one or more runs' records: the statistics of docs/ARCHITECTURE.md, "Statistics".
 func cmdReport(_ context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout report", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
-	options := statsFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--bootstrap-seed N]\n\n"+
+	fs := newFlagSet("rollout report", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--bootstrap-seed N]\n\n"+
 			"Prints the statistics of runs: mean reward with its task-clustered standard error and a 95%% CI\n"+
 			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
-		fmt.Fprint(fs.Output(), "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n\n")
-		printFlags(fs.Output(), fs)
-	}
+		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n\n")
+	})
+	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
+	options := statsFlags(fs)
 	paths, err := parsePaths(fs, args, e)
 	if err != nil {
 		return err

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -17,8 +17,11 @@ import (
 
 // cmdServe runs a built-in resource server until interrupted.
 func cmdServe(ctx context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout serve", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet("rollout serve", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
+			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
+		fmt.Fprint(w, "Examples:\n  rollout serve extraction --addr 127.0.0.1:9000\n  rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001\n\n")
+	})
 	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	storeURL := fs.String("session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")
 	ttl := fs.Duration("session-ttl", store.DefaultTTL, "drop a session this long after its last write")
@@ -29,12 +32,6 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
-			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
-		fmt.Fprint(fs.Output(), "Examples:\n  rollout serve extraction --addr 127.0.0.1:9000\n  rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001\n\n")
-		printFlags(fs.Output(), fs)
-	}
 	name, err := parseNamed(fs, args, e)
 	if err != nil {
 		return err

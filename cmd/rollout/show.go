@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -22,19 +21,17 @@ import (
 // cmdShow prints one rollout of a run: its record (reward and components, termination,
 // failure) and its transcript (messages, tool calls with their status and latency, results).
 func cmdShow(_ context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout show", flag.ContinueOnError)
-	task := fs.String("task", "", "the task's `ID` (its id field, or its 0-based index in the input)")
-	repeat := fs.Int("repeat", 0, "which repeat of the task (`K`, from 0)")
-	arm := fs.String("arm", "", "the `ARM`, when the run has several")
-	width := fs.Int("max-text", 2000, "show at most `N` bytes of each message (0: all)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout show DIR --task ID [--repeat K] [--arm ARM]\n\n"+
+	fs := newFlagSet("rollout show", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout show DIR --task ID [--repeat K] [--arm ARM]\n\n"+
 			"Prints one rollout of the run in DIR: its reward and reward components, termination and\n"+
 			"failure (from journal.jsonl), then its transcript (from trajectories.jsonl): every message,\n"+
 			"each tool call with its arguments, status and latency, and the tool's result.\n\n"+
 			"Example:\n  rollout show out/extraction --task extraction-0013 --arm multi\n\n")
-		printFlags(fs.Output(), fs)
-	}
+	})
+	task := fs.String("task", "", "the task's `ID` (its id field, or its 0-based index in the input)")
+	repeat := fs.Int("repeat", 0, "which repeat of the task (`K`, from 0)")
+	arm := fs.String("arm", "", "the `ARM`, when the run has several")
+	width := fs.Int("max-text", 2000, "show at most `N` bytes of each message (0: all)")
 	dir, err := parseNamed(fs, args, e)
 	if err != nil {
 		return err

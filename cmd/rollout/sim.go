@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 
@@ -79,8 +80,13 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 
 // cmdSim serves the model simulator until interrupted.
 func cmdSim(ctx context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout sim", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet("rollout sim", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]\n\n"+
+			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
+			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
+			"and injected errors. The knobs are the --sim-* flags of rollout run.\n\n"+
+			"Example:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n\n")
+	})
 	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	var tasks taskFiles
 	fs.Var(&tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
@@ -94,14 +100,6 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 		}
 	})
 	args = renameFlags(args, legacy)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]\n\n"+
-			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
-			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
-			"and injected errors. The knobs are the --sim-* flags of rollout run.\n\n"+
-			"Example:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n\n")
-		printFlags(fs.Output(), fs)
-	}
 	if err := parseFlags(fs, args, e); err != nil {
 		return err
 	}

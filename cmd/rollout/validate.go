@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -23,20 +23,17 @@ var errCheckFailed = errors.New("check failed")
 
 // cmdValidate lints task files and, with --oracle, proves their reference plans.
 func cmdValidate(ctx context.Context, args []string, e env) error {
-	fs := flag.NewFlagSet("rollout validate", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet("rollout validate", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]\n\n"+
+			"Lints task files: rows, tools' JSON Schemas, duplicate ids, reference plans. Problems go to\n"+
+			"stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.\n\n")
+		fmt.Fprint(w, "Examples:\n  rollout validate data/extraction.jsonl\n  rollout validate data/workflow.jsonl --oracle --server builtin:workflow\n\n")
+	})
 	oracle := fs.Bool("oracle", false, "also play every task's reference_plan through the simulator against its server: it must score 1, and less than 1 without each required call")
 	var specs serverFlags
 	fs.Var(&specs, "server", "resource server for --oracle, as in run: `URL`, NAME=URL or builtin:NAME (default: builtin:NAME for each agent_ref.name of the file that names a built-in server)")
 	concurrency := fs.Int("concurrency", 32, "rollouts in flight for --oracle")
 	timeout := fs.Duration("rollout-timeout", time.Minute, "deadline of one --oracle rollout")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]\n\n"+
-			"Lints task files: rows, tools' JSON Schemas, duplicate ids, reference plans. Problems go to\n"+
-			"stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.\n\n")
-		fmt.Fprint(fs.Output(), "Examples:\n  rollout validate data/extraction.jsonl\n  rollout validate data/workflow.jsonl --oracle --server builtin:workflow\n\n")
-		printFlags(fs.Output(), fs)
-	}
 	// Files may come before the flags.
 	var files []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
