@@ -177,6 +177,13 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if closeErr != nil {
 		return fmt.Errorf("writing results: %w", closeErr)
 	}
+	return finishRun(ctx, e, f, transport, &opts, rep, watch)
+}
+
+// finishRun ends a run whose rollouts are over: it frees what the rollouts held, derives the
+// run's files from the journal, prints the results, and returns the run's outcome: interrupted,
+// stopped early by the failure watch, or the --fail-on-error check.
+func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transport, opts *runner.Options, rep *runner.Report, watch *failureWatch) error {
 	// The rollouts are over: their idle connections (two per rollout in flight, with their
 	// goroutines and buffers) and the garbage go back to the system before the journal is read
 	// again, so that the end of a big run does not stack on the memory of its middle.
@@ -188,7 +195,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
-	if err := printResults(e, f, fin, &opts, rep); err != nil {
+	if err := printResults(e, f, fin, opts, rep); err != nil {
 		return err
 	}
 	sum := fin.Summary
