@@ -144,26 +144,15 @@ func extractionStepFound(source, id string) string   { return "found:" + source 
 func extractionStepFetched(source, id string) string { return "fetched:" + source + "/" + id }
 func extractionStepRead(valueKey string) string      { return "read:" + valueKey }
 
-// extractionStatusError is a tool error answered with its own status and a FastAPI HTTPException
-// body {"detail": …} (see StatusBodyError): 409 for a session never seeded, 404 for a region,
-// source, record or value_key the world does not have.
-type extractionStatusError struct {
-	status int
-	detail string
-}
-
-func (e *extractionStatusError) Error() string { return http.StatusText(e.status) + ": " + e.detail }
-
-func (e *extractionStatusError) StatusBody() (int, []byte) {
-	return e.status, gym.MarshalFields([]gym.Field{{Key: "detail", Value: e.detail}})
-}
-
-var errExtractionNotSeeded = &extractionStatusError{http.StatusConflict,
-	"Session not seeded: POST /seed_session with the task row first, and keep the session cookie for every call."}
+// The tools' errors with their own status, each a FastAPI HTTPException body {"detail": …}
+// (gym.DetailError): 409 for a session never seeded, 404 for a region, source, record or
+// value_key the world does not have.
+var errExtractionNotSeeded = &gym.DetailError{Status: http.StatusConflict,
+	Detail: "Session not seeded: POST /seed_session with the task row first, and keep the session cookie for every call."}
 
 // extractionNotFound is the 404 for an argument that names nothing in the world.
 func extractionNotFound(format string, args ...any) error {
-	return &extractionStatusError{http.StatusNotFound, fmt.Sprintf(format, args...)}
+	return &gym.DetailError{Status: http.StatusNotFound, Detail: fmt.Sprintf(format, args...)}
 }
 
 func (x *extraction) Tool(name string) (gym.ToolFunc, bool) {

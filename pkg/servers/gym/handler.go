@@ -401,6 +401,19 @@ type StatusBodyError interface {
 	StatusBody() (status int, body []byte)
 }
 
+// DetailError is a FastAPI HTTPException: answered with Status and the body {"detail": Detail}.
+type DetailError struct {
+	Status int
+	Detail string
+}
+
+func (e *DetailError) Error() string { return http.StatusText(e.Status) + ": " + e.Detail }
+
+// StatusBody is Status and {"detail": Detail}.
+func (e *DetailError) StatusBody() (int, []byte) {
+	return e.Status, MarshalFields([]Field{{Key: "detail", Value: e.Detail}})
+}
+
 // writeError answers err: a StatusBodyError its status and body, validation errors 422
 // (FastAPI's shape), anything else 500.
 func writeError(w http.ResponseWriter, err error) {

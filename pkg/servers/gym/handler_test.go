@@ -1,6 +1,12 @@
 package gym
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
 
 func TestPythonJSON(t *testing.T) {
 	for in, want := range map[string]string{
@@ -17,5 +23,31 @@ func TestPythonJSON(t *testing.T) {
 		if got, _ := PyFloat(f).MarshalJSON(); string(got) != want {
 			t.Errorf("pyFloat(%v) = %s, want %s", f, got, want)
 		}
+	}
+}
+
+// writeError answers a DetailError (also wrapped) with its status and {"detail": …}, validation
+// errors 422, anything else 500 with the error as a JSON string.
+func TestWriteError(t *testing.T) {
+	var verrs ValidationErrors
+	verrs.Add("missing", []any{"body", "count"}, "Field required", nil)
+	for _, c := range []struct {
+		err    error
+		status int
+		body   string
+	}{
+		{&DetailError{Status: http.StatusNotFound, Detail: `no "x" here`}, 404, `{"detail":"no \"x\" here"}`},
+		{fmt.Errorf("tool: %w", &DetailError{Status: http.StatusConflict, Detail: "Session not seeded"}), 409, `{"detail":"Session not seeded"}`},
+		{verrs, 422, `{"detail":[{"type":"missing","loc":["body","count"],"msg":"Field required","input":null}]}`},
+		{errors.New("boom"), 500, `"boom"`},
+	} {
+		rec := httptest.NewRecorder()
+		writeError(rec, c.err)
+		if rec.Code != c.status || rec.Body.String() != c.body {
+			t.Errorf("%v: %d %s, want %d %s", c.err, rec.Code, rec.Body.String(), c.status, c.body)
+		}
+	}
+	if got := (&DetailError{Status: 404, Detail: "gone"}).Error(); got != "Not Found: gone" {
+		t.Errorf("Error() = %q", got)
 	}
 }

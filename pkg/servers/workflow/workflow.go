@@ -96,21 +96,10 @@ const (
 
 var workflowKinds = []string{"source", "transform", "sink"}
 
-// workflowStatusError is a tool error answered with its own status and a FastAPI HTTPException
-// body {"detail": …} (see StatusBodyError).
-type workflowStatusError struct {
-	status int
-	detail string
-}
-
-func (e *workflowStatusError) Error() string { return http.StatusText(e.status) + ": " + e.detail }
-
-func (e *workflowStatusError) StatusBody() (int, []byte) {
-	return e.status, gym.MarshalFields([]gym.Field{{Key: "detail", Value: e.detail}})
-}
-
-var errWorkflowNotSeeded = &workflowStatusError{http.StatusConflict,
-	"Session not seeded: POST /seed_session with the task row before calling the workflow tools."}
+// errWorkflowNotSeeded is the 409 of a tool called before /seed_session, a FastAPI HTTPException
+// body {"detail": …} (gym.DetailError) like the tools' other errors with their own status.
+var errWorkflowNotSeeded = &gym.DetailError{Status: http.StatusConflict,
+	Detail: "Session not seeded: POST /seed_session with the task row before calling the workflow tools."}
 
 func (wf *workflow) Tool(name string) (gym.ToolFunc, bool) {
 	var fn func(context.Context, string, []byte) ([]gym.Field, error)
@@ -795,7 +784,7 @@ func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte)
 }
 
 func workflowUnknownComponent(id string) error {
-	return &workflowStatusError{http.StatusNotFound, fmt.Sprintf("Component %q not found in the catalogue; use search_components or list_components to find component ids.", id)}
+	return &gym.DetailError{Status: http.StatusNotFound, Detail: fmt.Sprintf("Component %q not found in the catalogue; use search_components or list_components to find component ids.", id)}
 }
 
 func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
@@ -882,7 +871,7 @@ func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte)
 			key := workflowConfigKey(c.ComponentID, n)
 			if !workflowContains(st.Validated, key) {
 				if len(st.Validated) >= workflowMaxValidated {
-					return nil, &workflowStatusError{http.StatusConflict, "Too many validated configurations in this session."}
+					return nil, &gym.DetailError{Status: http.StatusConflict, Detail: "Too many validated configurations in this session."}
 				}
 				st.Validated = append(st.Validated, key)
 			}
@@ -958,7 +947,7 @@ func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byt
 	}
 	return wf.update(ctx, sid, "assemble_pipeline", func(st *workflowState) ([]gym.Field, error) {
 		if len(st.Pipelines) >= workflowMaxPipelines {
-			return nil, &workflowStatusError{http.StatusConflict, "Too many pipelines in this session."}
+			return nil, &gym.DetailError{Status: http.StatusConflict, Detail: "Too many pipelines in this session."}
 		}
 		p := workflowPipeline{ID: fmt.Sprintf("pl-%03d", len(st.Pipelines)+1), Components: stages}
 		st.Pipelines = append(st.Pipelines, p)
