@@ -166,17 +166,9 @@ func (c *stateCounter) call(ctx context.Context, sid, tool string, by *big.Int, 
 // add is increment_counter (sign 1) and decrement_counter (sign -1).
 func (c *stateCounter) add(tool string, sign int64) gym.ToolFunc {
 	return func(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-		args, err := gym.ParseBody(body)
+		by, err := gym.Arg(body, "count", gym.LaxInt)
 		if err != nil {
 			return nil, err
-		}
-		var errs gym.ValidationErrors
-		var by *big.Int
-		if raw, ok := gym.Required(args, "count", []any{"body"}, &errs); ok {
-			by, _ = gym.LaxInt(raw, []any{"body", "count"}, &errs)
-		}
-		if len(errs) > 0 {
-			return nil, errs
 		}
 		delta := new(big.Int).Mul(by, big.NewInt(sign))
 		n, err := c.call(ctx, sid, tool, by, func(n *big.Int) { n.Add(n, delta) })
@@ -206,10 +198,7 @@ func (c *stateCounter) reset(ctx context.Context, sid string, _ []byte) ([]gym.F
 }
 
 func (c *stateCounter) Verify(_ context.Context, st gym.SessionState, req *gym.Object, _ []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
-	var expected *big.Int
-	if raw, ok := gym.Required(req, "expected_count", []any{"body"}, errs); ok {
-		expected, _ = gym.LaxInt(raw, []any{"body", "expected_count"}, errs)
-	}
+	expected := gym.RequiredAs(req, "expected_count", []any{"body"}, errs, gym.LaxInt)
 	if len(*errs) > 0 {
 		return nil, nil
 	}

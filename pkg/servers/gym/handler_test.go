@@ -51,3 +51,46 @@ func TestWriteError(t *testing.T) {
 		t.Errorf("Error() = %q", got)
 	}
 }
+
+// Arg is ParseBody, then the one required argument validated as pydantic would: its value, or
+// the 422 errors FastAPI gives (located at body.KEY), or ParseBody's error.
+func TestArg(t *testing.T) {
+	for _, c := range []struct {
+		body, want, errs string
+	}{
+		{`{"count": 3}`, "3", ""},
+		{`{"count": "4", "other": true}`, "4", ""},
+		{`{"count": 5.0}`, "5", ""},
+		{`{}`, "", `[{"type":"missing","loc":["body","count"],"msg":"Field required","input":{}}]`},
+		{`{"count": 1.5}`, "", `[{"type":"int_from_float","loc":["body","count"],"msg":"Input should be a valid integer, got a number with a fractional part","input":1.5}]`},
+		{`{"count": "x"}`, "", `[{"type":"int_parsing","loc":["body","count"],"msg":"Input should be a valid integer, unable to parse string as an integer","input":"x"}]`},
+	} {
+		n, err := Arg([]byte(c.body), "count", LaxInt)
+		var verrs ValidationErrors
+		switch {
+		case c.errs == "" && (err != nil || n == nil || n.String() != c.want):
+			t.Errorf("%s: %v, %v; want %s", c.body, n, err, c.want)
+		case c.errs != "" && (!errors.As(err, &verrs) || n != nil || string(MarshalValue([]FieldError(verrs))) != c.errs):
+			t.Errorf("%s: %v, %v; want the errors %s", c.body, n, err, c.errs)
+		}
+	}
+	// A body that is no object is ParseBody's 422, the same error whatever the argument.
+	for _, body := range []string{``, `[]`, `{"count":`} {
+		_, want := ParseBody([]byte(body))
+		if s, err := Arg([]byte(body), "city", LaxString); err == nil || s != "" || err.Error() != want.Error() {
+			t.Errorf("%q: %q, %v; want %v", body, s, err, want)
+		}
+	}
+	// RequiredAs adds to the errors it is given, after those already there.
+	obj, err := ParseBody([]byte(`{"label": 7, "values": [1, "2"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs ValidationErrors
+	errs.Add("missing", []any{"body", "id"}, "Field required", nil)
+	label := RequiredAs(obj, "label", []any{"body"}, &errs, LaxString)
+	values := RequiredAs(obj, "values", []any{"body"}, &errs, LaxIntList)
+	if label != "" || len(values) != 2 || values[1].Int64() != 2 || len(errs) != 2 || fmt.Sprint(errs[1].Loc) != "[body label]" || errs[1].Type != "string_type" {
+		t.Errorf("label %q values %v errors %+v", label, values, errs)
+	}
+}

@@ -72,6 +72,36 @@ func Required(obj *Object, key string, loc []any, errs *ValidationErrors) (json.
 	return raw, true
 }
 
+// RequiredAs is Required then a lax validator (LaxInt, LaxString, LaxIntList, …) of the value
+// at loc+key: obj[key] as T, or what the validator returns on an error (T's zero value when key
+// is missing), the "missing" or validation error added to errs.
+func RequiredAs[T any](obj *Object, key string, loc []any, errs *ValidationErrors, lax func(json.RawMessage, []any, *ValidationErrors) (T, bool)) T {
+	raw, ok := Required(obj, key, loc, errs)
+	if !ok {
+		var zero T
+		return zero
+	}
+	v, _ := lax(raw, At(loc, key), errs)
+	return v
+}
+
+// Arg reads the body of a tool call that takes one required argument, key: the body's object
+// (ParseBody) and its key member validated by lax. The error is ParseBody's, or the
+// ValidationErrors of a missing or invalid argument (a 422).
+func Arg[T any](body []byte, key string, lax func(json.RawMessage, []any, *ValidationErrors) (T, bool)) (T, error) {
+	var zero T
+	args, err := ParseBody(body)
+	if err != nil {
+		return zero, err
+	}
+	var errs ValidationErrors
+	v := RequiredAs(args, key, []any{"body"}, &errs, lax)
+	if len(errs) > 0 {
+		return zero, errs
+	}
+	return v, nil
+}
+
 // ObjectInput is an object as the "input" of an error: its members in order.
 func ObjectInput(obj *Object) json.RawMessage { return marshalMembers(obj.Members) }
 

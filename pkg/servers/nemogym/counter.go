@@ -80,17 +80,9 @@ func (c *counter) SeedSession(ctx context.Context, sid string, row *gym.Object) 
 }
 
 func (c *counter) increment(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	args, err := gym.ParseBody(body)
+	count, err := gym.Arg(body, "count", gym.LaxInt)
 	if err != nil {
 		return nil, err
-	}
-	var errs gym.ValidationErrors
-	var count *big.Int
-	if raw, ok := gym.Required(args, "count", []any{"body"}, &errs); ok {
-		count, _ = gym.LaxInt(raw, []any{"body", "count"}, &errs)
-	}
-	if len(errs) > 0 {
-		return nil, errs
 	}
 	if _, err := c.update(ctx, sid, false, new(big.Int), func(n *big.Int) { n.Add(n, count) }); err != nil {
 		return nil, err
@@ -108,10 +100,7 @@ func (c *counter) get(ctx context.Context, sid string, _ []byte) ([]gym.Field, e
 }
 
 func (c *counter) Verify(_ context.Context, st gym.SessionState, req *gym.Object, _ []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
-	var expected *big.Int
-	if raw, ok := gym.Required(req, "expected_count", []any{"body"}, errs); ok {
-		expected, _ = gym.LaxInt(raw, []any{"body", "expected_count"}, errs)
-	}
+	expected := gym.RequiredAs(req, "expected_count", []any{"body"}, errs, gym.LaxInt)
 	if len(*errs) > 0 {
 		return nil, nil
 	}

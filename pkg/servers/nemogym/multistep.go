@@ -58,32 +58,16 @@ func synonymValue(s string) int64 {
 }
 
 func (m *multiStep) getSynonymValue(_ context.Context, _ string, body []byte) ([]gym.Field, error) {
-	args, err := gym.ParseBody(body)
+	synonym, err := gym.Arg(body, "synonym", gym.LaxString)
 	if err != nil {
 		return nil, err
-	}
-	var errs gym.ValidationErrors
-	var synonym string
-	if raw, ok := gym.Required(args, "synonym", []any{"body"}, &errs); ok {
-		synonym, _ = gym.LaxString(raw, []any{"body", "synonym"}, &errs)
-	}
-	if len(errs) > 0 {
-		return nil, errs
 	}
 	return []gym.Field{{Key: "synonym_value", Value: synonymValue(synonym)}}, nil
 }
 
 func (m *multiStep) extractSynonymValues(_ context.Context, _ string, body []byte) ([]gym.Field, error) {
-	args, err := gym.ParseBody(body)
-	if err != nil {
+	if _, err := gym.Arg(body, "synonym_values", gym.LaxIntList); err != nil {
 		return nil, err
-	}
-	var errs gym.ValidationErrors
-	if raw, ok := gym.Required(args, "synonym_values", []any{"body"}, &errs); ok {
-		gym.LaxIntList(raw, []any{"body", "synonym_values"}, &errs)
-	}
-	if len(errs) > 0 {
-		return nil, errs
 	}
 	return []gym.Field{{Key: "success", Value: true}}, nil
 }
@@ -92,24 +76,11 @@ func (m *multiStep) SeedSession(context.Context, string, *gym.Object) error { re
 
 func (m *multiStep) Verify(_ context.Context, _ gym.SessionState, req *gym.Object, output []gym.OutputItem, errs *gym.ValidationErrors) ([]gym.Field, error) {
 	loc := []any{"body"}
-	if raw, ok := gym.Required(req, "id", loc, errs); ok {
-		gym.LaxInt(raw, gym.At(loc, "id"), errs)
-	}
-	var expected []*big.Int
-	if raw, ok := gym.Required(req, "expected_synonym_values", loc, errs); ok {
-		expected, _ = gym.LaxIntList(raw, gym.At(loc, "expected_synonym_values"), errs)
-	}
-	if raw, ok := gym.Required(req, "expected_synonyms", loc, errs); ok {
-		gym.LaxStringList(raw, gym.At(loc, "expected_synonyms"), errs)
-	}
-	var label string
-	if raw, ok := gym.Required(req, "minefield_label", loc, errs); ok {
-		label, _ = gym.LaxString(raw, gym.At(loc, "minefield_label"), errs)
-	}
-	var labelValue *big.Int
-	if raw, ok := gym.Required(req, "minefield_label_value", loc, errs); ok {
-		labelValue, _ = gym.LaxInt(raw, gym.At(loc, "minefield_label_value"), errs)
-	}
+	gym.RequiredAs(req, "id", loc, errs, gym.LaxInt)
+	expected := gym.RequiredAs(req, "expected_synonym_values", loc, errs, gym.LaxIntList)
+	gym.RequiredAs(req, "expected_synonyms", loc, errs, gym.LaxStringList)
+	label := gym.RequiredAs(req, "minefield_label", loc, errs, gym.LaxString)
+	labelValue := gym.RequiredAs(req, "minefield_label_value", loc, errs, gym.LaxInt)
 	if len(*errs) > 0 {
 		return nil, nil
 	}

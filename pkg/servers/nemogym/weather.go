@@ -25,17 +25,9 @@ func (weather) Tool(name string) (gym.ToolFunc, bool) {
 }
 
 func getWeather(_ context.Context, _ string, body []byte) ([]gym.Field, error) {
-	args, err := gym.ParseBody(body)
+	city, err := gym.Arg(body, "city", gym.LaxString)
 	if err != nil {
 		return nil, err
-	}
-	var errs gym.ValidationErrors
-	var city string
-	if raw, ok := gym.Required(args, "city", []any{"body"}, &errs); ok {
-		city, _ = gym.LaxString(raw, []any{"body", "city"}, &errs)
-	}
-	if len(errs) > 0 {
-		return nil, errs
 	}
 	return []gym.Field{
 		{Key: "city", Value: city},
