@@ -85,19 +85,32 @@ func RequiredAs[T any](obj *Object, key string, loc []any, errs *ValidationError
 	return v
 }
 
-// Arg reads the body of a tool call that takes one required argument, key: the body's object
-// (ParseBody) and its key member validated by lax. The error is ParseBody's, or the
-// ValidationErrors of a missing or invalid argument (a 422).
-func Arg[T any](body []byte, key string, lax func(json.RawMessage, []any, *ValidationErrors) (T, bool)) (T, error) {
-	var zero T
+// Args reads the body of a tool call: its object (ParseBody), which check validates, adding an
+// error per missing or invalid argument. The error is ParseBody's, or the ValidationErrors check
+// added (a 422).
+func Args(body []byte, check func(args *Object, errs *ValidationErrors)) (*Object, error) {
 	args, err := ParseBody(body)
 	if err != nil {
-		return zero, err
+		return nil, err
 	}
 	var errs ValidationErrors
-	v := RequiredAs(args, key, []any{"body"}, &errs, lax)
+	check(args, &errs)
 	if len(errs) > 0 {
-		return zero, errs
+		return nil, errs
+	}
+	return args, nil
+}
+
+// Arg reads the body of a tool call that takes one required argument, key: Args with the key
+// member validated by lax (RequiredAs).
+func Arg[T any](body []byte, key string, lax func(json.RawMessage, []any, *ValidationErrors) (T, bool)) (T, error) {
+	var v T
+	_, err := Args(body, func(args *Object, errs *ValidationErrors) {
+		v = RequiredAs(args, key, []any{"body"}, errs, lax)
+	})
+	if err != nil {
+		var zero T
+		return zero, err
 	}
 	return v, nil
 }

@@ -657,28 +657,6 @@ func workflowConfigKey(componentID string, normalized json.RawMessage) string {
 
 // ---- argument helpers ----
 
-// workflowArgs parses a tool's body and runs check on it; any problem is a 422.
-func workflowArgs(body []byte, check func(args *gym.Object, errs *gym.ValidationErrors)) (*gym.Object, error) {
-	args, err := gym.ParseBody(body)
-	if err != nil {
-		return nil, err
-	}
-	var errs gym.ValidationErrors
-	check(args, &errs)
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return args, nil
-}
-
-func workflowStringArg(args *gym.Object, key string, errs *gym.ValidationErrors) string {
-	if raw, ok := gym.Required(args, key, []any{"body"}, errs); ok {
-		s, _ := gym.LaxString(raw, []any{"body", key}, errs)
-		return s
-	}
-	return ""
-}
-
 // workflowDict validates raw as pydantic's Dict[str, Any].
 func workflowDict(raw json.RawMessage, loc []any, errs *gym.ValidationErrors) (*gym.Object, bool) {
 	if gym.JSONKind(raw) == '{' {
@@ -709,10 +687,8 @@ func workflowTokens(s string) []string {
 }
 
 func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	var query string
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
-		query = workflowStringArg(args, "query", errs)
-	}); err != nil {
+	query, err := gym.Arg(body, "query", gym.LaxString)
+	if err != nil {
 		return nil, err
 	}
 	return wf.update(ctx, sid, "search_components", func(st *workflowState) ([]gym.Field, error) {
@@ -753,7 +729,7 @@ func (wf *workflow) searchComponents(ctx context.Context, sid string, body []byt
 
 func (wf *workflow) listComponents(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var kind *string
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
+	if _, err := gym.Args(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		raw, ok := args.Get("kind")
 		if !ok || gym.IsNull(raw) {
 			return
@@ -788,10 +764,8 @@ func workflowUnknownComponent(id string) error {
 }
 
 func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	var id string
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
-		id = workflowStringArg(args, "component_id", errs)
-	}); err != nil {
+	id, err := gym.Arg(body, "component_id", gym.LaxString)
+	if err != nil {
 		return nil, err
 	}
 	return wf.update(ctx, sid, "get_component_info", func(st *workflowState) ([]gym.Field, error) {
@@ -825,10 +799,8 @@ func (wf *workflow) getComponentInfo(ctx context.Context, sid string, body []byt
 // ---- configuration ----
 
 func (wf *workflow) getConfigSchema(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	var id string
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
-		id = workflowStringArg(args, "component_id", errs)
-	}); err != nil {
+	id, err := gym.Arg(body, "component_id", gym.LaxString)
+	if err != nil {
 		return nil, err
 	}
 	return wf.update(ctx, sid, "get_config_schema", func(st *workflowState) ([]gym.Field, error) {
@@ -843,8 +815,8 @@ func (wf *workflow) getConfigSchema(ctx context.Context, sid string, body []byte
 func (wf *workflow) validateConfig(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var id string
 	var config *gym.Object
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
-		id = workflowStringArg(args, "component_id", errs)
+	if _, err := gym.Args(body, func(args *gym.Object, errs *gym.ValidationErrors) {
+		id = gym.RequiredAs(args, "component_id", []any{"body"}, errs, gym.LaxString)
 		if raw, ok := gym.Required(args, "config", []any{"body"}, errs); ok {
 			config, _ = workflowDict(raw, []any{"body", "config"}, errs)
 		}
@@ -909,7 +881,7 @@ func workflowDeprecatedMessage(c *workflowComponent) string {
 
 func (wf *workflow) assemblePipeline(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
 	var stages []workflowStage
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
+	if _, err := gym.Args(body, func(args *gym.Object, errs *gym.ValidationErrors) {
 		raw, ok := gym.Required(args, "components", []any{"body"}, errs)
 		if !ok {
 			return
@@ -1013,10 +985,8 @@ func workflowNoPipeline(id string) workflowError {
 }
 
 func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	var id string
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
-		id = workflowStringArg(args, "pipeline_id", errs)
-	}); err != nil {
+	id, err := gym.Arg(body, "pipeline_id", gym.LaxString)
+	if err != nil {
 		return nil, err
 	}
 	return wf.update(ctx, sid, "validate_pipeline", func(st *workflowState) ([]gym.Field, error) {
@@ -1038,10 +1008,8 @@ func (wf *workflow) validatePipeline(ctx context.Context, sid string, body []byt
 }
 
 func (wf *workflow) deployPipeline(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	var id string
-	if _, err := workflowArgs(body, func(args *gym.Object, errs *gym.ValidationErrors) {
-		id = workflowStringArg(args, "pipeline_id", errs)
-	}); err != nil {
+	id, err := gym.Arg(body, "pipeline_id", gym.LaxString)
+	if err != nil {
 		return nil, err
 	}
 	return wf.update(ctx, sid, "deploy_pipeline", func(st *workflowState) ([]gym.Field, error) {
