@@ -196,33 +196,29 @@ func (x *extraction) withState(ctx context.Context, sid string, fn func(w *extra
 // extractionArgs parses a tool's arguments and its required string arguments (pydantic's str:
 // only a JSON string). nullable names optional arguments that may be absent or null.
 func extractionArgs(body []byte, names []string, nullable []string) (map[string]string, map[string]bool, error) {
-	args, err := gym.ParseBody(body)
-	if err != nil {
-		return nil, nil, err
-	}
-	var errs gym.ValidationErrors
 	vals := map[string]string{}
 	set := map[string]bool{}
-	for _, n := range names {
-		if raw, ok := gym.Required(args, n, []any{"body"}, &errs); ok {
-			if s, ok := gym.LaxString(raw, []any{"body", n}, &errs); ok {
+	if _, err := gym.Args(body, func(args *gym.Object, errs *gym.ValidationErrors) {
+		for _, n := range names {
+			if raw, ok := gym.Required(args, n, []any{"body"}, errs); ok {
+				if s, ok := gym.LaxString(raw, []any{"body", n}, errs); ok {
+					vals[n] = s
+					set[n] = true
+				}
+			}
+		}
+		for _, n := range nullable {
+			raw, ok := args.Get(n)
+			if !ok || gym.IsNull(raw) {
+				continue
+			}
+			if s, ok := gym.LaxString(raw, []any{"body", n}, errs); ok {
 				vals[n] = s
 				set[n] = true
 			}
 		}
-	}
-	for _, n := range nullable {
-		raw, ok := args.Get(n)
-		if !ok || gym.IsNull(raw) {
-			continue
-		}
-		if s, ok := gym.LaxString(raw, []any{"body", n}, &errs); ok {
-			vals[n] = s
-			set[n] = true
-		}
-	}
-	if len(errs) > 0 {
-		return nil, nil, errs
+	}); err != nil {
+		return nil, nil, err
 	}
 	return vals, set, nil
 }
@@ -323,17 +319,11 @@ func (x *extraction) readValue(ctx context.Context, sid string, body []byte) ([]
 }
 
 func (x *extraction) submitAnswer(ctx context.Context, sid string, body []byte) ([]gym.Field, error) {
-	args, err := gym.ParseBody(body)
+	values, err := gym.Arg(body, "values", func(raw json.RawMessage, loc []any, errs *gym.ValidationErrors) ([]float64, bool) {
+		return extractionNumbers(raw, loc, false, errs)
+	})
 	if err != nil {
 		return nil, err
-	}
-	var errs gym.ValidationErrors
-	var values []float64
-	if raw, ok := gym.Required(args, "values", []any{"body"}, &errs); ok {
-		values, _ = extractionNumbers(raw, []any{"body", "values"}, false, &errs)
-	}
-	if len(errs) > 0 {
-		return nil, errs
 	}
 	return x.withState(ctx, sid, func(*extractionWorld, map[string]bool) ([]gym.Field, error) {
 		return []gym.Field{{Key: "success", Value: true}, {Key: "count", Value: len(values)}}, nil
