@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
@@ -19,16 +18,11 @@ import (
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
 
-// collect is an Output that keeps every result in memory. Run calls Write from one goroutine
-// only; the lock is for the reader after Run returns.
-type collect struct {
-	mu   sync.Mutex
-	recs []record.Record
-}
+// collect is an Output that keeps every record in memory. Run calls Write from its one writer
+// goroutine, which has ended when Run returns: no lock is needed.
+type collect struct{ recs []record.Record }
 
 func (c *collect) Write(r *record.Result) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.recs = append(c.recs, r.Record)
 	return nil
 }
