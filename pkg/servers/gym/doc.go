@@ -14,13 +14,15 @@
 // response carries the cookie; a request without a valid one starts a new, empty session, so a
 // client that loses its cookie scores 0 on a stateful server, exactly as with NeMo Gym; a
 // seeded session whose state is gone is answered 409 session_not_found (ErrSessionLost). Bad
-// arguments are answered 422 with a FastAPI-style {"detail": [...]} body (ValidationErrors); an
-// error NeMo Gym's Python would raise is answered 500 with the exception's repr as a JSON string
-// (PyError), as NeMo Gym's exception middleware does.
+// arguments are answered 422 with a FastAPI-style {"detail": [...]} body (ValidationErrors); a
+// tool's own HTTPException (404 for an unknown id, ...) with its status and {"detail": "..."}
+// (DetailError); an error NeMo Gym's Python would raise is answered 500 with the exception's
+// repr as a JSON string (PyError), as NeMo Gym's exception middleware does.
 //
 // The rest is what the servers share to behave like their Python originals: request bodies read
 // into an Object that keeps its members' order and raw values (a one-pass scanner with an
-// encoding/json fallback), pydantic's lax conversions (LaxInt, LaxString, ...), Python's
+// encoding/json fallback), a tool's arguments read and validated in one call (Args, Arg,
+// RequiredAs), pydantic's lax conversions (LaxInt, LaxString, ...), Python's
 // equality and type names (PyEqual, PyTypeName), and JSON written the way Python's json.dumps
 // writes it (PyFloat, MarshalFields).
 package gym
