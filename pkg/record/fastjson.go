@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
 )
@@ -401,105 +402,12 @@ func unquoteFast(b []byte, i, end, flags int, scratch []byte) (raw []byte, ok bo
 	return jsonw.AppendUnquoted(scratch[:0], raw), true
 }
 
-// Record's fields, in order (bits of a set, here; Parquet columns in parquet.go).
-const (
-	rfTaskIndex = iota
-	rfRolloutIndex
-	rfTaskID
-	rfTaskHash
-	rfArm
-	rfAgent
-	rfModel
-	rfReward
-	rfHasReward
-	rfRewardComponents
-	rfRounds
-	rfToolCalls
-	rfToolNames
-	rfToolErrors
-	rfPromptTokens
-	rfCompletionTokens
-	rfLatencyMs
-	rfTermination
-	rfFailureClass
-	rfError
-	rfAttempts
-	rfStartedAt
-	rfSeed
-	rfSourceFile
-	rfSourceLine
-	rfTaskFields
-	numRecordFields
-)
-
-// recordKeys are Record's JSON keys, quoted, by field.
-var recordKeys = [...]string{
-	rfTaskIndex: `"task_index"`, rfRolloutIndex: `"rollout_index"`, rfTaskID: `"task_id"`, rfTaskHash: `"task_hash"`, rfArm: `"arm"`,
-	rfAgent: `"agent"`, rfModel: `"model"`, rfReward: `"reward"`, rfHasReward: `"has_reward"`,
-	rfRewardComponents: `"reward_components"`, rfRounds: `"rounds"`, rfToolCalls: `"tool_calls"`,
-	rfToolNames: `"tool_names"`, rfToolErrors: `"tool_errors"`, rfPromptTokens: `"prompt_tokens"`,
-	rfCompletionTokens: `"completion_tokens"`, rfLatencyMs: `"latency_ms"`, rfTermination: `"termination"`,
-	rfFailureClass: `"failure_class"`, rfError: `"error"`, rfAttempts: `"attempts"`, rfStartedAt: `"started_at"`,
-	rfSeed: `"seed"`, rfSourceFile: `"source_file"`, rfSourceLine: `"source_line"`, rfTaskFields: `"task_fields"`,
-}
-
-// recordField is the field of a JSON key of Record, -1 for any other key (a key that only
+// fieldOfKey is the field of a JSON key of Record, -1 for any other key (a key that only
 // differs in case, which encoding/json would also match, is one of those: the slow path
 // decides).
-func recordField(key []byte) int {
-	switch string(key) {
-	case "task_index":
-		return rfTaskIndex
-	case "rollout_index":
-		return rfRolloutIndex
-	case "task_id":
-		return rfTaskID
-	case "task_hash":
-		return rfTaskHash
-	case "arm":
-		return rfArm
-	case "agent":
-		return rfAgent
-	case "model":
-		return rfModel
-	case "reward":
-		return rfReward
-	case "has_reward":
-		return rfHasReward
-	case "reward_components":
-		return rfRewardComponents
-	case "rounds":
-		return rfRounds
-	case "tool_calls":
-		return rfToolCalls
-	case "tool_names":
-		return rfToolNames
-	case "tool_errors":
-		return rfToolErrors
-	case "prompt_tokens":
-		return rfPromptTokens
-	case "completion_tokens":
-		return rfCompletionTokens
-	case "latency_ms":
-		return rfLatencyMs
-	case "termination":
-		return rfTermination
-	case "failure_class":
-		return rfFailureClass
-	case "error":
-		return rfError
-	case "attempts":
-		return rfAttempts
-	case "started_at":
-		return rfStartedAt
-	case "seed":
-		return rfSeed
-	case "source_file":
-		return rfSourceFile
-	case "source_line":
-		return rfSourceLine
-	case "task_fields":
-		return rfTaskFields
+func fieldOfKey(key []byte) int {
+	if f, ok := recordFieldByName[string(key)]; ok {
+		return f
 	}
 	return -1
 }
@@ -622,19 +530,19 @@ func (d *Decoder) record(b []byte, r *Record, full bool) bool {
 			return false
 		}
 		var f, kend int
-		if k := recordKeys[expect]; len(b)-i >= len(k) && string(b[i:i+len(k)]) == k {
+		if k := recordFields[expect].key; len(b)-i >= len(k) && string(b[i:i+len(k)]) == k {
 			f, kend = expect, i+len(k) // the usual order: no need to scan the key
 		} else {
 			var flags int
 			if kend, flags = scanString(b, i); kend < 0 || flags != 0 {
 				return false
 			}
-			f = recordField(b[i+1 : kend-1])
+			f = fieldOfKey(b[i+1 : kend-1])
 		}
 		if f < 0 || seen&(1<<f) != 0 {
 			return false // unknown (maybe in another case) or repeated: encoding/json decides
 		}
-		expect = (f + 1) % len(recordKeys)
+		expect = (f + 1) % numRecordFields
 		seen |= 1 << f
 		i = skipSpace(b, kend)
 		if i >= len(b) || b[i] != ':' {
@@ -675,40 +583,20 @@ func (d *Decoder) field(b []byte, i, f int, r *Record, full bool) int {
 		x   float64
 		s   string
 	)
-	switch f {
-	case rfTaskIndex, rfRolloutIndex, rfPromptTokens, rfCompletionTokens, rfSeed, rfSourceLine:
+	fd := &recordFields[f]
+	p := at(r, fd.off)
+	switch fd.kind {
+	case kindInt64:
 		if n, end, ok = parseInt(b, i, 64); !ok {
 			return -1
 		}
-		switch f {
-		case rfTaskIndex:
-			r.TaskIndex = n
-		case rfRolloutIndex:
-			r.RolloutIndex = n
-		case rfPromptTokens:
-			r.PromptTokens = n
-		case rfCompletionTokens:
-			r.CompletionTokens = n
-		case rfSeed:
-			r.Seed = n
-		case rfSourceLine:
-			r.SourceLine = n
-		}
-	case rfRounds, rfToolCalls, rfToolErrors, rfAttempts:
+		*(*int64)(p) = n
+	case kindInt32:
 		if n, end, ok = parseInt(b, i, 32); !ok {
 			return -1
 		}
-		switch f {
-		case rfRounds:
-			r.Rounds = int32(n)
-		case rfToolCalls:
-			r.ToolCalls = int32(n)
-		case rfToolErrors:
-			r.ToolErrors = int32(n)
-		case rfAttempts:
-			r.Attempts = int32(n)
-		}
-	case rfReward, rfLatencyMs:
+		*(*int32)(p) = int32(n)
+	case kindFloat:
 		if !full {
 			if end, ok = checkFloat(b, i); !ok {
 				return -1
@@ -718,51 +606,27 @@ func (d *Decoder) field(b []byte, i, f int, r *Record, full bool) int {
 		if x, end, ok = parseFloat(b, i); !ok {
 			return -1
 		}
-		if f == rfReward {
-			r.Reward = x
-		} else {
-			r.LatencyMs = x
-		}
-	case rfHasReward:
+		*(*float64)(p) = x
+	case kindBool:
 		switch {
 		case hasLiteral(b, i, "true"):
-			r.HasReward, end = true, i+4
+			*(*bool)(p), end = true, i+4
 		case hasLiteral(b, i, "false"):
 			end = i + 5
 		default:
 			return -1
 		}
-	case rfTaskID, rfTaskHash, rfError:
+	case kindString:
 		if s, end = d.str(b, i, noIntern, full); end < 0 {
 			return -1
 		}
-		switch f {
-		case rfTaskID:
-			r.TaskID = s
-		case rfTaskHash:
-			r.TaskHash = s
-		default:
-			r.Error = s
-		}
-	case rfArm, rfAgent, rfModel, rfTermination, rfFailureClass, rfSourceFile:
+		*(*string)(p) = s
+	case kindName:
 		if s, end = d.str(b, i, f, full || f == rfArm); end < 0 {
 			return -1
 		}
-		switch f {
-		case rfArm:
-			r.Arm = s
-		case rfAgent:
-			r.Agent = s
-		case rfModel:
-			r.Model = s
-		case rfTermination:
-			r.Termination = s
-		case rfFailureClass:
-			r.FailureClass = FailureClass(s)
-		case rfSourceFile:
-			r.SourceFile = s
-		}
-	case rfStartedAt:
+		*(*string)(p) = s
+	case kindTime:
 		// What encoding/json does: hand the value's bytes to UnmarshalJSON.
 		if b[i] != '"' {
 			return -1
@@ -774,24 +638,24 @@ func (d *Decoder) field(b []byte, i, f int, r *Record, full bool) int {
 		if t.UnmarshalJSON(b[i:end]) != nil {
 			return -1
 		}
-		r.StartedAt = t
-	case rfToolNames:
-		return d.toolNames(b, i, r, full)
-	case rfRewardComponents, rfTaskFields:
-		return d.object(b, i, f, r, full)
+		*(*time.Time)(p) = t
+	case kindStrings:
+		return d.toolNames(b, i, (*[]string)(p), full)
+	case kindFloatMap, kindStringMap:
+		return d.object(b, i, fd.kind, p, full)
 	}
 	return end
 }
 
 // toolNames reads a JSON array of strings.
-func (d *Decoder) toolNames(b []byte, i int, r *Record, full bool) int {
+func (d *Decoder) toolNames(b []byte, i int, dst *[]string, full bool) int {
 	if b[i] != '[' {
 		return -1
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		if full {
-			r.ToolNames = emptyNames
+			*dst = emptyNames
 		}
 		return i + 1
 	}
@@ -815,7 +679,7 @@ func (d *Decoder) toolNames(b []byte, i int, r *Record, full bool) int {
 			return -1
 		}
 		if b[i] == ']' {
-			r.ToolNames = names
+			*dst = names
 			return i + 1
 		}
 		if b[i] != ',' {
@@ -825,8 +689,9 @@ func (d *Decoder) toolNames(b []byte, i int, r *Record, full bool) int {
 	}
 }
 
-// object reads reward_components (string to number) or task_fields (string to string).
-func (d *Decoder) object(b []byte, i, f int, r *Record, full bool) int {
+// object reads a map field at p: reward_components (string to number, kindFloatMap) or
+// task_fields (string to string, kindStringMap).
+func (d *Decoder) object(b []byte, i int, kind fieldKind, p unsafe.Pointer, full bool) int {
 	if b[i] != '{' {
 		return -1
 	}
@@ -835,12 +700,12 @@ func (d *Decoder) object(b []byte, i, f int, r *Record, full bool) int {
 		tf map[string]string
 	)
 	if full {
-		if f == rfRewardComponents {
+		if kind == kindFloatMap {
 			rc = make(map[string]float64, 4)
-			r.RewardComponents = rc
+			*(*map[string]float64)(p) = rc
 		} else {
 			tf = make(map[string]string, 4)
-			r.TaskFields = tf
+			*(*map[string]string)(p) = tf
 		}
 	}
 	i = skipSpace(b, i+1)
@@ -848,7 +713,7 @@ func (d *Decoder) object(b []byte, i, f int, r *Record, full bool) int {
 		return i + 1
 	}
 	keySlot := slotRewardKeys
-	if f == rfTaskFields {
+	if kind == kindStringMap {
 		keySlot = slotFieldKeys
 	}
 	for pos := 0; ; pos++ {
@@ -867,7 +732,7 @@ func (d *Decoder) object(b []byte, i, f int, r *Record, full bool) int {
 		if i >= len(b) {
 			return -1
 		}
-		if f == rfRewardComponents {
+		if kind == kindFloatMap {
 			if b[i] == 'n' { // null: encoding/json stores a zero; left to it
 				return -1
 			}

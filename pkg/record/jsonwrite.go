@@ -7,6 +7,8 @@ package record
 
 import (
 	"strconv"
+	"time"
+	"unsafe"
 
 	"github.com/rollout-dev/rollout/internal/jsonw"
 )
@@ -17,113 +19,126 @@ import (
 // then gives its error.
 func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, ok bool) {
 	n := len(dst)
-	dst = append(dst, `{"task_index":`...)
-	dst = strconv.AppendInt(dst, r.TaskIndex, 10)
-	dst = append(dst, `,"rollout_index":`...)
-	dst = strconv.AppendInt(dst, r.RolloutIndex, 10)
-	dst = append(dst, `,"task_id":`...)
-	dst = jsonw.AppendString(dst, r.TaskID)
-	if r.TaskHash != "" {
-		dst = append(dst, `,"task_hash":`...)
-		dst = jsonw.AppendString(dst, r.TaskHash)
-	}
-	dst = append(dst, `,"arm":`...)
-	dst = jsonw.AppendString(dst, r.Arm)
-	dst = append(dst, `,"agent":`...)
-	dst = jsonw.AppendString(dst, r.Agent)
-	dst = append(dst, `,"model":`...)
-	dst = jsonw.AppendString(dst, r.Model)
-	dst = append(dst, `,"reward":`...)
-	if dst, ok = jsonw.AppendFloat(dst, r.Reward); !ok {
-		return dst[:n], keys, false
-	}
-	dst = append(dst, `,"has_reward":`...)
-	dst = strconv.AppendBool(dst, r.HasReward)
-	if len(r.RewardComponents) > 0 {
-		dst = append(dst, `,"reward_components":{`...)
-		keys = keys[:0]
-		for k := range r.RewardComponents {
-			keys = append(keys, k)
+	dst = append(dst, '{')
+	for f := range recordFields {
+		fd := &recordFields[f]
+		p := at(r, fd.off)
+		if fd.omitEmpty && empty(fd.kind, p) {
+			continue
 		}
-		sortKeys(keys)
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = jsonw.AppendString(dst, k)
-			dst = append(dst, ':')
-			if dst, ok = jsonw.AppendFloat(dst, r.RewardComponents[k]); !ok {
+		if f == 0 {
+			dst = append(dst, fd.member[1:]...)
+		} else {
+			dst = append(dst, fd.member...)
+		}
+		switch fd.kind {
+		case kindInt64:
+			dst = strconv.AppendInt(dst, *(*int64)(p), 10)
+		case kindInt32:
+			dst = strconv.AppendInt(dst, int64(*(*int32)(p)), 10)
+		case kindFloat:
+			if dst, ok = jsonw.AppendFloat(dst, *(*float64)(p)); !ok {
 				return dst[:n], keys, false
 			}
-		}
-		dst = append(dst, '}')
-	}
-	dst = append(dst, `,"rounds":`...)
-	dst = strconv.AppendInt(dst, int64(r.Rounds), 10)
-	dst = append(dst, `,"tool_calls":`...)
-	dst = strconv.AppendInt(dst, int64(r.ToolCalls), 10)
-	dst = append(dst, `,"tool_names":`...)
-	if r.ToolNames == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, '[')
-		for i, name := range r.ToolNames {
-			if i > 0 {
-				dst = append(dst, ',')
+		case kindBool:
+			dst = strconv.AppendBool(dst, *(*bool)(p))
+		case kindString, kindName:
+			dst = jsonw.AppendString(dst, *(*string)(p))
+		case kindTime:
+			dst = append(dst, '"')
+			t, err := (*time.Time)(p).AppendText(dst)
+			if err != nil {
+				return dst[:n], keys, false
 			}
-			dst = jsonw.AppendString(dst, name)
-		}
-		dst = append(dst, ']')
-	}
-	dst = append(dst, `,"tool_errors":`...)
-	dst = strconv.AppendInt(dst, int64(r.ToolErrors), 10)
-	dst = append(dst, `,"prompt_tokens":`...)
-	dst = strconv.AppendInt(dst, r.PromptTokens, 10)
-	dst = append(dst, `,"completion_tokens":`...)
-	dst = strconv.AppendInt(dst, r.CompletionTokens, 10)
-	dst = append(dst, `,"latency_ms":`...)
-	if dst, ok = jsonw.AppendFloat(dst, r.LatencyMs); !ok {
-		return dst[:n], keys, false
-	}
-	dst = append(dst, `,"termination":`...)
-	dst = jsonw.AppendString(dst, r.Termination)
-	dst = append(dst, `,"failure_class":`...)
-	dst = jsonw.AppendString(dst, string(r.FailureClass))
-	dst = append(dst, `,"error":`...)
-	dst = jsonw.AppendString(dst, r.Error)
-	dst = append(dst, `,"attempts":`...)
-	dst = strconv.AppendInt(dst, int64(r.Attempts), 10)
-	dst = append(dst, `,"started_at":"`...)
-	t, err := r.StartedAt.AppendText(dst)
-	if err != nil {
-		return dst[:n], keys, false
-	}
-	dst = t
-	dst = append(dst, `","seed":`...)
-	dst = strconv.AppendInt(dst, r.Seed, 10)
-	dst = append(dst, `,"source_file":`...)
-	dst = jsonw.AppendString(dst, r.SourceFile)
-	dst = append(dst, `,"source_line":`...)
-	dst = strconv.AppendInt(dst, r.SourceLine, 10)
-	if len(r.TaskFields) > 0 {
-		dst = append(dst, `,"task_fields":{`...)
-		keys = keys[:0]
-		for k := range r.TaskFields {
-			keys = append(keys, k)
-		}
-		sortKeys(keys)
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
+			dst = append(t, '"')
+		case kindStrings:
+			names := *(*[]string)(p)
+			if names == nil {
+				dst = append(dst, "null"...)
+				break
 			}
-			dst = jsonw.AppendString(dst, k)
-			dst = append(dst, ':')
-			dst = jsonw.AppendString(dst, r.TaskFields[k])
+			dst = append(dst, '[')
+			for i, name := range names {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = jsonw.AppendString(dst, name)
+			}
+			dst = append(dst, ']')
+		case kindFloatMap:
+			m := *(*map[string]float64)(p)
+			if m == nil {
+				dst = append(dst, "null"...)
+				break
+			}
+			keys = sortedKeys(keys, m)
+			dst = append(dst, '{')
+			for i, k := range keys {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = jsonw.AppendString(dst, k)
+				dst = append(dst, ':')
+				if dst, ok = jsonw.AppendFloat(dst, m[k]); !ok {
+					return dst[:n], keys, false
+				}
+			}
+			dst = append(dst, '}')
+		case kindStringMap:
+			m := *(*map[string]string)(p)
+			if m == nil {
+				dst = append(dst, "null"...)
+				break
+			}
+			keys = sortedKeys(keys, m)
+			dst = append(dst, '{')
+			for i, k := range keys {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = jsonw.AppendString(dst, k)
+				dst = append(dst, ':')
+				dst = jsonw.AppendString(dst, m[k])
+			}
+			dst = append(dst, '}')
 		}
-		dst = append(dst, '}')
 	}
 	clear(keys)
 	return append(dst, '}', '\n'), keys[:0], true
+}
+
+// empty reports whether the field of kind k at p is empty as omitempty means it: an empty
+// string, list or map, a zero number or false.
+func empty(k fieldKind, p unsafe.Pointer) bool {
+	switch k {
+	case kindInt64:
+		return *(*int64)(p) == 0
+	case kindInt32:
+		return *(*int32)(p) == 0
+	case kindFloat:
+		return *(*float64)(p) == 0
+	case kindBool:
+		return !*(*bool)(p)
+	case kindString, kindName:
+		return *(*string)(p) == ""
+	case kindStrings:
+		return len(*(*[]string)(p)) == 0
+	case kindFloatMap:
+		return len(*(*map[string]float64)(p)) == 0
+	case kindStringMap:
+		return len(*(*map[string]string)(p)) == 0
+	}
+	return false // a struct (time.Time) is never empty to encoding/json
+}
+
+// sortedKeys returns m's keys, sorted, in keys' storage.
+func sortedKeys[V any](keys []string, m map[string]V) []string {
+	keys = keys[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	return keys
 }
 
 // sortKeys sorts the keys of a map, which has a few: an insertion sort.

@@ -101,22 +101,6 @@ type pqKV struct {
 	vs string
 }
 
-// fieldColumn is the index of a Record field's first leaf column (the two map fields have
-// two: key and value).
-func fieldColumn(f int) int {
-	if f <= rfRewardComponents {
-		return f
-	}
-	return f + 1 // after reward_components' two
-}
-
-// fieldCost is a rough relative cost of writing each field, to share the
-// fields out among the workers.
-var fieldCost = [numRecordFields]int{
-	rfTaskID: 3, rfTaskHash: 2, rfArm: 2, rfAgent: 2, rfModel: 2, rfRewardComponents: 12, rfToolNames: 6,
-	rfTermination: 2, rfFailureClass: 2, rfError: 2, rfStartedAt: 3, rfSourceFile: 2, rfTaskFields: 10,
-}
-
 // recordSchema is the schema of the file: Record's columns, the strings
 // that repeat (arms, models, tool names, map keys, …) dictionary-encoded.
 var recordSchema = parquet.SchemaOf(parquetRecord{})
@@ -158,12 +142,12 @@ func init() {
 		panic("report: parquetRecord's schema is not Record's")
 	}
 	cols := recordSchema.Columns()
-	if len(cols) != fieldColumn(rfTaskFields)+2 {
+	if len(cols) != numRecordColumns {
 		panic(fmt.Sprintf("report: Record has %d parquet columns", len(cols)))
 	}
 	for f := range numRecordFields {
-		if c, _ := recordSchema.Lookup(cols[fieldColumn(f)]...); c.ColumnIndex != fieldColumn(f) {
-			panic(fmt.Sprintf("report: parquet column %v has index %d, not %d", cols[fieldColumn(f)], c.ColumnIndex, fieldColumn(f)))
+		if c, _ := recordSchema.Lookup(cols[recordFields[f].column]...); c.ColumnIndex != recordFields[f].column {
+			panic(fmt.Sprintf("report: parquet column %v has index %d, not %d", cols[recordFields[f].column], c.ColumnIndex, recordFields[f].column))
 		}
 	}
 	checkValueLayout()
@@ -207,11 +191,11 @@ func NewParquetWriter(path string, opt ParquetOptions) (*ParquetWriter, error) {
 	for f := range order {
 		order[f] = f
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(fieldCost[b], fieldCost[a]) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(recordFields[b].cost, recordFields[a].cost) })
 	for _, f := range order {
 		i := slices.Index(load, slices.Min(load))
 		p.workers[i].fields = append(p.workers[i].fields, f)
-		load[i] += fieldCost[f] + 1
+		load[i] += recordFields[f].cost + 1
 	}
 	if n > 1 {
 		for i, wk := range p.workers {
@@ -349,11 +333,11 @@ func (wk *pqWorker) write(cols []*parquet.ColumnWriter, b *pqBatch) error {
 			return err
 		}
 		if b.end {
-			c := fieldColumn(f)
+			c := recordFields[f].column
 			if err := cols[c].Flush(); err != nil {
 				return err
 			}
-			if f == rfRewardComponents || f == rfTaskFields {
+			if k := recordFields[f].kind; k == kindFloatMap || k == kindStringMap {
 				if err := cols[c+1].Flush(); err != nil {
 					return err
 				}
@@ -386,133 +370,49 @@ func pqBytes(s string) parquet.Value {
 // 1, and repetition level 0 for the first of a row, 1 for the others. Map
 // entries go in key order, as parquet-go writes them.
 func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []Record) error {
-	c := fieldColumn(f)
+	fd := &recordFields[f]
+	c := fd.column
 	v := slices.Grow(wk.vals[:0], len(recs))
 	defer func() { wk.vals = v[:0] }()
-	switch f {
-	case rfTaskIndex:
+	switch fd.kind {
+	case kindInt64:
 		v = v[:len(recs)]
 		for i := range recs {
-			v[i] = parquet.Int64Value(recs[i].TaskIndex)
+			v[i] = parquet.Int64Value(*(*int64)(at(&recs[i], fd.off)))
 		}
-	case rfRolloutIndex:
+	case kindInt32:
 		v = v[:len(recs)]
 		for i := range recs {
-			v[i] = parquet.Int64Value(recs[i].RolloutIndex)
+			v[i] = parquet.Int32Value(*(*int32)(at(&recs[i], fd.off)))
 		}
-	case rfTaskID:
+	case kindFloat:
 		v = v[:len(recs)]
 		for i := range recs {
-			v[i] = pqBytes(recs[i].TaskID)
+			v[i] = parquet.DoubleValue(*(*float64)(at(&recs[i], fd.off)))
 		}
-	case rfTaskHash:
+	case kindBool:
 		v = v[:len(recs)]
 		for i := range recs {
-			v[i] = pqBytes(recs[i].TaskHash)
+			v[i] = parquet.BooleanValue(*(*bool)(at(&recs[i], fd.off)))
 		}
-	case rfArm:
+	case kindString, kindName:
 		v = v[:len(recs)]
 		for i := range recs {
-			v[i] = pqBytes(recs[i].Arm)
+			v[i] = pqBytes(*(*string)(at(&recs[i], fd.off)))
 		}
-	case rfAgent:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = pqBytes(recs[i].Agent)
-		}
-	case rfModel:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = pqBytes(recs[i].Model)
-		}
-	case rfReward:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.DoubleValue(recs[i].Reward)
-		}
-	case rfHasReward:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.BooleanValue(recs[i].HasReward)
-		}
-	case rfRounds:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int32Value(recs[i].Rounds)
-		}
-	case rfToolCalls:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int32Value(recs[i].ToolCalls)
-		}
-	case rfToolErrors:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int32Value(recs[i].ToolErrors)
-		}
-	case rfPromptTokens:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int64Value(recs[i].PromptTokens)
-		}
-	case rfCompletionTokens:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int64Value(recs[i].CompletionTokens)
-		}
-	case rfLatencyMs:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.DoubleValue(recs[i].LatencyMs)
-		}
-	case rfTermination:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = pqBytes(recs[i].Termination)
-		}
-	case rfFailureClass:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = pqBytes(string(recs[i].FailureClass))
-		}
-	case rfError:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = pqBytes(recs[i].Error)
-		}
-	case rfAttempts:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int32Value(recs[i].Attempts)
-		}
-	case rfSeed:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int64Value(recs[i].Seed)
-		}
-	case rfSourceFile:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = pqBytes(recs[i].SourceFile)
-		}
-	case rfSourceLine:
-		v = v[:len(recs)]
-		for i := range recs {
-			v[i] = parquet.Int64Value(recs[i].SourceLine)
-		}
-	case rfStartedAt:
+	case kindTime:
 		// Optional: null for a zero time, else milliseconds since the epoch,
 		// as parquet-go writes a time.Time to a timestamp(millisecond) column.
 		for i := range recs {
-			if t := &recs[i].StartedAt; t.IsZero() {
+			if t := (*time.Time)(at(&recs[i], fd.off)); t.IsZero() {
 				v = append(v, parquet.NullValue())
 			} else {
 				v = append(v, withLevels(parquet.Int64Value(t.UnixMilli()), 0, 1, c))
 			}
 		}
-	case rfToolNames:
+	case kindStrings:
 		for i := range recs {
-			names := recs[i].ToolNames
+			names := *(*[]string)(at(&recs[i], fd.off))
 			if len(names) == 0 {
 				v = append(v, parquet.NullValue())
 			}
@@ -520,17 +420,17 @@ func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []Recor
 				v = append(v, withLevels(pqBytes(name), min(j, 1), 1, c))
 			}
 		}
-	case rfRewardComponents, rfTaskFields:
+	case kindFloatMap, kindStringMap:
 		v2 := wk.vals2[:0]
 		defer func() { wk.vals2 = v2[:0] }()
 		for i := range recs {
 			kvs := wk.kvs[:0]
-			if f == rfRewardComponents {
-				for k, x := range recs[i].RewardComponents {
+			if fd.kind == kindFloatMap {
+				for k, x := range *(*map[string]float64)(at(&recs[i], fd.off)) {
 					kvs = append(kvs, pqKV{k: k, vf: x})
 				}
 			} else {
-				for k, x := range recs[i].TaskFields {
+				for k, x := range *(*map[string]string)(at(&recs[i], fd.off)) {
 					kvs = append(kvs, pqKV{k: k, vs: x})
 				}
 			}
@@ -547,7 +447,7 @@ func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []Recor
 			for j := range kvs {
 				rep := min(j, 1)
 				v = append(v, withLevels(pqBytes(kvs[j].k), rep, 1, c))
-				if f == rfRewardComponents {
+				if fd.kind == kindFloatMap {
 					v2 = append(v2, withLevels(parquet.DoubleValue(kvs[j].vf), rep, 1, c+1))
 				} else {
 					v2 = append(v2, withLevels(pqBytes(kvs[j].vs), rep, 1, c+1))
