@@ -106,10 +106,11 @@ bench-tools:
 # Each fuzz target for FUZZTIME (their seed corpora run in `make test` too).
 FUZZTIME ?= 30s
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./pkg/... | grep '^Fuzz'); do \
-		pkg=$$(grep -rl "func $$t(" --include='*_test.go' pkg | xargs dirname); \
-		echo "== $$t ($$pkg)"; \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	@for dir in $$(grep -rl '^func Fuzz' --include='*_test.go' pkg internal | xargs -n1 dirname | sort -u); do \
+		for t in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed -E 's/^func (Fuzz[A-Za-z0-9_]*).*/\1/'); do \
+			echo "== $$t (./$$dir)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$dir || exit 1; \
+		done; \
 	done
 
 # 10,000 rollouts through the simulator (10% 429, 5% 500, 2% resets, 1% hangs) and a resource

@@ -15,7 +15,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/rollout-dev/rollout/internal/jsonscan"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
@@ -217,7 +217,7 @@ func zeroSampling(body []byte) (out []byte, changed bool) {
 	if !bytes.Contains(body, []byte(zeroTemperatureJSON)) {
 		return body, false
 	}
-	s := jsonscan.New(body)
+	s := jsonfast.New(body)
 	s.SkipSpace()
 	empty, ok := s.Begin('{')
 	if !ok || empty {

@@ -2,12 +2,11 @@ package agent
 
 import (
 	"encoding/json"
-	"math"
 	"strconv"
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // plainTrajectory is Trajectory without its MarshalJSON method: encoding/json's encoding by
@@ -92,14 +91,14 @@ func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 	b = append(b, `,"usage":`...)
 	b = appendUsage(b, &t.Usage)
 	b = append(b, `,"termination":`...)
-	b = jsonw.AppendStringHTML(b, string(t.Termination))
+	b = jsonfast.AppendStringHTML(b, string(t.Termination))
 	if t.FailureClass != "" {
 		b = append(b, `,"failure_class":`...)
-		b = jsonw.AppendStringHTML(b, string(t.FailureClass))
+		b = jsonfast.AppendStringHTML(b, string(t.FailureClass))
 	}
 	if t.Error != "" {
 		b = append(b, `,"error":`...)
-		b = jsonw.AppendStringHTML(b, t.Error)
+		b = jsonfast.AppendStringHTML(b, t.Error)
 	}
 	if len(t.Steps) > 0 {
 		return b, false // the workflow policy's record: encoding/json's
@@ -118,22 +117,22 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 		return b, false
 	}
 	b = append(b, `{"role":`...)
-	b = jsonw.AppendStringHTML(b, m.Role)
+	b = jsonfast.AppendStringHTML(b, m.Role)
 	if m.Content != "" {
 		b = append(b, `,"content":`...)
-		b = jsonw.AppendStringHTML(b, m.Content)
+		b = jsonfast.AppendStringHTML(b, m.Content)
 	}
 	if m.Refusal != "" {
 		b = append(b, `,"refusal":`...)
-		b = jsonw.AppendStringHTML(b, m.Refusal)
+		b = jsonfast.AppendStringHTML(b, m.Refusal)
 	}
 	if m.Name != "" {
 		b = append(b, `,"name":`...)
-		b = jsonw.AppendStringHTML(b, m.Name)
+		b = jsonfast.AppendStringHTML(b, m.Name)
 	}
 	if m.ReasoningContent != "" {
 		b = append(b, `,"reasoning_content":`...)
-		b = jsonw.AppendStringHTML(b, m.ReasoningContent)
+		b = jsonfast.AppendStringHTML(b, m.ReasoningContent)
 	}
 	if len(m.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
@@ -150,22 +149,22 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 			}
 			if tc.ID != "" {
 				b = append(b, `"id":`...)
-				b = jsonw.AppendStringHTML(b, tc.ID)
+				b = jsonfast.AppendStringHTML(b, tc.ID)
 				b = append(b, ',')
 			}
 			b = append(b, `"type":`...)
-			b = jsonw.AppendStringHTML(b, string(tc.Type))
+			b = jsonfast.AppendStringHTML(b, string(tc.Type))
 			b = append(b, `,"function":{`...)
 			if tc.Function.Name != "" {
 				b = append(b, `"name":`...)
-				b = jsonw.AppendStringHTML(b, tc.Function.Name)
+				b = jsonfast.AppendStringHTML(b, tc.Function.Name)
 			}
 			if tc.Function.Arguments != "" {
 				if tc.Function.Name != "" {
 					b = append(b, ',')
 				}
 				b = append(b, `"arguments":`...)
-				b = jsonw.AppendStringHTML(b, tc.Function.Arguments)
+				b = jsonfast.AppendStringHTML(b, tc.Function.Arguments)
 			}
 			b = append(b, "}}"...)
 		}
@@ -173,7 +172,7 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 	}
 	if m.ToolCallID != "" {
 		b = append(b, `,"tool_call_id":`...)
-		b = jsonw.AppendStringHTML(b, m.ToolCallID)
+		b = jsonfast.AppendStringHTML(b, m.ToolCallID)
 	}
 	return append(b, '}'), true
 }
@@ -183,13 +182,13 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 	b = append(b, `{"index":`...)
 	b = strconv.AppendInt(b, int64(r.Index), 10)
 	b = append(b, `,"model_latency_ms":`...)
-	if b, ok = appendFloat(b, r.ModelLatencyMs); !ok {
+	if b, ok = jsonfast.AppendFloat(b, r.ModelLatencyMs); !ok {
 		return b, false
 	}
 	b = append(b, `,"usage":`...)
 	b = appendUsage(b, &r.Usage)
 	b = append(b, `,"finish_reason":`...)
-	b = jsonw.AppendStringHTML(b, r.FinishReason)
+	b = jsonfast.AppendStringHTML(b, r.FinishReason)
 	if len(r.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
 		for i := range r.ToolCalls {
@@ -198,9 +197,9 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"call_id":`...)
-			b = jsonw.AppendStringHTML(b, c.CallID)
+			b = jsonfast.AppendStringHTML(b, c.CallID)
 			b = append(b, `,"name":`...)
-			b = jsonw.AppendStringHTML(b, c.Name)
+			b = jsonfast.AppendStringHTML(b, c.Name)
 			if c.Status != 0 {
 				b = append(b, `,"status":`...)
 				b = strconv.AppendInt(b, int64(c.Status), 10)
@@ -215,7 +214,7 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 				b = append(b, `,"timed_out":true`...)
 			}
 			b = append(b, `,"latency_ms":`...)
-			if b, ok = appendFloat(b, c.LatencyMs); !ok {
+			if b, ok = jsonfast.AppendFloat(b, c.LatencyMs); !ok {
 				return b, false
 			}
 			b = append(b, '}')
@@ -239,25 +238,4 @@ func appendUsage(b []byte, u *Usage) []byte {
 		b = strconv.AppendInt(b, int64(u.ReasoningTokens), 10)
 	}
 	return append(b, '}')
-}
-
-// appendFloat is encoding/json's encoding of a float64; ok is false for NaN and infinities,
-// which it refuses.
-func appendFloat(b []byte, f float64) ([]byte, bool) {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return b, false
-	}
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// e-09 is written e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b, true
 }

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // The single-pass row parser.
@@ -63,7 +63,7 @@ func (s *scanner) str() (span, bool) {
 	sp := span{start: i, set: true}
 	for {
 		for i+8 <= len(b) {
-			if m := jsonw.StringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			if m := jsonfast.StringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
@@ -86,7 +86,7 @@ func (s *scanner) str() (span, bool) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if jsonw.Hex4(b[i+2:]) < 0 {
+				if jsonfast.Hex4(b[i+2:]) < 0 {
 					return sp, false
 				}
 				i += 6
@@ -329,7 +329,7 @@ func (s *scanner) text(sp span) string {
 	if !sp.esc {
 		return string(raw)
 	}
-	return bytesString(jsonw.AppendUnquoted(make([]byte, 0, len(raw)), raw))
+	return bytesString(jsonfast.AppendUnquoted(make([]byte, 0, len(raw)), raw))
 }
 
 // bytesString is b as a string, without a copy: b is not used after.
@@ -873,7 +873,7 @@ func (s *scanner) joinText(parts []span) string {
 	}
 	b := make([]byte, 0, n)
 	for _, p := range parts {
-		b = jsonw.AppendUnquoted(b, s.b[p.start:p.end])
+		b = jsonfast.AppendUnquoted(b, s.b[p.start:p.end])
 	}
 	return bytesString(b)
 }

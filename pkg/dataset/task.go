@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // Task is one row of the input.
@@ -66,7 +68,7 @@ func (t *Task) AppendObject(dst []byte, skip []string, extra ...Field) []byte {
 			dst = append(dst, ',')
 		}
 		n++
-		dst = appendKey(dst, f.Key)
+		dst = jsonfast.AppendString(dst, f.Key)
 		dst = append(dst, ':')
 		dst = append(dst, f.Value...)
 	}
@@ -83,28 +85,6 @@ outer:
 		write(f)
 	}
 	return append(dst, '}')
-}
-
-// appendKey appends key as a JSON string. strconv.AppendQuote would not do: its \x01 and \a
-// escapes are not JSON.
-func appendKey(dst []byte, key string) []byte {
-	simple := true
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
-			simple = false
-			break
-		}
-	}
-	if simple {
-		dst = append(dst, '"')
-		dst = append(dst, key...)
-		return append(dst, '"')
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(key) // a string always encodes
-	return append(dst, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
 }
 
 // RowError is a validation error of one row: FILE:LINE: FIELD: message.

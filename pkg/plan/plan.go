@@ -34,6 +34,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // Field is the task row field that carries the plan.
@@ -241,23 +243,11 @@ func Resolve(raw json.RawMessage, outputs Outputs) (resolved json.RawMessage, mi
 		return nil, nil, err
 	}
 	v = resolve(v, outputs, &missing)
-	out, err := marshal(v)
+	out, err := jsonfast.Marshal(v)
 	if err != nil {
 		return nil, missing, err
 	}
 	return out, missing, nil
-}
-
-// marshal is compact JSON without HTML escaping: "<" stays "<" in arguments and in the final
-// text.
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func resolve(v any, outputs Outputs, missing *[]string) any {

@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // maxJSONDepth bounds the nesting the fast paths follow (encoding/json's limit is 10000; a
@@ -86,7 +86,7 @@ func scanString(b []byte, i int) (end int, flags int) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if jsonw.Hex4(b[i+2:]) < 0 {
+				if jsonfast.Hex4(b[i+2:]) < 0 {
 					return -1, 0
 				}
 				i += 6
@@ -399,7 +399,7 @@ func unquoteFast(b []byte, i, end, flags int, scratch []byte) (raw []byte, ok bo
 	if flags&strEscaped == 0 {
 		return raw, true
 	}
-	return jsonw.AppendUnquoted(scratch[:0], raw), true
+	return jsonfast.AppendUnquoted(scratch[:0], raw), true
 }
 
 // fieldOfKey is the field of a JSON key of Record, -1 for any other key (a key that only

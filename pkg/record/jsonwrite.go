@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // AppendJSON appends r as one JSON line (with its newline), the bytes json.Encoder
@@ -37,13 +37,13 @@ func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, o
 		case kindInt32:
 			dst = strconv.AppendInt(dst, int64(*(*int32)(p)), 10)
 		case kindFloat:
-			if dst, ok = jsonw.AppendFloat(dst, *(*float64)(p)); !ok {
+			if dst, ok = jsonfast.AppendFloat(dst, *(*float64)(p)); !ok {
 				return dst[:n], keys, false
 			}
 		case kindBool:
 			dst = strconv.AppendBool(dst, *(*bool)(p))
 		case kindString, kindName:
-			dst = jsonw.AppendString(dst, *(*string)(p))
+			dst = jsonfast.AppendString(dst, *(*string)(p))
 		case kindTime:
 			dst = append(dst, '"')
 			t, err := (*time.Time)(p).AppendText(dst)
@@ -62,7 +62,7 @@ func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, o
 				if i > 0 {
 					dst = append(dst, ',')
 				}
-				dst = jsonw.AppendString(dst, name)
+				dst = jsonfast.AppendString(dst, name)
 			}
 			dst = append(dst, ']')
 		case kindFloatMap:
@@ -77,9 +77,9 @@ func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, o
 				if i > 0 {
 					dst = append(dst, ',')
 				}
-				dst = jsonw.AppendString(dst, k)
+				dst = jsonfast.AppendString(dst, k)
 				dst = append(dst, ':')
-				if dst, ok = jsonw.AppendFloat(dst, m[k]); !ok {
+				if dst, ok = jsonfast.AppendFloat(dst, m[k]); !ok {
 					return dst[:n], keys, false
 				}
 			}
@@ -96,9 +96,9 @@ func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, o
 				if i > 0 {
 					dst = append(dst, ',')
 				}
-				dst = jsonw.AppendString(dst, k)
+				dst = jsonfast.AppendString(dst, k)
 				dst = append(dst, ':')
-				dst = jsonw.AppendString(dst, m[k])
+				dst = jsonfast.AppendString(dst, m[k])
 			}
 			dst = append(dst, '}')
 		}

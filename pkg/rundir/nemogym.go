@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/durable"
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
@@ -124,7 +124,7 @@ func (n *NemoGymWriter) spliceKeys(dst *bytes.Buffer, obj json.RawMessage, task,
 	dst.WriteString(`,"` + ngRolloutIndexKey + `":`)
 	dst.WriteString(strconv.FormatInt(rollout, 10))
 	dst.WriteString(`,"` + ngArmKey + `":`)
-	n.arm = jsonw.AppendString(n.arm[:0], arm)
+	n.arm = jsonfast.AppendString(n.arm[:0], arm)
 	dst.Write(n.arm)
 	dst.WriteByte('}')
 	return nil

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
@@ -26,7 +26,7 @@ func newRedactor(secrets []string) *redactor {
 	r := &redactor{text: text, plain: []byte(redact.Placeholder)}
 	for _, s := range redact.Secrets(secrets) {
 		r.raw = append(r.raw, []byte(s))
-		if esc := jsonw.AppendString(nil, s); string(esc[1:len(esc)-1]) != s {
+		if esc := jsonfast.AppendString(nil, s); string(esc[1:len(esc)-1]) != s {
 			r.raw = append(r.raw, esc[1:len(esc)-1])
 		}
 	}

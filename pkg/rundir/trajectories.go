@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/rollout-dev/rollout/internal/jsonw"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -103,20 +103,20 @@ func (t *TrajectoryWriter) appendLine(dst []byte, r *record.Result, traj json.Ra
 	dst = append(dst, `,"rollout_index":`...)
 	dst = strconv.AppendInt(dst, r.Record.RolloutIndex, 10)
 	dst = append(dst, `,"arm":`...)
-	dst = jsonw.AppendString(dst, r.Record.Arm)
+	dst = jsonfast.AppendString(dst, r.Record.Arm)
 	dst = append(dst, `,"task_id":`...)
-	dst = jsonw.AppendString(dst, r.Record.TaskID)
+	dst = jsonfast.AppendString(dst, r.Record.TaskID)
 	dst = append(dst, `,"reward":`...)
 	var ok bool
-	if dst, ok = jsonw.AppendFloat(dst, r.Record.Reward); !ok {
+	if dst, ok = jsonfast.AppendFloat(dst, r.Record.Reward); !ok {
 		return dst, false
 	}
 	dst = append(dst, `,"has_reward":`...)
 	dst = strconv.AppendBool(dst, r.Record.HasReward)
 	dst = append(dst, `,"termination":`...)
-	dst = jsonw.AppendString(dst, r.Record.Termination)
+	dst = jsonfast.AppendString(dst, r.Record.Termination)
 	dst = append(dst, `,"failure_class":`...)
-	dst = jsonw.AppendString(dst, string(r.Record.FailureClass))
+	dst = jsonfast.AppendString(dst, string(r.Record.FailureClass))
 	dst = append(dst, `,"trajectory":`...)
 	if traj == nil {
 		dst = append(dst, "null"...)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // slot is one value of an arguments object that a wrong argument can change.
@@ -60,7 +62,7 @@ func perturb(args string, rng *rand.Rand) (string, bool) {
 	}
 	sl := slots[rng.IntN(len(slots))]
 	sl.set(wrongValue(sl.get()))
-	out, err := marshalCompact(root)
+	out, err := jsonfast.Marshal(root)
 	if err != nil {
 		return args, false
 	}

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // Arguments from a tool's JSON Schema, for conversations without a plan. The subset understood:
@@ -38,7 +40,7 @@ func schemaArguments(params json.RawMessage, rng *rand.Rand) string {
 		// Arguments are an object whatever the schema says.
 		v = map[string]any{}
 	}
-	out, err := marshalCompact(v)
+	out, err := jsonfast.Marshal(v)
 	if err != nil {
 		return "{}"
 	}
@@ -325,15 +327,4 @@ func intOf(v any) (int64, bool) {
 		return int64(x), x == math.Trunc(x)
 	}
 	return 0, false
-}
-
-// marshalCompact is compact JSON without HTML escaping.
-func marshalCompact(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -105,6 +105,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/chaos"
 	"github.com/rollout-dev/rollout/pkg/plan"
 )
@@ -575,7 +576,7 @@ type chatUsage struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshalCompact(v)
+	b, err := jsonfast.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

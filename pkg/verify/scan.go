@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/rollout-dev/rollout/internal/jsonscan"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // A verify answer echoes the whole task row and the rollout's response, so reading it is mostly
@@ -16,7 +16,7 @@ import (
 // syntax check inside each). It accepts exactly what encoding/json accepts (FuzzVerifyScan holds
 // it to that); what it does not accept (invalid JSON, another kind of value) goes to parseSlow,
 // which words the error, so it cannot change a result, only its cost. The scanning itself is
-// internal/jsonscan's.
+// internal/jsonfast's.
 
 // key is a member's key: q is the key as written, quotes included.
 type key struct {
@@ -44,7 +44,7 @@ func (k key) String() string {
 
 // scanMembers calls fn with each member of the object at s's position (no white space before it);
 // false when it is not a valid object.
-func scanMembers(s *jsonscan.Scanner, data []byte, fn func(k key, v []byte)) bool {
+func scanMembers(s *jsonfast.Scanner, data []byte, fn func(k key, v []byte)) bool {
 	empty, ok := s.Begin('{')
 	if !ok {
 		return false
@@ -76,7 +76,7 @@ func scanMembers(s *jsonscan.Scanner, data []byte, fn func(k key, v []byte)) boo
 // number reads a JSON number as encoding/json reads it into a float64 (ok false where
 // json.Unmarshal fails: out of range); v is a valid JSON value.
 func number(v []byte) (float64, bool) {
-	if len(v) == 0 || v[0] != '-' && !jsonscan.IsDigit(v[0]) {
+	if len(v) == 0 || v[0] != '-' && !jsonfast.IsDigit(v[0]) {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(string(v), 64)
@@ -100,7 +100,7 @@ var errNotRead = errors.New("verify: not read")
 // parseFast is Parse for an answer that is one valid JSON object; errNotRead for anything else,
 // which parseSlow reads.
 func parseFast(answer []byte, rowKeys []string) (*Result, error) {
-	s := jsonscan.New(answer)
+	s := jsonfast.New(answer)
 	s.SkipSpace()
 	rewards := 0
 	var reward, rc []byte
@@ -158,7 +158,7 @@ func parseFast(answer []byte, rowKeys []string) (*Result, error) {
 			v []byte
 		}
 		var members []member
-		sub := jsonscan.New(rc)
+		sub := jsonfast.New(rc)
 		scanMembers(&sub, rc, func(k key, v []byte) {
 			ks := k.String()
 			for i := range members {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/jsonscan"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // scanSeeds are answers, valid and not, for FuzzVerifyScan.
@@ -86,7 +86,7 @@ func checkParse(t *testing.T, answer []byte) {
 
 // Nesting at encoding/json's limit and past it.
 func TestScanDepth(t *testing.T) {
-	for _, n := range []int{jsonscan.MaxDepth - 1, jsonscan.MaxDepth, jsonscan.MaxDepth + 1} {
+	for _, n := range []int{jsonfast.MaxDepth - 1, jsonfast.MaxDepth, jsonfast.MaxDepth + 1} {
 		checkParse(t, []byte(`{"reward":1,"x":`+strings.Repeat("[", n)+strings.Repeat("]", n)+`}`))
 		checkParse(t, []byte(`{"reward":1,"x":`+strings.Repeat(`{"a":`, n)+"1"+strings.Repeat("}", n)+`}`))
 	}

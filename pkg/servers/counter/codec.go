@@ -1,11 +1,10 @@
 package counter
 
 import (
-	"encoding/json"
 	"math/big"
 	"strconv"
 
-	"github.com/rollout-dev/rollout/internal/jsonscan"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // The counter server's state in the session store is json.Marshal(counterState). A tool call
@@ -55,7 +54,7 @@ func (r *canonReader) int() ([]byte, bool) {
 		}
 		i++
 	case i < len(d) && '1' <= d[i] && d[i] <= '9':
-		for i++; i < len(d) && jsonscan.IsDigit(d[i]); i++ {
+		for i++; i < len(d) && jsonfast.IsDigit(d[i]); i++ {
 		}
 	default:
 		return nil, false
@@ -200,7 +199,7 @@ func nextCounterState(st counterRaw, tool string, by, n *big.Int) []byte {
 		b = append(append(b, st.kept...), ',')
 	}
 	b = append(b, `{"tool":`...)
-	b = appendMarshalString(b, tool)
+	b = jsonfast.AppendStringHTML(b, tool)
 	if by != nil {
 		b = append(b, `,"by":`...)
 		b = by.Append(b, 10)
@@ -208,17 +207,4 @@ func nextCounterState(st counterRaw, tool string, by, n *big.Int) []byte {
 	b = append(b, `,"count":`...)
 	b = n.Append(b, 10)
 	return append(b, "}]}"...)
-}
-
-// appendMarshalString appends json.Marshal(s).
-func appendMarshalString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if !canonChar(s[i]) {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
@@ -243,7 +244,7 @@ outer:
 			b = append(b, ',')
 		}
 		first = false
-		b = appendString(b, m.Key)
+		b = jsonfast.AppendString(b, m.Key)
 		b = append(b, ':')
 		b = m.appendValue(b)
 	}
@@ -252,7 +253,7 @@ outer:
 			b = append(b, ',')
 		}
 		first = false
-		b = appendString(b, f.Key)
+		b = jsonfast.AppendString(b, f.Key)
 		b = append(b, ':')
 		b = appendValue(b, f.Value)
 	}

@@ -2,12 +2,11 @@ package gym
 
 import (
 	"encoding/json"
-	"unicode/utf8"
 
-	"github.com/rollout-dev/rollout/internal/jsonscan"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
-// The request bodies are read with a one-pass JSON scanner (internal/jsonscan): it checks the
+// The request bodies are read with a one-pass JSON scanner (internal/jsonfast): it checks the
 // syntax and splits an object into its members (or an array into its items) in the same pass,
 // where encoding/json took three (Valid, then a Decoder's Token and Decode, which scan each
 // value twice more). It accepts exactly what encoding/json accepts; anything it does not accept
@@ -17,7 +16,7 @@ import (
 
 // unquote is the value of the valid JSON string q (quotes included) of that kind, as
 // encoding/json reads it; an interned string without a copy where it can.
-func unquote(q []byte, kind jsonscan.Kind) string {
+func unquote(q []byte, kind jsonfast.Kind) string {
 	if kind == 0 {
 		body := q[1 : len(q)-1]
 		if len(body) <= maxInterned {
@@ -27,7 +26,7 @@ func unquote(q []byte, kind jsonscan.Kind) string {
 		}
 		return string(body)
 	}
-	return jsonscan.Unquote(q, kind)
+	return jsonfast.Unquote(q, kind)
 }
 
 // maxInterned is the length of the longest interned string.
@@ -71,7 +70,7 @@ var interned = func() map[string]string {
 // scanObject reads data, one JSON object with optional white space around it, into an object.
 // false: data is not that (not JSON, or another kind of value); encoding/json is to tell which.
 func scanObject(data []byte) (*Object, bool) {
-	s := jsonscan.New(data)
+	s := jsonfast.New(data)
 	s.SkipSpace()
 	empty, ok := s.Begin('{')
 	if !ok {
@@ -150,7 +149,7 @@ func (o *Object) buildIndex() {
 // scanArray splits data, one JSON array with optional white space around it, into its items.
 // false: data is not that.
 func scanArray(data []byte) ([]json.RawMessage, bool) {
-	s := jsonscan.New(data)
+	s := jsonfast.New(data)
 	s.SkipSpace()
 	empty, ok := s.Begin('[')
 	if !ok {
@@ -184,7 +183,7 @@ func scanArray(data []byte) ([]json.RawMessage, bool) {
 // scanString reads data, one JSON string with optional white space around it, as encoding/json
 // reads it into a string. false: data is not that.
 func scanString(data []byte) (string, bool) {
-	s := jsonscan.New(data)
+	s := jsonfast.New(data)
 	s.SkipSpace()
 	start, kind, ok := s.Str()
 	if !ok {
@@ -200,7 +199,7 @@ func scanString(data []byte) (string, bool) {
 
 // validJSON reports whether data is one JSON value with optional white space around it. false
 // may also mean a value it does not take; encoding/json is to tell.
-func validJSON(data []byte) bool { return jsonscan.Valid(data) }
+func validJSON(data []byte) bool { return jsonfast.Valid(data) }
 
 // appendCompact appends the valid JSON value raw without its insignificant white space, as
 // json.Compact writes it (without HTML escaping).
@@ -217,23 +216,10 @@ func appendCompact(dst, raw []byte) []byte {
 					break
 				}
 			}
-		case jsonscan.IsSpace(c):
+		case jsonfast.IsSpace(c):
 			dst = append(dst, raw[start:i]...)
 			start = i + 1
 		}
 	}
 	return append(dst, raw[start:]...)
-}
-
-// appendString appends s as a JSON string the way encoding/json writes it without HTML
-// escaping; the common plain string is copied as it is.
-func appendString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			return append(dst, MarshalValue(s)...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }

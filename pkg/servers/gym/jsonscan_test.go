@@ -6,6 +6,8 @@ import (
 	"math/big"
 	"strings"
 	"testing"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // scanSeeds are JSON texts, valid and not, for the scanner's fuzz tests.
@@ -106,8 +108,8 @@ func checkScan(t *testing.T, data []byte) {
 	if s, ok := decodeString(data); ok != (err == nil) || s != ws {
 		t.Fatalf("decodeString(%q) = %q %v, json.Unmarshal %q %v", data, s, ok, ws, err)
 	}
-	if got, want := appendString(nil, string(data)), MarshalValue(string(data)); !bytes.Equal(got, want) {
-		t.Fatalf("appendString(%q) = %s, want %s", data, got, want)
+	if got, want := jsonfast.AppendString(nil, string(data)), MarshalValue(string(data)); !bytes.Equal(got, want) {
+		t.Fatalf("jsonfast.AppendString(%q) = %s, want %s", data, got, want)
 	}
 	if valid {
 		var c bytes.Buffer

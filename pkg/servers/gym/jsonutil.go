@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // Field is one member of a JSON object. value is anything encoding/json can write;
@@ -156,7 +158,7 @@ func appendFields(b []byte, fields []Field) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, f.Key)
+		b = jsonfast.AppendString(b, f.Key)
 		b = append(b, ':')
 		b = appendValue(b, f.Value)
 	}
@@ -184,7 +186,7 @@ func appendValue(b []byte, v any) []byte {
 			return append(b, f...)
 		}
 	case string:
-		return appendString(b, x)
+		return jsonfast.AppendString(b, x)
 	}
 	return append(b, MarshalValue(v)...)
 }
@@ -208,7 +210,7 @@ func marshalMembers(members []Member) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, m.Key)
+		b = jsonfast.AppendString(b, m.Key)
 		b = append(b, ':')
 		b = m.appendValue(b)
 	}
@@ -231,13 +233,11 @@ func MarshalValue(v any) []byte {
 		}
 		return raw
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := jsonfast.Marshal(v)
+	if err != nil {
 		panic(fmt.Sprintf("gym: marshal %T: %v", v, err)) // only our own plain values get here
 	}
-	return bytes.TrimRight(b.Bytes(), "\n")
+	return b
 }
 
 // PyFloat is a float written the way Python writes one (1.0, not 1).

@@ -1,9 +1,10 @@
-// Package jsonscan is a one-pass JSON scanner: it checks the syntax of a value and finds the
+package jsonfast
+
+// The one-pass scanner: it checks the syntax of a value and finds the
 // extent of its parts (an object's keys and values, an array's items, a string's escapes) in
 // the same pass, without decoding anything it is not asked to. It accepts exactly what
 // encoding/json accepts, up to encoding/json's nesting limit; its callers hand anything it
 // does not accept to encoding/json, which then decides and words the error.
-package jsonscan
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package jsonw
+package jsonfast
 
 import (
 	"bytes"
@@ -126,6 +126,38 @@ func TestAppendFloat(t *testing.T) {
 		}
 		if got, ok := AppendFloat([]byte("x"), f); ok || string(got) != "x" {
 			t.Errorf("%v: %q (ok %v), want refused", f, got, ok)
+		}
+	}
+}
+
+// TestMarshal checks Marshal against json.Marshal: the same bytes but for HTML escaping,
+// no newline, and json.Marshal's errors.
+func TestMarshal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"html", map[string]any{"a": "<b>&</b>", "n": 1.5}, `{"a":"<b>&</b>","n":1.5}`},
+		{"string", "x\u2028y\x01", `"x\u2028y\u0001"`},
+		{"nil", nil, `null`},
+		{"raw", json.RawMessage(` { "k" : [1, 2] } `), `{"k":[1,2]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Marshal(tc.v)
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("Marshal = %s, %v; want %s", got, err, tc.want)
+			}
+			std, err := json.Marshal(tc.v)
+			unescaped := strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(string(std))
+			if err != nil || unescaped != string(got) {
+				t.Errorf("Marshal = %s, json.Marshal = %s (%v)", got, std, err)
+			}
+		})
+	}
+	for _, v := range []any{math.NaN(), make(chan int), map[string]any{"f": math.Inf(1)}} {
+		if got, err := Marshal(v); err == nil {
+			t.Errorf("Marshal(%T) = %s, want json.Marshal's error", v, got)
 		}
 	}
 }

@@ -1,11 +1,12 @@
-// Package jsonw holds the JSON string and float encoding and the string decoding that the hand-written fast
-// paths of the agent, report and dataset packages share: appending a string exactly as
+package jsonfast
+
+// Encoding strings and floats and decoding strings: appending a string exactly as
 // encoding/json encodes it, and unquoting a string's content exactly as encoding/json
 // decodes it.
-package jsonw
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"math/bits"
 	"strconv"
@@ -222,4 +223,16 @@ func AppendFloat(dst []byte, f float64) ([]byte, bool) {
 		}
 	}
 	return dst, true
+}
+
+// Marshal is json.Marshal without HTML escaping ("<", ">" and "&" stay as they are): the
+// bytes a json.Encoder with SetEscapeHTML(false) writes, without its newline.
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -1,4 +1,4 @@
-package jsonscan
+package jsonfast
 
 import (
 	"bytes"
