@@ -345,8 +345,8 @@ func (s *scanner) is(sp span, lit string) bool {
 	return s.text(sp) == lit
 }
 
-// foldsTo says whether key is not one of names but encoding/json would take it for one (it
-// matches keys case-insensitively). A key with non-ASCII bytes may fold to ASCII (the Kelvin
+// foldsTo says whether key is not one of names (lower case) but encoding/json would take it
+// for one (it matches keys case-insensitively). A key with non-ASCII bytes may fold to ASCII (the Kelvin
 // sign to k): it counts as such a key.
 func foldsTo(key []byte, names []string) bool {
 	for _, c := range key {
@@ -355,27 +355,11 @@ func foldsTo(key []byte, names []string) bool {
 		}
 	}
 	for _, n := range names {
-		if len(n) == len(key) && asciiEqualFold(key, n) {
+		if jsonfast.EqualFoldASCII(key, n) {
 			return true
 		}
 	}
 	return false
-}
-
-func asciiEqualFold(a []byte, b string) bool {
-	for i := range a {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // rowKey is a top-level key as a string, without allocating for the usual ones.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // MaxNesting is how deeply arrays and objects may nest in a row: encoding/json's own limit.
@@ -46,7 +48,7 @@ func splitRow(raw []byte) ([]Field, *fieldError) {
 	if !json.Valid(raw) {
 		return nil, errf("", "invalid JSON: %v", syntaxError(raw))
 	}
-	i := skipSpace(raw, 0)
+	i := jsonfast.SkipSpace(raw, 0)
 	if raw[i] != '{' {
 		return nil, errf("", "not a JSON object: the row is %s", kindOf(raw[i:]))
 	}
@@ -64,20 +66,20 @@ func splitRow(raw []byte) ([]Field, *fieldError) {
 // sub-slices of raw. dup is a key that appears twice.
 func members(raw []byte) (fields []Field, dup string, err error) {
 	var seen map[string]bool
-	i := skipSpace(raw, 1)
+	i := jsonfast.SkipSpace(raw, 1)
 	if raw[i] == '}' {
 		return fields, "", nil
 	}
 	for {
 		// raw[i] is the opening quote of a key.
-		end := skipString(raw, i)
+		end := jsonfast.SkipValidString(raw, i)
 		key, err := unquote(raw[i:end])
 		if err != nil {
 			return nil, "", err
 		}
-		i = skipSpace(raw, end)
-		i = skipSpace(raw, i+1) // the colon
-		vend := skipValue(raw, i)
+		i = jsonfast.SkipSpace(raw, end)
+		i = jsonfast.SkipSpace(raw, i+1) // the colon
+		vend := jsonfast.SkipValid(raw, i)
 		if len(fields) < 16 {
 			for _, f := range fields {
 				if f.Key == key {
@@ -97,36 +99,36 @@ func members(raw []byte) (fields []Field, dup string, err error) {
 			seen[key] = true
 		}
 		fields = append(fields, Field{Key: key, Value: raw[i:vend:vend]})
-		i = skipSpace(raw, vend)
+		i = jsonfast.SkipSpace(raw, vend)
 		if raw[i] == '}' {
 			return fields, "", nil
 		}
-		i = skipSpace(raw, i+1) // the comma
+		i = jsonfast.SkipSpace(raw, i+1) // the comma
 	}
 }
 
 // elements splits a valid JSON array (raw starts with '[') into its elements, as sub-slices.
 func elements(raw []byte) []json.RawMessage {
 	var elems []json.RawMessage
-	i := skipSpace(raw, 1)
+	i := jsonfast.SkipSpace(raw, 1)
 	if raw[i] == ']' {
 		return elems
 	}
 	for {
-		end := skipValue(raw, i)
+		end := jsonfast.SkipValid(raw, i)
 		elems = append(elems, raw[i:end:end])
-		i = skipSpace(raw, end)
+		i = jsonfast.SkipSpace(raw, end)
 		if raw[i] == ']' {
 			return elems
 		}
-		i = skipSpace(raw, i+1)
+		i = jsonfast.SkipSpace(raw, i+1)
 	}
 }
 
 // objectFields splits raw, which must be one valid JSON object (as a value of a valid row
 // is), into its members; a duplicate key is an error at field.KEY.
 func objectFields(raw json.RawMessage, field string) ([]Field, *fieldError) {
-	i := skipSpace(raw, 0)
+	i := jsonfast.SkipSpace(raw, 0)
 	fields, dup, err := members(raw[i:])
 	if err != nil {
 		return nil, errf(field, "%v", err)
@@ -164,66 +166,4 @@ func containsByte(s []byte, c byte) bool {
 		}
 	}
 	return false
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// skipString returns the index just past the string that starts at b[i] (a quote). b is
-// valid JSON.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index just past the value that starts at b[i]. b is valid JSON, so
-// brackets balance; nesting is followed with a counter, not recursion.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(b)
-	}
-	// A number, true, false or null.
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
@@ -264,7 +265,7 @@ func TestAppendCompact(t *testing.T) {
 	} {
 		var want bytes.Buffer
 		werr := json.Compact(&want, []byte(in))
-		got, ok := record.AppendCompact([]byte("pre"), []byte(in))
+		got, ok := jsonfast.AppendCompact([]byte("pre"), []byte(in))
 		switch {
 		case werr == nil && ok && string(got) != "pre"+want.String():
 			t.Errorf("%.40q: got %q, want %q", in, got, want.String())
@@ -299,9 +300,9 @@ func checkDecoder(t *testing.T, line string) {
 	}
 	var wk keys
 	werr := json.Unmarshal([]byte(line), &wk)
-	if task, rollout, arm, _, ok := record.LineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
+	if task, rollout, arm, _, ok := jsonfast.LineKeys([]byte(line), "task_index", "rollout_index", "arm"); ok &&
 		(werr != nil || task != wk.Task || rollout != wk.Rollout || string(arm) != wk.Arm) {
-		t.Fatalf("%q: record.LineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
+		t.Fatalf("%q: jsonfast.LineKeys %d %d %q, want %+v (err %v)", line, task, rollout, arm, wk, werr)
 	}
 }
 
@@ -341,7 +342,7 @@ func FuzzRecordDecoder(f *testing.F) {
 		checkDecoder(t, line)
 		var want bytes.Buffer
 		werr := json.Compact(&want, []byte(line))
-		if got, ok := record.AppendCompact(nil, []byte(line)); ok && (werr != nil || string(got) != want.String()) {
+		if got, ok := jsonfast.AppendCompact(nil, []byte(line)); ok && (werr != nil || string(got) != want.String()) {
 			t.Fatalf("%q: appendCompact %q, json.Compact %q (%v)", line, got, want.String(), werr)
 		}
 	})

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
-// record.LineKeys reads the keys of trajectory and NeMo Gym lines as encoding/json reads them into
+// jsonfast.LineKeys reads the keys of trajectory and NeMo Gym lines as encoding/json reads them into
 // the structs Compact used, or leaves the line to encoding/json.
 func TestLineKeys(t *testing.T) {
 	type keys struct {
@@ -39,7 +39,7 @@ func TestLineKeys(t *testing.T) {
 	} {
 		var want keys
 		werr := json.Unmarshal([]byte(tt.line), &want)
-		task, rollout, arm, _, ok := record.LineKeys([]byte(tt.line), "task_index", "rollout_index", "arm")
+		task, rollout, arm, _, ok := jsonfast.LineKeys([]byte(tt.line), "task_index", "rollout_index", "arm")
 		if tt.fast && !ok {
 			t.Errorf("%s: refused", tt.line)
 		}
@@ -56,7 +56,7 @@ func TestLineKeys(t *testing.T) {
 		{`{"reward":1,"_ng_task_index":3}`, 1},
 		{`{"reward":1,"_ng_task_index":3,"_ng_rollout_index":null}`, 1},
 	} {
-		task, rollout, _, has, ok := record.LineKeys([]byte(tt.line), ngTaskIndexKey, ngRolloutIndexKey, "")
+		task, rollout, _, has, ok := jsonfast.LineKeys([]byte(tt.line), ngTaskIndexKey, ngRolloutIndexKey, "")
 		if !ok || has != tt.has || task != 3 || (has == 3 && rollout != 0) {
 			t.Errorf("%s: %d %d has %d ok %v", tt.line, task, rollout, has, ok)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -251,7 +252,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 	next := 0
 	var seen record.Done
 	err = rewriteLines(join(dir, TrajectoriesFile), workers, nil, func(_ int, line []byte, res *keyLine) {
-		res.task, res.rollout, res.arm, _, res.ok = record.LineKeys(line, "task_index", "rollout_index", "arm")
+		res.task, res.rollout, res.arm, _, res.ok = jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
 	}, func(line []byte, _ int, res *keyLine) (bool, error) {
 		var key record.Key
 		if res.ok {
@@ -317,7 +318,7 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 		ok            bool
 	}
 	return rewriteLines(path, workers, nil, func(_ int, line []byte, res *ngLine) {
-		res.task, res.rollout, res.arm, res.has, res.ok = record.LineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+		res.task, res.rollout, res.arm, res.has, res.ok = jsonfast.LineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
 	}, func(line []byte, _ int, res *ngLine) (bool, error) {
 		var key record.Key
 		if res.ok {

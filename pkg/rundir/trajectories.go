@@ -121,7 +121,7 @@ func (t *TrajectoryWriter) appendLine(dst []byte, r *record.Result, traj json.Ra
 	if traj == nil {
 		dst = append(dst, "null"...)
 	} else {
-		if dst, ok = record.AppendCompact(dst, traj); !ok {
+		if dst, ok = jsonfast.AppendCompact(dst, traj); !ok {
 			return dst, false
 		}
 	}

@@ -200,26 +200,3 @@ func scanString(data []byte) (string, bool) {
 // validJSON reports whether data is one JSON value with optional white space around it. false
 // may also mean a value it does not take; encoding/json is to tell.
 func validJSON(data []byte) bool { return jsonfast.Valid(data) }
-
-// appendCompact appends the valid JSON value raw without its insignificant white space, as
-// json.Compact writes it (without HTML escaping).
-func appendCompact(dst, raw []byte) []byte {
-	start := 0
-	for i := 0; i < len(raw); i++ {
-		switch c := raw[i]; {
-		case c == '"':
-			// skip the string: to the first quote not escaped
-			for i++; i < len(raw); i++ {
-				if raw[i] == '\\' {
-					i++
-				} else if raw[i] == '"' {
-					break
-				}
-			}
-		case jsonfast.IsSpace(c):
-			dst = append(dst, raw[start:i]...)
-			start = i + 1
-		}
-	}
-	return append(dst, raw[start:]...)
-}

@@ -193,8 +193,8 @@ func appendValue(b []byte, v any) []byte {
 
 // appendRaw appends MarshalValue(raw): raw compacted, or raw as it is when it is not valid JSON.
 func appendRaw(b []byte, raw json.RawMessage) []byte {
-	if validJSON(raw) {
-		return appendCompact(b, raw)
+	if out, ok := jsonfast.AppendCompact(b, raw); ok {
+		return out
 	}
 	return append(b, MarshalValue(raw)...)
 }
