@@ -196,7 +196,3 @@ func scanString(data []byte) (string, bool) {
 	}
 	return unquote(data[start:end], kind), true
 }
-
-// validJSON reports whether data is one JSON value with optional white space around it. false
-// may also mean a value it does not take; encoding/json is to tell.
-func validJSON(data []byte) bool { return jsonfast.Valid(data) }

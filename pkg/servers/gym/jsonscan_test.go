@@ -53,8 +53,8 @@ func FuzzScanObject(f *testing.F) {
 // checkScan holds the one-pass reader to encoding/json on data.
 func checkScan(t *testing.T, data []byte) {
 	valid := json.Valid(data)
-	if validJSON(data) != valid {
-		t.Fatalf("validJSON(%q) = %v, json.Valid %v", data, !valid, valid)
+	if jsonfast.Valid(data) != valid {
+		t.Fatalf("jsonfast.Valid(%q) = %v, json.Valid %v", data, !valid, valid)
 	}
 
 	obj, ok := scanObject(data)
