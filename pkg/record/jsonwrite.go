@@ -66,41 +66,11 @@ func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, o
 			}
 			dst = append(dst, ']')
 		case kindFloatMap:
-			m := *(*map[string]float64)(p)
-			if m == nil {
-				dst = append(dst, "null"...)
-				break
+			if dst, keys, ok = appendMap(dst, keys, *(*map[string]float64)(p), jsonfast.AppendFloat); !ok {
+				return dst[:n], keys, false
 			}
-			keys = sortedKeys(keys, m)
-			dst = append(dst, '{')
-			for i, k := range keys {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = jsonfast.AppendString(dst, k)
-				dst = append(dst, ':')
-				if dst, ok = jsonfast.AppendFloat(dst, m[k]); !ok {
-					return dst[:n], keys, false
-				}
-			}
-			dst = append(dst, '}')
 		case kindStringMap:
-			m := *(*map[string]string)(p)
-			if m == nil {
-				dst = append(dst, "null"...)
-				break
-			}
-			keys = sortedKeys(keys, m)
-			dst = append(dst, '{')
-			for i, k := range keys {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = jsonfast.AppendString(dst, k)
-				dst = append(dst, ':')
-				dst = jsonfast.AppendString(dst, m[k])
-			}
-			dst = append(dst, '}')
+			dst, keys, _ = appendMap(dst, keys, *(*map[string]string)(p), appendStringOK)
 		}
 	}
 	clear(keys)
@@ -131,15 +101,32 @@ func empty(k fieldKind, p unsafe.Pointer) bool {
 	return false // a struct (time.Time) is never empty to encoding/json
 }
 
-// sortedKeys returns m's keys, sorted, in keys' storage.
-func sortedKeys[V any](keys []string, m map[string]V) []string {
+// appendMap appends m as a JSON object, its keys sorted (in keys' storage), each value
+// appended by val; ok is false if val refuses a value.
+func appendMap[V any](dst []byte, keys []string, m map[string]V, val func([]byte, V) ([]byte, bool)) (_ []byte, _ []string, ok bool) {
+	if m == nil {
+		return append(dst, "null"...), keys, true
+	}
 	keys = keys[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sortKeys(keys)
-	return keys
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = jsonfast.AppendString(dst, k)
+		dst = append(dst, ':')
+		if dst, ok = val(dst, m[k]); !ok {
+			return dst, keys, false
+		}
+	}
+	return append(dst, '}'), keys, true
 }
+
+func appendStringOK(dst []byte, s string) ([]byte, bool) { return jsonfast.AppendString(dst, s), true }
 
 // sortKeys sorts the keys of a map, which has a few: an insertion sort.
 func sortKeys(ks []string) {
