@@ -115,10 +115,8 @@ func (s *scanner) literal(lit string) bool {
 	return true
 }
 
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
 func (s *scanner) digits() {
-	for s.i < len(s.b) && isDigit(s.b[s.i]) {
+	for s.i < len(s.b) && jsonfast.IsDigit(s.b[s.i]) {
 		s.i++
 	}
 }
@@ -138,7 +136,7 @@ func (s *scanner) number() bool {
 	}
 	if s.peek() == '.' {
 		s.i++
-		if !isDigit(s.peek()) {
+		if !jsonfast.IsDigit(s.peek()) {
 			return false
 		}
 		s.digits()
@@ -148,7 +146,7 @@ func (s *scanner) number() bool {
 		if c := s.peek(); c == '+' || c == '-' {
 			s.i++
 		}
-		if !isDigit(s.peek()) {
+		if !jsonfast.IsDigit(s.peek()) {
 			return false
 		}
 		s.digits()
@@ -432,7 +430,7 @@ func (t *Task) parseFast() bool {
 			switch c := f.Value[0]; {
 			case c == '"':
 				t.ID = (&scanner{b: f.Value}).wholeText()
-			case c == '-' || isDigit(c):
+			case c == '-' || jsonfast.IsDigit(c):
 				t.ID = string(f.Value)
 			case c != 'n':
 				return false
@@ -587,7 +585,7 @@ func (s *scanner) params() *Params {
 	return p
 }
 
-func isNumber(v []byte) bool { return v[0] == '-' || isDigit(v[0]) }
+func isNumber(v []byte) bool { return v[0] == '-' || jsonfast.IsDigit(v[0]) }
 
 // paramsBox holds Params and the values its pointers point to, in one allocation.
 type paramsBox struct {
