@@ -148,22 +148,19 @@ func lookup(fields []Field, key string) json.RawMessage {
 	return nil
 }
 
+// unquote is the value of the JSON string s (quotes included), as encoding/json reads it.
 func unquote(s []byte) (string, error) {
-	if len(s) >= 2 && !containsByte(s, '\\') {
-		return string(s[1 : len(s)-1]), nil
+	if len(s) == 0 || s[0] != '"' {
+		return "", json.Unmarshal(s, new(string)) // encoding/json words the error
+	}
+	if end, flags := jsonfast.ScanString(s, 0); end == len(s) {
+		if raw, ok := jsonfast.UnquoteFast(s, 0, end, flags, nil); ok {
+			return string(raw), nil
+		}
 	}
 	var k string
 	if err := json.Unmarshal(s, &k); err != nil {
 		return "", err
 	}
 	return k, nil
-}
-
-func containsByte(s []byte, c byte) bool {
-	for _, b := range s {
-		if b == c {
-			return true
-		}
-	}
-	return false
 }
