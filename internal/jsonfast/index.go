@@ -45,9 +45,7 @@ func ScanString(b []byte, i int) (end int, flags int) {
 		// only costs a check of the UTF-8.
 		for i+8 <= len(b) {
 			x := binary.LittleEndian.Uint64(b[i:])
-			q := x ^ ('"' * ones)
-			s := x ^ ('\\' * ones)
-			special := (((q - ones) &^ q) | ((s - ones) &^ s) | ((x - 0x20*ones) &^ x)) & highs
+			special := quoteStops(x)
 			if x&highs != 0 {
 				flags |= StrHigh
 			}

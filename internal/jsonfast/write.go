@@ -27,10 +27,14 @@ const (
 // (< 0x20) and non-ASCII bytes (>= 0x80). The lowest mark is always exact (the arithmetic
 // may set false marks only above a true one), so bits.TrailingZeros64(m)>>3 is the index of
 // the first such byte, and a zero result means none of the eight is one.
-func StringStops(x uint64) uint64 {
+func StringStops(x uint64) uint64 { return quoteStops(x) | x&highs }
+
+// quoteStops is StringStops without the non-ASCII bytes: it marks '"', '\\' and control
+// characters, the bytes a scan that only checks a string must stop at (ScanString).
+func quoteStops(x uint64) uint64 {
 	q := x ^ (ones * '"')
 	bs := x ^ (ones * '\\')
-	return (((q - ones) &^ q) | ((bs - ones) &^ bs) | ((x - ones*0x20) &^ x) | x) & highs
+	return (((q - ones) &^ q) | ((bs - ones) &^ bs) | ((x - ones*0x20) &^ x)) & highs
 }
 
 // htmlStops is StringStops for '<', '>' and '&', which encoding/json escapes by default.
