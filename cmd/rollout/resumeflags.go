@@ -50,6 +50,9 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	if mf.JSONLOut != "" {
 		set("jsonl-out", mf.JSONLOut)
 	}
+	if mf.Shard != nil {
+		set("shard", mf.Shard.String())
+	}
 	// A URL whose secrets the manifest does not keep must be given again.
 	if u := cfg.ModelURL; u != agent.RedactURL(u) || strings.Contains(u, "REDACTED") {
 		if !given["model-url"] {

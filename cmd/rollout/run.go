@@ -60,6 +60,9 @@ type runFlags struct {
 	maxModelAnswer                             int64
 	failOnError                                failureLimit
 	earlyStop                                  int
+	resumeAuto                                 bool
+	shardArg                                   string
+	shard                                      runner.Shard
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -162,7 +165,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	rep, runErr := runner.Run(runCtx, opts, []runner.Output{sink, watch})
 	closeErr := sink.Close()
 	// An input read from stdin is only known to be empty now: no rollout, no earlier record.
-	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.Resumed
+	// A shard may have no task of a file that has some: it ends with an empty result.
+	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.Resumed &&
+		!(f.shard.Sharded() && f.input != "-")
 	cleanup = cleanup && rep != nil && rep.Started == 0 && (runErr != nil || noTasks)
 	if noTasks {
 		return badUsage("--input %s: no tasks", f.input)
@@ -191,7 +196,8 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 	debug.FreeOSMemory()
 	// The journal is the truth: the Parquet file, the summary, evaluation.json and the NeMo Gym
 	// file are derived from it, over every record of the run, resumed ones included.
-	fin, err := rundir.Finish(f.out, rundir.FinishOptions{NemoGym: f.jsonlOut})
+	complete := ctx.Err() == nil && rep.Stop == runner.StopCompleted && !watch.stopped
+	fin, err := rundir.Finish(f.out, rundir.FinishOptions{NemoGym: f.jsonlOut, Complete: complete})
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
@@ -234,6 +240,9 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	if err := parseFlags(fs, args, e); err != nil {
 		return f, nil, nil, nil, err
 	}
+	if f.resumeAuto && !f.overwrite {
+		f.resume = holdsRun(f.out)
+	}
 	if f.resume && !f.overwrite {
 		arms, steps, err := resumeDefaults(fs, f.out)
 		if err != nil {
@@ -246,6 +255,9 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	}
 	if fs.NArg() > 0 {
 		return f, nil, nil, nil, badUsage("run: unexpected argument %q", fs.Arg(0))
+	}
+	if err := f.resolveShard(e.getenv); err != nil {
+		return f, nil, nil, nil, err
 	}
 	if err := f.check(); err != nil {
 		return f, nil, nil, nil, err
@@ -331,7 +343,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.StringVar(&f.arm, "arm", runner.DefaultArm, "the arm's `NAME` in the records, with one multi arm")
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if a row is malformed (else: bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
-	fs.BoolVar(&f.resume, "resume", false, "finish the run in --out, with its own flags: run what has no record")
+	shardFlags(fs, f)
 	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or results' flags differ")
 	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: run the failed rollouts again too (all but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
@@ -381,6 +393,7 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 	opts = runner.Options{
 		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
 		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
+		Shard: f.shard,
 		Agent: agent.Config{Model: ep.model, ModelName: ep.name, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
 			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls},
 	}
@@ -460,12 +473,14 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 		return nil, badUsage("--force goes with --resume")
 	case f.retryFailed && !f.resume:
 		return nil, badUsage("--retry-failed goes with --resume")
+	case f.resumeAuto && f.overwrite:
+		return nil, badUsage("--resume=auto and --overwrite contradict each other")
 	case f.resume && f.overwrite:
 		return nil, badUsage("--resume and --overwrite contradict each other")
 	case f.resume && f.input == "-":
 		return nil, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
 	}
-	d, err := rundir.Prepare(f.out, rundir.PrepareOptions{Input: f.input, Config: cfg, NemoGym: f.jsonlOut,
+	d, err := rundir.Prepare(f.out, rundir.PrepareOptions{Input: f.input, Config: cfg, NemoGym: f.jsonlOut, Shard: manifestShard(f.shard),
 		Resume: f.resume, Force: f.force, RetryFailed: f.retryFailed, Overwrite: f.overwrite})
 	var pe *rundir.PrepareError
 	if err == nil || !errors.As(err, &pe) {
@@ -711,7 +726,7 @@ every server answers. Results go to --out: journal.jsonl (crash-safe), rollouts.
 trajectories.jsonl, summary.json, evaluation.json; the summary goes to stdout, progress and
 failures to stderr (the first failure of each class as it happens).`,
 	groups: []flagGroup{
-		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config"}},
+		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer"}},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},

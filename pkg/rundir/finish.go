@@ -2,6 +2,9 @@ package rundir
 
 import (
 	"bytes"
+	"errors"
+	"os"
+	"time"
 
 	"github.com/rollout-dev/rollout/internal/durable"
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -11,6 +14,9 @@ import (
 type FinishOptions struct {
 	Stats   report.StatsOptions // how the evaluation is computed
 	NemoGym string              // the NeMo Gym file to write from the run's lines ("" for none)
+	// Complete marks the run complete in its manifest (Manifest.Complete): it ended without an
+	// interrupt, every rollout has a record. Merging shards needs every shard complete.
+	Complete bool
 }
 
 // Finished is what Finish wrote.
@@ -41,5 +47,24 @@ func Finish(dir string, o FinishOptions) (Finished, error) {
 			return fin, err
 		}
 	}
+	if o.Complete {
+		if err := markComplete(dir, fin.Summary.Rollouts); err != nil {
+			return fin, err
+		}
+	}
 	return fin, nil
+}
+
+// markComplete records in dir's manifest that the run has every rollout's record (rollouts of
+// them). A directory without a manifest is left as it is.
+func markComplete(dir string, rollouts int) error {
+	mf, err := ReadManifest(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mf.Complete = &Completion{At: time.Now().UTC(), Rollouts: rollouts}
+	return WriteManifest(dir, mf)
 }

@@ -24,6 +24,7 @@ type PrepareOptions struct {
 	Input   string // the task file; "-" is stdin, which a manifest records without a hash
 	Config  any    // the run's identity (what makes its results what they are), kept in the manifest
 	NemoGym string // the NeMo Gym file the run also writes at the end ("" for none)
+	Shard   *Shard // the shard of a sharded run the directory holds (nil: the whole run)
 	// Resume finishes the run in the directory: its manifest must match (unless Force), and
 	// Compact keeps one record per rollout (the ones with an infrastructure failure go with
 	// RetryFailed). Overwrite, for a new run, removes an earlier run's files.
@@ -142,6 +143,7 @@ func Prepare(dir string, o PrepareOptions) (d *Dir, err error) {
 		return nil, &PrepareError{Problem: InputUnreadable, Err: err}
 	}
 	mf.JSONLOut = nemoGym
+	mf.Shard = o.Shard
 	// What a kill during the last writes leaves: never part of a run.
 	os.Remove(filepath.Join(dir, ParquetFile+".tmp"))
 	if nemoGym != "" {
@@ -219,6 +221,8 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 		}
 	}
 	old.JSONLOut = mf.JSONLOut
+	old.Shard = mf.Shard
+	old.Complete = nil // until this resume ends with every rollout recorded
 	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0, RetryFailed: o.RetryFailed})
 	if err := WriteManifest(d.Path, old); err != nil {
 		return err

@@ -40,6 +40,36 @@ type Manifest struct {
 	// Resumes lists when the run was resumed, and whether a changed input or config was
 	// forced.
 	Resumes []Resume `json:"resumes,omitempty"`
+	// Shard is the part of a sharded run the directory holds (nil: the whole run). It is not
+	// part of the config, so that the shards of one run have the same config hash.
+	Shard *Shard `json:"shard,omitempty"`
+	// Complete is set when every rollout of the run (or shard) has a record: the run ended
+	// without an interrupt. A resume clears it until it ends so.
+	Complete *Completion `json:"complete,omitempty"`
+	// MergedFrom lists the shard directories a merged run was made of.
+	MergedFrom []string `json:"merged_from,omitempty"`
+	// Missing lists the shards a partial merge did not have (by index).
+	Missing []int `json:"missing_shards,omitempty"`
+}
+
+// Shard is the part of a sharded run a directory holds: the tasks whose index is Index mod
+// Count.
+type Shard struct {
+	Index int `json:"index"`
+	Count int `json:"count"`
+}
+
+func (s *Shard) String() string {
+	if s == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%d", s.Index, s.Count)
+}
+
+// Completion is when a run ended with every rollout recorded, and how many records it had.
+type Completion struct {
+	At       time.Time `json:"at"`
+	Rollouts int       `json:"rollouts"`
 }
 
 // Resume is one resume of a run.
@@ -89,6 +119,9 @@ func (m *Manifest) Differences(recorded *Manifest) []string {
 	}
 	if m.JSONLOut != recorded.JSONLOut {
 		d = append(d, fmt.Sprintf("--jsonl-out was %s, now %s", orUnset(recorded.JSONLOut), orUnset(m.JSONLOut)))
+	}
+	if m.Shard.String() != recorded.Shard.String() {
+		d = append(d, fmt.Sprintf("--shard was %s, now %s", recorded.Shard, m.Shard))
 	}
 	return d
 }

@@ -70,6 +70,8 @@ type Options struct {
 	// RetryBudget is the number of retries one rollout may make in all, across its model
 	// calls, seed_session and verify; negative: no budget (only each call's own policy).
 	RetryBudget int
+	// Shard runs only the tasks of one shard (the zero Shard: all of them).
+	Shard Shard
 }
 
 // Arm is a policy with its settings, run on every task.
@@ -161,6 +163,9 @@ func (o *Options) Validate() error {
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("arm %q: %w", o.Arms[i].Name, err)
 		}
+	}
+	if err := o.Shard.Validate(); err != nil {
+		return err
 	}
 	if o.Servers.Default == nil && len(o.Servers.ByName) == 0 {
 		return errors.New("no resource server: --server URL or --server NAME=URL")
@@ -262,6 +267,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 		if o.Limit > 0 {
 			n = min(n, o.Limit)
 		}
+		n = o.Shard.Tasks(n)
 		total = max(n*o.Repeats*len(o.Arms)-len(o.Done), 0)
 	}
 	rd, err := dataset.Open(o.Input)
@@ -303,6 +309,9 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats}, func(t *dataset.Task, k int) error {
 		if ctx.Err() != nil || runCtx.Err() != nil {
 			return errStop
+		}
+		if !o.Shard.Has(t.Index) {
+			return nil
 		}
 		for _, arm := range o.Arms {
 			if o.Done.Has(int64(t.Index), int64(k), arm.Name) {

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/rollout-dev/rollout/pkg/rundir"
+	"github.com/rollout-dev/rollout/pkg/runner"
+)
+
+// rollout run's sharding flags: --shard I/N (or auto/N, I from $JOB_COMPLETION_INDEX) and
+// --resume=auto, which resumes the run in --out when there is one and starts it otherwise, so
+// that a Kubernetes Job's retried pod runs the same command as the first one.
+
+// resumeFlag is --resume: a boolean that also takes the value auto.
+type resumeFlag struct {
+	on, auto *bool
+}
+
+func (r resumeFlag) IsBoolFlag() bool { return true }
+
+func (r resumeFlag) String() string {
+	if r.auto != nil && *r.auto {
+		return "auto"
+	}
+	if r.on != nil && *r.on {
+		return "true"
+	}
+	return "false"
+}
+
+func (r resumeFlag) Set(v string) error {
+	if v == "auto" {
+		*r.on, *r.auto = false, true
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("want true, false or auto")
+	}
+	*r.on, *r.auto = b, false
+	return nil
+}
+
+// shardFlags registers --shard and --resume into f.
+func shardFlags(fs *flag.FlagSet, f *runFlags) {
+	fs.Var(resumeFlag{&f.resume, &f.resumeAuto}, "resume", "finish the run in --out, with its own flags: run what has no record (=auto: resume if --out holds a run, else start it)")
+	fs.StringVar(&f.shardArg, "shard", "", "run shard `I/N`: the tasks whose index is I mod N; auto/N takes I from $JOB_COMPLETION_INDEX")
+}
+
+// resolveShard reads --shard (after --resume has set it from the manifest when not given) and
+// turns --resume=auto into a resume when --out holds a run.
+func (f *runFlags) resolveShard(getenv func(string) string) error {
+	if f.shardArg != "" {
+		s, err := runner.ParseShard(f.shardArg, getenv)
+		if err != nil {
+			return badUsage("--shard %v", err)
+		}
+		f.shard = s
+	}
+	return nil
+}
+
+// holdsRun reports whether dir holds a run that --resume=auto resumes: a manifest or records.
+func holdsRun(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, rundir.ManifestFile)); err == nil {
+		return true
+	}
+	return rundir.JournalLines(dir) > 0
+}
+
+// manifestShard is the shard of a run's manifest (nil for a whole run).
+func manifestShard(s runner.Shard) *rundir.Shard {
+	if !s.Sharded() {
+		return nil
+	}
+	return &rundir.Shard{Index: s.Index, Count: s.Count}
+}
