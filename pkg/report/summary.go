@@ -34,8 +34,10 @@ type Stats struct {
 
 	// The running mean of the reward.
 	rewardMean float64
-	// Running means over scored records.
-	roundsMean, toolCallsMean, latencyMean float64
+	// Sums over scored records of the rounds and tool calls (integers: their means do not
+	// depend on the order the records came in), and the running mean of the latency.
+	roundsSum, toolCallsSum int64
+	latencyMean             float64
 
 	promptTokens, completionTokens, toolErrors int64
 }
@@ -67,8 +69,8 @@ func (s *Stats) Add(r *record.Record) {
 	s.scored++
 	n := float64(s.scored)
 	s.rewardMean += r.Reward/n - s.rewardMean/n // no overflow for huge finite rewards
-	s.roundsMean += (float64(r.Rounds) - s.roundsMean) / n
-	s.toolCallsMean += (float64(r.ToolCalls) - s.toolCallsMean) / n
+	s.roundsSum += int64(r.Rounds)
+	s.toolCallsSum += int64(r.ToolCalls)
 	s.latencyMean += (r.LatencyMs - s.latencyMean) / n
 }
 
@@ -144,8 +146,8 @@ func (s *Stats) Summary() Summary {
 		FailuresByClass:  make(map[string]int, len(s.failures)),
 		Terminations:     make(map[string]int, len(s.terminations)),
 		MeanReward:       s.rewardMean,
-		MeanRounds:       s.roundsMean,
-		MeanToolCalls:    s.toolCallsMean,
+		MeanRounds:       s.mean(s.roundsSum),
+		MeanToolCalls:    s.mean(s.toolCallsSum),
 		MeanLatencyMs:    s.latencyMean,
 		PromptTokens:     s.promptTokens,
 		CompletionTokens: s.completionTokens,
@@ -166,6 +168,14 @@ func (s *Stats) Summary() Summary {
 		out.FailureMessages[class] = top
 	}
 	return out
+}
+
+// mean is sum over the scored records (0 without any).
+func (s *Stats) mean(sum int64) float64 {
+	if s.scored == 0 {
+		return 0
+	}
+	return float64(sum) / float64(s.scored)
 }
 
 // SetScores takes the reward's numbers from sc, the Evaluation's overall Scores of the same
