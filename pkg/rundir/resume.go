@@ -344,31 +344,10 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 func keepNemoGymLines(path string, workers int, done record.Done) error {
 	var intern record.Decoder
 	seen := make(record.Done, len(done))
-	type ngLine struct {
-		task, rollout int64
-		arm           []byte
-		has           int
-		ok            bool
-	}
-	return rewriteLines(path, workers, nil, func(_ int, line []byte, res *ngLine) {
-		res.task, res.rollout, res.arm, res.has, res.ok = jsonfast.LineKeys(line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
-	}, func(line []byte, _ int, res *ngLine) (bool, error) {
-		var key record.Key
-		if res.ok {
-			if res.has != 7 {
-				return false, nil
-			}
-			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.Intern(res.arm)}
-		} else {
-			var k struct {
-				Task    *int64  `json:"_ng_task_index"`
-				Rollout *int64  `json:"_ng_rollout_index"`
-				Arm     *string `json:"_ng_arm"`
-			}
-			if json.Unmarshal(line, &k) != nil || k.Task == nil || k.Rollout == nil || k.Arm == nil {
-				return false, nil
-			}
-			key = record.Key{Task: *k.Task, Rollout: *k.Rollout, Arm: *k.Arm}
+	return rewriteLines(path, workers, nil, func(int, []byte, *struct{}) {}, func(line []byte, _ int, _ *struct{}) (bool, error) {
+		key, ok := lineKey(&intern, line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+		if !ok {
+			return false, nil
 		}
 		if _, ok := done[key]; !ok {
 			return false, nil
@@ -555,6 +534,10 @@ func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Eval
 	if !opt.Stats.ScoreFailuresAsZero {
 		sum.SetScores(&eval.Overall)
 	}
+	// The behaviour means as the evaluation computes them, over its sorted rows: they do not
+	// depend on the order of the journal (a merge of shards has the records in another order
+	// than one process).
+	sum.MeanRounds, sum.MeanToolCalls, sum.MeanLatencyMs = eval.Overall.MeanRounds, eval.Overall.MeanToolCalls, eval.Overall.MeanLatencyMs
 	if err := report.WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
 		return report.Summary{}, nil, err
 	}

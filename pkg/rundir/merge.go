@@ -1,0 +1,178 @@
+package rundir
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/rollout-dev/rollout/internal/lines"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// MergeOptions say how Merge writes the merged run.
+type MergeOptions struct {
+	Stats   report.StatsOptions // how the evaluation is computed
+	NemoGym string              // the NeMo Gym file to write from the shards' lines ("" for none)
+	// Overwrite replaces a run already in the output directory.
+	Overwrite bool
+}
+
+// Merge writes the run r (its shards) into the directory out as one run: the shards'
+// journals, trajectories and NeMo Gym lines one after the other, in shard order, each
+// shard's records checked (Run.Scan), then, as a run's end does (Finish), rollouts.parquet,
+// summary.json and evaluation.json derived from the merged journal, so that they are what
+// one process running the whole job writes. The manifest is the shards' identity, with the
+// directories merged and the shards missing; it is marked complete when no shard is missing
+// or incomplete. out may not be one of the shards, nor hold a run unless Overwrite.
+func Merge(out string, r *Run, o MergeOptions) (Finished, error) {
+	var fin Finished
+	abs := ResolvePath(out)
+	for _, d := range r.Dirs {
+		if rd := ResolvePath(d); rd == abs || within(rd, abs) || within(abs, rd) {
+			return fin, fmt.Errorf("--out %s is or holds the shard directory %s: merge into another directory", out, d)
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fin, err
+	}
+	unlock, err := LockDir(out)
+	if err != nil {
+		return fin, err
+	}
+	defer unlock()
+	for _, name := range runFiles {
+		path := join(out, name)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		if !o.Overwrite {
+			return fin, fmt.Errorf("%s already holds a run (%s): pass --overwrite to replace it, or choose another directory", out, name)
+		}
+		if err := os.Remove(path); err != nil {
+			return fin, err
+		}
+	}
+	files := map[string]*lineFile{}
+	for _, name := range []string{JournalFile, TrajectoriesFile, NemoGymFile} {
+		lf, err := createLineFile(join(out, name))
+		if err != nil {
+			return fin, err
+		}
+		defer lf.f.Close()
+		files[name] = lf
+	}
+	var problems []string
+	extra := 0
+	problem := func(p string) {
+		if len(problems) < maxNamed {
+			problems = append(problems, p)
+		} else {
+			extra++
+		}
+	}
+	var intern record.Decoder
+	for i, dir := range r.Dirs {
+		journal := files[JournalFile]
+		done, err := r.scanDir(i, func(line []byte, _ *record.Record) error { return journal.writeLine(line) }, problem)
+		if err != nil {
+			return fin, err
+		}
+		// A side line is kept when it is the first of a record kept: an unfinished shard may
+		// have lines of rollouts that had no record yet.
+		for _, side := range []struct{ name, task, rollout, arm string }{
+			{TrajectoriesFile, "task_index", "rollout_index", "arm"},
+			{NemoGymFile, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey},
+		} {
+			seen := make(record.Done, len(done))
+			dst := files[side.name]
+			err := scanLines(join(dir, side.name), func(line []byte) error {
+				key, ok := lineKey(&intern, line, side.task, side.rollout, side.arm)
+				if _, rec := done[key]; !ok || !rec {
+					return nil
+				}
+				if _, dup := seen[key]; dup {
+					return nil
+				}
+				seen[key] = struct{}{}
+				return dst.writeLine(line)
+			})
+			if err != nil {
+				return fin, err
+			}
+		}
+	}
+	if err := runProblems(problems, extra); err != nil {
+		return fin, err
+	}
+	for name, lf := range files {
+		if err := lf.close(); err != nil {
+			return fin, err
+		}
+		if lf.lines == 0 && name != JournalFile {
+			os.Remove(lf.path) // no side lines: as a run without them
+		}
+	}
+	mf := *r.Manifest
+	mf.MergedFrom, mf.Missing, mf.CreatedAt = r.Dirs, r.Missing, time.Now().UTC()
+	if o.NemoGym != "" {
+		mf.JSONLOut = ResolvePath(o.NemoGym)
+	}
+	if err := WriteManifest(out, &mf); err != nil {
+		return fin, err
+	}
+	return Finish(out, FinishOptions{Stats: o.Stats, NemoGym: o.NemoGym, Complete: len(r.Missing) == 0 && len(r.Incomplete) == 0})
+}
+
+// lineFile is a file written a line at a time, counting its lines.
+type lineFile struct {
+	path  string
+	f     *os.File
+	w     *bufio.Writer
+	lines int
+}
+
+func createLineFile(path string) (*lineFile, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &lineFile{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (l *lineFile) writeLine(line []byte) error {
+	l.lines++
+	l.w.Write(line)
+	return l.w.WriteByte('\n')
+}
+
+// close flushes, syncs and closes the file.
+func (l *lineFile) close() error {
+	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	if err := l.f.Sync(); err != nil {
+		return err
+	}
+	return l.f.Close()
+}
+
+// scanLines calls fn with each complete line of the file at path (none when it does not
+// exist), without its newline.
+func scanLines(path string, fn func(line []byte) error) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = lines.Scan(f, 1, func(int, []byte, *struct{}) {}, func(line []byte, _ int, _ *struct{}) error { return fn(line) })
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}

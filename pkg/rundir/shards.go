@@ -1,0 +1,324 @@
+package rundir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
+	"github.com/rollout-dev/rollout/internal/lines"
+	"github.com/rollout-dev/rollout/pkg/record"
+)
+
+// A Run is one run read from its directories: the directory of a whole run, or the
+// directories of the shards of a sharded run (rollout run --shard I/N), checked by OpenRun
+// to be the parts of one run. Scan reads its records; Merge writes them as one run's
+// directory. `rollout report`, `rollout compare` and `rollout merge` open their arguments
+// with OpenRun.
+type Run struct {
+	// Dirs are the directories, in shard order.
+	Dirs []string
+	// Manifest is the run's identity: the input's and the config's hashes the directories
+	// share (the first directory's manifest, without its shard and completion).
+	Manifest *Manifest
+	// Shards is the number of shards of a sharded run (N of --shard I/N); 0 for a whole run.
+	Shards int
+	// Index is each directory's shard index (Dirs[i] holds shard Index[i]).
+	Index []int
+	// Missing are the shards no directory holds, and Incomplete the directories whose run did
+	// not end with every rollout recorded: both empty unless OpenOptions.Partial.
+	Missing    []int
+	Incomplete []string
+}
+
+// OpenOptions say what OpenRun accepts.
+type OpenOptions struct {
+	// Partial accepts a sharded run with shards missing or not complete (listed in
+	// Run.Missing and Run.Incomplete) rather than refusing it.
+	Partial bool
+}
+
+// A RunError is a set of directories that are not one run, with every reason found.
+type RunError struct {
+	Problems []string
+}
+
+func (e *RunError) Error() string {
+	if len(e.Problems) == 1 {
+		return e.Problems[0]
+	}
+	return fmt.Sprintf("%d problems:\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+// ExpandDirs expands the glob patterns among args (a shell that did not, or a quoted
+// pattern) into the directories they match, sorted; an argument without a pattern stays as
+// it is. A pattern that matches nothing is an error.
+func ExpandDirs(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		if !strings.ContainsAny(a, "*?[") {
+			out = append(out, a)
+			continue
+		}
+		m, err := filepath.Glob(a)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", a, err)
+		}
+		if len(m) == 0 {
+			return nil, fmt.Errorf("%s: matches no directory", a)
+		}
+		slices.Sort(m)
+		out = append(out, m...)
+	}
+	return out, nil
+}
+
+// IsShard reports whether dir holds one shard of a sharded run (its manifest says so).
+func IsShard(dir string) bool {
+	mf, err := ReadManifest(dir)
+	return err == nil && mf.Shard != nil
+}
+
+// OpenRun checks that dirs are one run and returns it: one directory of a whole run, or the
+// directories of the shards of one run. Shards must have the same input (its SHA-256) and the
+// same config hash, the same shard count, and each index once; unless o.Partial, every shard
+// must be there and complete (its run ended without an interrupt). Every problem found is
+// named in the *RunError returned: each directory without a manifest, each differing hash,
+// each index given twice, every missing shard, every shard not complete. The records are not
+// read: Scan reads them and checks them.
+func OpenRun(dirs []string, o OpenOptions) (*Run, error) {
+	if len(dirs) == 0 {
+		return nil, &RunError{Problems: []string{"no run directory given"}}
+	}
+	var problems []string
+	mfs := make([]*Manifest, len(dirs))
+	for i, d := range dirs {
+		mf, err := ReadManifest(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			problems = append(problems, fmt.Sprintf("%s: no %s: not a run's directory (or a run from before manifests)", d, ManifestFile))
+		case err != nil:
+			problems = append(problems, err.Error())
+		}
+		mfs[i] = mf
+	}
+	if len(problems) > 0 {
+		return nil, &RunError{Problems: problems}
+	}
+	first := mfs[0]
+	if len(dirs) == 1 && first.Shard == nil {
+		return &Run{Dirs: dirs, Manifest: identity(first), Index: []int{0}}, nil
+	}
+	problems = append(problems, differing(dirs, mfs, "input", func(m *Manifest) string { return m.InputSHA256 },
+		func(m *Manifest) string { return fmt.Sprintf("%s (sha256 %.12s)", m.Input, m.InputSHA256) })...)
+	if p := differing(dirs, mfs, "config", func(m *Manifest) string { return m.ConfigSHA256 },
+		func(m *Manifest) string { return fmt.Sprintf("config sha256 %.12s", m.ConfigSHA256) }); len(p) > 0 {
+		problems = append(problems, p...)
+		for i, m := range mfs {
+			if m.ConfigSHA256 != first.ConfigSHA256 {
+				problems = append(problems, fmt.Sprintf("%s against %s: %s", dirs[i], dirs[0], strings.Join(diffJSON("", first.Config, m.Config), "; ")))
+			}
+		}
+	}
+	var whole []string
+	for i, m := range mfs {
+		if m.Shard == nil {
+			whole = append(whole, dirs[i])
+		}
+	}
+	if len(whole) > 0 {
+		problems = append(problems, fmt.Sprintf("%s: a whole run, not a shard (rollout run --shard I/N): several directories are one run only as the shards of one", strings.Join(whole, ", ")))
+		return nil, &RunError{Problems: problems}
+	}
+	if p := differing(dirs, mfs, "shard count", func(m *Manifest) string { return fmt.Sprint(m.Shard.Count) },
+		func(m *Manifest) string { return fmt.Sprintf("--shard I/%d", m.Shard.Count) }); len(p) > 0 {
+		return nil, &RunError{Problems: append(problems, p...)}
+	}
+	n := first.Shard.Count
+	byIndex := make([][]string, n)
+	r := &Run{Manifest: identity(first), Shards: n}
+	for i, m := range mfs {
+		if m.Shard.Index < 0 || m.Shard.Index >= n {
+			problems = append(problems, fmt.Sprintf("%s: shard %s is out of range", dirs[i], m.Shard))
+			continue
+		}
+		byIndex[m.Shard.Index] = append(byIndex[m.Shard.Index], dirs[i])
+		if m.Complete == nil {
+			r.Incomplete = append(r.Incomplete, dirs[i])
+		}
+	}
+	for i, ds := range byIndex {
+		switch {
+		case len(ds) == 0:
+			r.Missing = append(r.Missing, i)
+		case len(ds) > 1:
+			problems = append(problems, fmt.Sprintf("shard %d/%d given %d times: %s", i, n, len(ds), strings.Join(ds, ", ")))
+		default:
+			r.Dirs, r.Index = append(r.Dirs, ds[0]), append(r.Index, i)
+		}
+	}
+	if !o.Partial {
+		if len(r.Missing) > 0 {
+			problems = append(problems, fmt.Sprintf("%d of %d shards missing: %s (run them with --shard I/%d, or merge what is there with --partial)",
+				len(r.Missing), n, shardList(r.Missing, n), n))
+		}
+		for _, d := range r.Incomplete {
+			problems = append(problems, fmt.Sprintf("%s: shard %s did not finish (interrupted, stopped early or still running): finish it with rollout run --resume=auto --out %s, or merge what is there with --partial",
+				d, mfs[slices.Index(dirs, d)].Shard, d))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &RunError{Problems: problems}
+	}
+	return r, nil
+}
+
+// identity is m without what belongs to one directory: its shard, completion and resumes.
+func identity(m *Manifest) *Manifest {
+	c := *m
+	c.Shard, c.Complete, c.Resumes, c.MergedFrom, c.Missing, c.JSONLOut = nil, nil, nil, nil, nil, ""
+	return &c
+}
+
+// differing names the directories whose key differs from the first directory's, as "the
+// input differs: a, b have X; c has Y".
+func differing(dirs []string, mfs []*Manifest, what string, key, show func(*Manifest) string) []string {
+	var values []string
+	groups := map[string][]string{}
+	shown := map[string]string{}
+	for i, m := range mfs {
+		k := key(m)
+		if _, ok := groups[k]; !ok {
+			values = append(values, k)
+			shown[k] = show(m)
+		}
+		groups[k] = append(groups[k], dirs[i])
+	}
+	if len(values) < 2 {
+		return nil
+	}
+	parts := make([]string, len(values))
+	for i, v := range values {
+		verb := "has"
+		if len(groups[v]) > 1 {
+			verb = "have"
+		}
+		parts[i] = fmt.Sprintf("%s %s %s", strings.Join(groups[v], ", "), verb, shown[v])
+	}
+	return []string{fmt.Sprintf("the %s differs: %s", what, strings.Join(parts, "; "))}
+}
+
+// shardList is "1/4, 3/4".
+func shardList(idx []int, n int) string {
+	s := make([]string, len(idx))
+	for i, x := range idx {
+		s[i] = fmt.Sprintf("%d/%d", x, n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// maxNamed bounds the duplicate and misplaced records a RunError names one by one.
+const maxNamed = 20
+
+// Scan calls fn for every record of the run, directory after directory, each directory's in
+// its journal's order (the record is only valid during the call). It checks that each
+// record belongs to its directory's shard and that no (task, repeat, arm) comes twice: those
+// it names (the first 20) in a *RunError after the scan, without calling fn for them.
+func (r *Run) Scan(fn func(rec *record.Record) error) error {
+	var problems []string
+	extra := 0
+	for i := range r.Dirs {
+		_, err := r.scanDir(i, func(_ []byte, rec *record.Record) error { return fn(rec) }, func(p string) {
+			if len(problems) < maxNamed {
+				problems = append(problems, p)
+			} else {
+				extra++
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return runProblems(problems, extra)
+}
+
+func runProblems(problems []string, extra int) error {
+	if extra > 0 {
+		problems = append(problems, fmt.Sprintf("and %d more", extra))
+	}
+	if len(problems) > 0 {
+		return &RunError{Problems: problems}
+	}
+	return nil
+}
+
+// scanDir calls fn with each journal line of directory i and its record, but for the
+// records of another shard and the repeated keys, which it tells problem about. It returns
+// the keys of the records given to fn.
+func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, problem func(string)) (record.Done, error) {
+	dir, path := r.Dirs[i], join(r.Dirs[i], JournalFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return record.Done{}, nil // a shard that ran no rollout yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	workers := lines.Workers()
+	decoders := make([]record.Decoder, workers)
+	type decoded struct {
+		rec record.Record
+		err error
+	}
+	done := record.Done{}
+	_, err = lines.Scan(f, workers, func(w int, line []byte, res *decoded) {
+		*res = decoded{}
+		res.err = decoders[w].Decode(line, &res.rec)
+	}, func(line []byte, n int, res *decoded) error {
+		if res.err != nil {
+			return fmt.Errorf("%s:%d: not a record: %v", path, n, res.err)
+		}
+		rec := &res.rec
+		if r.Shards > 0 && int(rec.TaskIndex)%r.Shards != r.Index[i] {
+			problem(fmt.Sprintf("%s:%d: task %d belongs to shard %d/%d, not to this directory's %d/%d", path, n, rec.TaskIndex,
+				int(rec.TaskIndex)%r.Shards, r.Shards, r.Index[i], r.Shards))
+			return nil
+		}
+		key := rec.Key()
+		if _, dup := done[key]; dup {
+			problem(fmt.Sprintf("%s:%d: a second record of (task %d, repeat %d, arm %s) in %s", path, n, key.Task, key.Rollout, key.Arm, dir))
+			return nil
+		}
+		done[key] = struct{}{}
+		return fn(line, rec)
+	})
+	if err != nil && !strings.Contains(err.Error(), path) {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	return done, err
+}
+
+// lineKey is the rollout key of a side file's line: its members task, rollout and arm, all
+// three present (ok false otherwise, or for a line that is not a JSON object).
+func lineKey(intern *record.Decoder, line []byte, task, rollout, arm string) (record.Key, bool) {
+	t, k, a, has, ok := jsonfast.LineKeys(line, task, rollout, arm)
+	if ok {
+		return record.Key{Task: t, Rollout: k, Arm: intern.Intern(a)}, has == 7
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil {
+		return record.Key{}, false
+	}
+	var tp, kp *int64
+	var ap *string
+	if json.Unmarshal(m[task], &tp) != nil || json.Unmarshal(m[rollout], &kp) != nil || json.Unmarshal(m[arm], &ap) != nil ||
+		tp == nil || kp == nil || ap == nil {
+		return record.Key{}, false
+	}
+	return record.Key{Task: *tp, Rollout: *kp, Arm: *ap}, true
+}
