@@ -21,7 +21,8 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"and latency. Tasks are matched by the rows' id field, or the hash of a row without id, when\n"+
 			"every record has one (any order of the task files), else by their index in the task file;\n"+
 			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
-			"directory or a .parquet file or journal.\n\n")
+			"directory or a .parquet file or journal, or the shard directories of one sharded run (a glob,\n"+
+			"such as 'out/a/shard-*').\n\n")
 		fmt.Fprint(w, "Examples:\n  rollout compare out/extraction --arms single,multi\n  rollout compare out/qwen out/llama --format markdown\n\n")
 	})
 	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
@@ -35,9 +36,13 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	load := func(path string) ([]record.Record, error) {
+	runs, err := runArgs(paths)
+	if err != nil {
+		return badUsage("compare: %v", err)
+	}
+	load := func(r runArg) ([]record.Record, error) {
 		var recs []record.Record
-		if err := addRecords(func(r *record.Record) { recs = append(recs, *r) }, path, e); err != nil {
+		if err := r.add(func(r *record.Record) { recs = append(recs, *r) }, e); err != nil {
 			return nil, usageError{fmt.Errorf("compare: %w", err)}
 		}
 		return recs, nil
@@ -67,12 +72,12 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 	var a, b []record.Record
 	var nameA, nameB string
 	switch {
-	case len(paths) == 1 && *arms != "":
+	case len(runs) == 1 && *arms != "":
 		an, bn, ok := strings.Cut(*arms, ",")
 		if !ok || an == "" || bn == "" || an == bn {
 			return badUsage("compare: --arms wants two different arms, A,B")
 		}
-		recs, err := load(paths[0])
+		recs, err := load(runs[0])
 		if err != nil {
 			return err
 		}
@@ -82,13 +87,14 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			recs []record.Record
 		}{{an, a}, {bn, b}} {
 			if len(side.recs) == 0 {
-				return badUsage("compare: %s has no arm %q (its arms: %s)", paths[0], side.name, strings.Join(armsOf(recs), ", "))
+				return badUsage("compare: %s has no arm %q (its arms: %s)", runs[0].name, side.name, strings.Join(armsOf(recs), ", "))
 			}
 		}
 		nameA, nameB = "arm="+an, "arm="+bn
-	case len(paths) == 2 && *arms == "":
-		for i, p := range paths {
-			recs, err := load(p)
+	case len(runs) == 2 && *arms == "":
+		for i, run := range runs {
+			p := run.name
+			recs, err := load(run)
 			if err != nil {
 				return err
 			}

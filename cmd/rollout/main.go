@@ -65,6 +65,7 @@ Usage:
   rollout compare RUN_A RUN_B | RUN --arms A,B [--format text|json|markdown]
   rollout gen NAME [--seed N] [--n N] [--out FILE]
   rollout report DIR|FILE... [--group-by FIELD] [--format text|json|markdown] [flags]
+  rollout merge --out DIR SHARD_DIR... [--partial]
   rollout show DIR --task ID [--repeat K] [--arm ARM]
   rollout version
   rollout help [COMMAND]
@@ -79,7 +80,7 @@ problems; 4 failed rollouts past --fail-on-error (or an early stop); 130 interru
 `
 
 // commands are the commands of rollout, for "did you mean".
-var commands = []string{"run", "serve", "sim", "gen", "validate", "compare", "report", "show", "help", "version"}
+var commands = []string{"run", "serve", "sim", "gen", "validate", "compare", "report", "merge", "show", "help", "version"}
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, e env) int {
@@ -117,6 +118,8 @@ func run(ctx context.Context, args []string, e env) int {
 		err = cmdCompare(ctx, args[1:], e)
 	case "report":
 		err = cmdReport(ctx, args[1:], e)
+	case "merge":
+		err = cmdMerge(ctx, args[1:], e)
 	case "show":
 		err = cmdShow(ctx, args[1:], e)
 	case "version", "--version":

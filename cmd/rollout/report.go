@@ -23,7 +23,9 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
-			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n\n")
+			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n"+
+			"The shard directories of one sharded run (rollout run --shard I/N) are one run: every shard must\n"+
+			"be there and finished, of the same input and config (rollout merge --partial merges what is there).\n\n")
 		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n\n")
 	})
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
@@ -41,9 +43,13 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	}
 	o.GroupBy = *groupBy
 
+	runs, err := runArgs(paths)
+	if err != nil {
+		return badUsage("report: %v", err)
+	}
 	ev := report.NewEvaluator(o)
-	for _, p := range paths {
-		if err := addRecords(ev.Add, p, e); err != nil {
+	for _, r := range runs {
+		if err := r.add(ev.Add, e); err != nil {
 			return usageError{fmt.Errorf("report: %w", err)}
 		}
 	}

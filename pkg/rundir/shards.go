@@ -56,7 +56,7 @@ func (e *RunError) Error() string {
 
 // ExpandDirs expands the glob patterns among args (a shell that did not, or a quoted
 // pattern) into the directories they match, sorted; an argument without a pattern stays as
-// it is. A pattern that matches nothing is an error.
+// it is. A pattern that matches no directory is an error.
 func ExpandDirs(args []string) ([]string, error) {
 	var out []string
 	for _, a := range args {
@@ -68,6 +68,10 @@ func ExpandDirs(args []string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", a, err)
 		}
+		m = slices.DeleteFunc(m, func(p string) bool {
+			st, err := os.Stat(p)
+			return err != nil || !st.IsDir()
+		})
 		if len(m) == 0 {
 			return nil, fmt.Errorf("%s: matches no directory", a)
 		}

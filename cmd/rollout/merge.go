@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
+)
+
+// cmdMerge merges the shards of a sharded run (rollout run --shard I/N) into one run's
+// directory.
+func cmdMerge(_ context.Context, args []string, e env) error {
+	fs := newFlagSet("rollout merge", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout merge --out DIR SHARD_DIR... [--partial] [--overwrite] [--jsonl-out FILE]\n\n"+
+			"Merges the shards of one run (rollout run --shard I/N, each in its own directory) into DIR as one run:\n"+
+			"journal.jsonl, trajectories.jsonl, rollouts.parquet, summary.json and evaluation.json, the files\n"+
+			"one process running the whole job writes, with the same figures. A SHARD_DIR may be a glob\n"+
+			"(quoted: 'out/run/shard-*'). It refuses shards of another input or config (their hashes\n"+
+			"differ), a shard given twice, and names every missing shard, every shard that did not finish\n"+
+			"and every (task, repeat, arm) recorded twice; with --partial it merges the shards that are\n"+
+			"there, finished or not, and says what is missing.\n\n")
+		fmt.Fprint(w, "Examples:\n  rollout merge --out out/run out/run-shards/shard-*\n  rollout merge --out out/run 'out/run-shards/shard-*' --partial\n\n")
+	})
+	out := fs.String("out", "", "the merged run's `DIR`")
+	partial := fs.Bool("partial", false, "merge the shards that are there, finished or not; say which are missing")
+	overwrite := fs.Bool("overwrite", false, "replace a run already in --out")
+	jsonlOut := fs.String("jsonl-out", "", "also write the shards' NeMo Gym lines (runs with --jsonl-out) to `FILE`")
+	paths, err := parsePaths(fs, args, e)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return badUsage("merge: --out DIR is required")
+	}
+	if paths, err = rundir.ExpandDirs(paths); err != nil {
+		return badUsage("merge: %v", err)
+	}
+	if len(paths) == 0 {
+		return badUsage("merge: which shard directories? (rollout merge --out DIR SHARD_DIR...)")
+	}
+	r, err := rundir.OpenRun(paths, rundir.OpenOptions{Partial: *partial})
+	if err != nil {
+		return badUsage("merge: %v", err)
+	}
+	if r.Shards == 0 {
+		return badUsage("merge: %s is a whole run, not shards (rollout run --shard I/N): nothing to merge", paths[0])
+	}
+	fin, err := rundir.Merge(*out, r, rundir.MergeOptions{NemoGym: *jsonlOut, Overwrite: *overwrite})
+	var re *rundir.RunError
+	if errors.As(err, &re) {
+		return badUsage("merge: %v", err)
+	}
+	if err != nil {
+		return fmt.Errorf("merge: %w", err)
+	}
+	if err := report.PrintSummary(e.stdout, fin.Summary); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "rollout: merged %d of %d shards (%d rollouts) into %s\n", len(r.Dirs), r.Shards, fin.Summary.Rollouts, *out)
+	if len(r.Missing) > 0 || len(r.Incomplete) > 0 {
+		var missing []string
+		for _, i := range r.Missing {
+			missing = append(missing, fmt.Sprintf("%d/%d", i, r.Shards))
+		}
+		fmt.Fprintf(e.stderr, "rollout: warning: --partial: shards missing: %s; not finished: %s. %s is not the whole run.\n",
+			dashList(missing), dashList(r.Incomplete), *out)
+	}
+	return nil
+}
+
+func dashList(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ", ")
+}
+
+// runArg is one run named on the command line of report or compare: a file, a run's
+// directory, or the shard directories of one sharded run.
+type runArg struct {
+	name   string
+	path   string      // a file or a whole run's directory
+	shards *rundir.Run // the shards of one run
+}
+
+// runArgs groups the paths of report and compare (globs expanded) into runs: the shard
+// directories with the same input and config are one run, checked by rundir.OpenRun (every
+// shard there and finished); every other path is a run of its own.
+func runArgs(paths []string) ([]runArg, error) {
+	paths, err := rundir.ExpandDirs(paths)
+	if err != nil {
+		return nil, err
+	}
+	var runs []runArg
+	groups := map[string]int{} // input and config hashes → index in runs
+	var dirs [][]string
+	for _, p := range paths {
+		if !rundir.IsShard(p) {
+			runs = append(runs, runArg{name: p, path: p})
+			dirs = append(dirs, nil)
+			continue
+		}
+		mf, err := rundir.ReadManifest(p)
+		if err != nil {
+			return nil, err
+		}
+		id := mf.InputSHA256 + " " + mf.ConfigSHA256
+		i, ok := groups[id]
+		if !ok {
+			i = len(runs)
+			groups[id] = i
+			runs = append(runs, runArg{name: p})
+			dirs = append(dirs, nil)
+		}
+		dirs[i] = append(dirs[i], p)
+	}
+	for i, ds := range dirs {
+		if ds == nil {
+			continue
+		}
+		r, err := rundir.OpenRun(ds, rundir.OpenOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("the shards %s: %w", strings.Join(ds, ", "), err)
+		}
+		runs[i].shards = r
+		runs[i].name = fmt.Sprintf("%s (%d shards)", commonPrefix(ds), len(ds))
+	}
+	return runs, nil
+}
+
+// add adds the run's records.
+func (r runArg) add(add func(*record.Record), e env) error {
+	if r.shards != nil {
+		return r.shards.Scan(func(rec *record.Record) error {
+			c := *rec // the scan's record is only valid during the call
+			add(&c)
+			return nil
+		})
+	}
+	return addRecords(add, r.path, e)
+}
+
+// commonPrefix is the longest common prefix of paths: the shards' parent and name stem.
+func commonPrefix(paths []string) string {
+	p := paths[0]
+	for _, q := range paths[1:] {
+		for !strings.HasPrefix(q, p) {
+			p = p[:len(p)-1]
+		}
+	}
+	return p + "*"
+}
