@@ -63,6 +63,7 @@ type runFlags struct {
 	resumeAuto                                 bool
 	shardArg                                   string
 	shard                                      runner.Shard
+	metricsAddr                                string
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -98,8 +99,13 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 			closers[i]()
 		}
 	}()
+	mx, err := startRunMetrics(f.metricsAddr, e)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, mx.close)
 
-	ep, err := openModel(f, simOptions, e, transport, policy)
+	ep, err := openModel(f, simOptions, e, mx.transport(transport), policy)
 	if err != nil {
 		return err
 	}
@@ -107,7 +113,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
-		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, transport: transport, policy: policy,
+		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, transport: mx.transport(transport), policy: policy,
 		endSessions: f.endSessions,
 	})
 	closers = append(closers, stops...)
@@ -162,7 +168,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	runCtx, endEarly := context.WithCancel(ctx)
 	defer endEarly()
 	watch := newFailureWatch(e.stderr, f.earlyStop, endEarly)
-	rep, runErr := runner.Run(runCtx, opts, []runner.Output{sink, watch})
+	rep, runErr := runner.Run(runCtx, opts, mx.attach(&opts, []runner.Output{sink, watch}, f.out, f.shard))
 	closeErr := sink.Close()
 	// An input read from stdin is only known to be empty now: no rollout, no earlier record.
 	// A shard may have no task of a file that has some: it ends with an empty result.
@@ -344,6 +350,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.BoolVar(&f.strict, "strict", false, "refuse to start if a row is malformed (else: bad_task records)")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace the results of an earlier run in --out")
 	shardFlags(fs, f)
+	metricsFlag(fs, &f.metricsAddr)
 	fs.BoolVar(&f.force, "force", false, "with --resume: resume though the input or results' flags differ")
 	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: run the failed rollouts again too (all but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
@@ -731,7 +738,7 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
-			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval"}},
+			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
 		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",
 			"sim-wrong-argument", "sim-skip-step", "sim-premature-answer", "sim-malformed-tool-call", "sim-http-429", "sim-http-500",
 			"sim-connection-reset", "sim-hang", "sim-retry-after", "sim-tool-count-error-slope", "sim-tool-count-baseline"},

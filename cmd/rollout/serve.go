@@ -18,7 +18,7 @@ import (
 // cmdServe runs a built-in resource server until interrupted.
 func cmdServe(ctx context.Context, args []string, e env) error {
 	fs := newFlagSet("rollout serve", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--chaos-*]\n\nNAME is one of: %s\n\n"+
+		fmt.Fprintf(w, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--metrics-addr ADDR] [--chaos-*]\n\nNAME is one of: %s\n\n"+
 			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
 		fmt.Fprint(w, "Examples:\n  rollout serve extraction --addr 127.0.0.1:9000\n  rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001\n\n")
 	})
@@ -31,6 +31,8 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	fs.Float64Var(&co.ResetRate, "chaos-reset-rate", 0, "probability per request that the connection is reset without an answer")
 	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
+	var metricsAddr string
+	metricsFlag(fs, &metricsAddr)
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
 	name, err := parseNamed(fs, args, e)
 	if err != nil {
@@ -61,6 +63,11 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		}
 		handler = ch
 	}
+	handler, stopMetrics, err := serveMetrics(metricsAddr, name, handler, e)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return badUsage("serve: %v", err)

@@ -103,6 +103,13 @@ func (c *Counter) LastStatus() int { return int(c.lastStatus.Load()) }
 
 type counterKey struct{}
 
+// retries counts the retries of every Doer of the process.
+var retries atomic.Int64
+
+// Retries is the number of retries the Doers of this process have made so far (a request
+// sent again after a 429, a 5xx or a transport error): what a metrics exporter reads.
+func Retries() int64 { return retries.Load() }
+
 // WithCounter returns a context whose requests are counted in c.
 func WithCounter(ctx context.Context, c *Counter) context.Context {
 	return context.WithValue(ctx, counterKey{}, c)
@@ -277,6 +284,7 @@ func (d *Doer) Do(req *http.Request) (*http.Response, error) {
 			}
 			return nil, e
 		}
+		retries.Add(1)
 		wait := d.backoff(attempt)
 		if resp != nil {
 			if ra, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {

@@ -72,6 +72,9 @@ type Options struct {
 	RetryBudget int
 	// Shard runs only the tasks of one shard (the zero Shard: all of them).
 	Shard Shard
+	// OnStart, when set, is called as each rollout starts (from the rollout's goroutine): an
+	// observer such as a metrics exporter counts the rollouts in flight with it.
+	OnStart func()
 }
 
 // Arm is a policy with its settings, run on every task.
@@ -325,6 +328,9 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 					return
 				}
 				started.Add(1)
+				if o.OnStart != nil {
+					o.OnStart()
+				}
 				results <- r.rollout(runCtx, t, k, arm)
 			})
 		}
