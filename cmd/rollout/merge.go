@@ -12,9 +12,15 @@ import (
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
-// cmdMerge merges the shards of a sharded run (rollout run --shard I/N) into one run's
-// directory.
-func cmdMerge(_ context.Context, args []string, e env) error {
+// mergeArgs are rollout merge's arguments.
+type mergeArgs struct {
+	out, jsonlOut      string
+	partial, overwrite bool
+	paths              []string // the shard directories, globs expanded
+}
+
+// parseMerge reads rollout merge's arguments, checking them.
+func parseMerge(args []string, e env) (a mergeArgs, err error) {
 	fs := newFlagSet("rollout merge", e, func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: rollout merge --out DIR SHARD_DIR... [--partial] [--overwrite] [--jsonl-out FILE]\n\n"+
 			"Merges the shards of one run (rollout run --shard I/N, each in its own directory) into DIR as one run:\n"+
@@ -26,31 +32,41 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 			"there, finished or not, and says what is missing.\n\n")
 		fmt.Fprint(w, "Examples:\n  rollout merge --out out/run out/run-shards/shard-*\n  rollout merge --out out/run 'out/run-shards/shard-*' --partial\n\n")
 	})
-	out := fs.String("out", "", "the merged run's `DIR`")
-	partial := fs.Bool("partial", false, "merge the shards that are there, finished or not; say which are missing")
-	overwrite := fs.Bool("overwrite", false, "replace a run already in --out")
-	jsonlOut := fs.String("jsonl-out", "", "also write the shards' NeMo Gym lines (runs with --jsonl-out) to `FILE`")
-	paths, err := parsePaths(fs, args, e)
+	fs.StringVar(&a.out, "out", "", "the merged run's `DIR`")
+	fs.BoolVar(&a.partial, "partial", false, "merge the shards that are there, finished or not; say which are missing")
+	fs.BoolVar(&a.overwrite, "overwrite", false, "replace a run already in --out")
+	fs.StringVar(&a.jsonlOut, "jsonl-out", "", "also write the shards' NeMo Gym lines (runs with --jsonl-out) to `FILE`")
+	if a.paths, err = parsePaths(fs, args, e); err != nil {
+		return a, err
+	}
+	if a.out == "" {
+		return a, badUsage("merge: --out DIR is required")
+	}
+	if len(a.paths) == 0 {
+		return a, badUsage("merge: which shard directories? (rollout merge --out DIR SHARD_DIR...)")
+	}
+	return a, nil
+}
+
+// cmdMerge merges the shards of a sharded run (rollout run --shard I/N) into one run's
+// directory.
+func cmdMerge(_ context.Context, args []string, e env) error {
+	a, err := parseMerge(args, e)
 	if err != nil {
 		return err
 	}
-	if *out == "" {
-		return badUsage("merge: --out DIR is required")
-	}
-	if paths, err = rundir.ExpandDirs(paths); err != nil {
+	paths, err := rundir.ExpandDirs(a.paths)
+	if err != nil {
 		return badUsage("merge: %v", err)
 	}
-	if len(paths) == 0 {
-		return badUsage("merge: which shard directories? (rollout merge --out DIR SHARD_DIR...)")
-	}
-	r, err := rundir.OpenRun(paths, rundir.OpenOptions{Partial: *partial})
+	r, err := rundir.OpenRun(paths, rundir.OpenOptions{Partial: a.partial})
 	if err != nil {
 		return badUsage("merge: %v", err)
 	}
 	if r.Shards == 0 {
 		return badUsage("merge: %s is a whole run, not shards (rollout run --shard I/N): nothing to merge", paths[0])
 	}
-	fin, err := rundir.Merge(*out, r, rundir.MergeOptions{NemoGym: *jsonlOut, Overwrite: *overwrite})
+	fin, err := rundir.Merge(a.out, r, rundir.MergeOptions{NemoGym: a.jsonlOut, Overwrite: a.overwrite})
 	var re *rundir.RunError
 	if errors.As(err, &re) {
 		return badUsage("merge: %v", err)
@@ -61,14 +77,14 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 	if err := report.PrintSummary(e.stdout, fin.Summary); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "rollout: merged %d of %d shards (%d rollouts) into %s\n", len(r.Dirs), r.Shards, fin.Summary.Rollouts, *out)
+	fmt.Fprintf(e.stderr, "rollout: merged %d of %d shards (%d rollouts) into %s\n", len(r.Dirs), r.Shards, fin.Summary.Rollouts, a.out)
 	if len(r.Missing) > 0 || len(r.Incomplete) > 0 {
 		var missing []string
 		for _, i := range r.Missing {
 			missing = append(missing, fmt.Sprintf("%d/%d", i, r.Shards))
 		}
 		fmt.Fprintf(e.stderr, "rollout: warning: --partial: shards missing: %s; not finished: %s. %s is not the whole run.\n",
-			dashList(missing), dashList(r.Incomplete), *out)
+			dashList(missing), dashList(r.Incomplete), a.out)
 	}
 	return nil
 }

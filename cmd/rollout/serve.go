@@ -15,42 +15,57 @@ import (
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
-// cmdServe runs a built-in resource server until interrupted.
-func cmdServe(ctx context.Context, args []string, e env) error {
+// serveArgs are rollout serve's arguments.
+type serveArgs struct {
+	name, addr, storeURL, metricsAddr string
+	ttl                               time.Duration
+	chaos                             chaos.Options
+}
+
+// parseServe reads rollout serve's arguments, checking them.
+func parseServe(args []string, e env) (a serveArgs, err error) {
 	fs := newFlagSet("rollout serve", e, func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--metrics-addr ADDR] [--chaos-*]\n\nNAME is one of: %s\n\n"+
 			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
 		fmt.Fprint(w, "Examples:\n  rollout serve extraction --addr 127.0.0.1:9000\n  rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001\n\n")
 	})
-	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
-	storeURL := fs.String("session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")
-	ttl := fs.Duration("session-ttl", store.DefaultTTL, "drop a session this long after its last write")
-	var co chaos.Options
+	fs.StringVar(&a.addr, "addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
+	fs.StringVar(&a.storeURL, "session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")
+	fs.DurationVar(&a.ttl, "session-ttl", store.DefaultTTL, "drop a session this long after its last write")
+	co := &a.chaos
 	fs.Int64Var(&co.Seed, "chaos-seed", 0, "seed of the injected faults: the same seed and requests get the same faults")
 	fs.Float64Var(&co.FailRate, "chaos-fail-rate", 0, "probability per request of an injected HTTP 500 with a JSON body (a retry draws again)")
 	fs.Float64Var(&co.ResetRate, "chaos-reset-rate", 0, "probability per request that the connection is reset without an answer")
 	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
-	var metricsAddr string
-	metricsFlag(fs, &metricsAddr)
+	metricsFlag(fs, &a.metricsAddr)
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
-	name, err := parseNamed(fs, args, e)
+	if a.name, err = parseNamed(fs, args, e); err != nil {
+		return a, err
+	}
+	if a.name == "" {
+		return a, badUsage("serve: which server? one of: %s", strings.Join(servers.Names(), ", "))
+	}
+	if !slices.Contains(servers.Names(), a.name) {
+		return a, badUsage("serve: unknown server %q; one of: %s", a.name, strings.Join(servers.Names(), ", "))
+	}
+	if co.Endpoints, err = chaos.ParseEndpoints(*endpoints); err != nil {
+		return a, badUsage("serve: --chaos-endpoints: %v", err)
+	}
+	if err := co.Validate(); err != nil {
+		return a, badUsage("serve: %v", err)
+	}
+	return a, nil
+}
+
+// cmdServe runs a built-in resource server until interrupted.
+func cmdServe(ctx context.Context, args []string, e env) error {
+	a, err := parseServe(args, e)
 	if err != nil {
 		return err
 	}
-	if name == "" {
-		return badUsage("serve: which server? one of: %s", strings.Join(servers.Names(), ", "))
-	}
-	if !slices.Contains(servers.Names(), name) {
-		return badUsage("serve: unknown server %q; one of: %s", name, strings.Join(servers.Names(), ", "))
-	}
-	if co.Endpoints, err = chaos.ParseEndpoints(*endpoints); err != nil {
-		return badUsage("serve: --chaos-endpoints: %v", err)
-	}
-	if err := co.Validate(); err != nil {
-		return badUsage("serve: %v", err)
-	}
-	h, err := newBuiltin(ctx, name, *storeURL, *ttl)
+	name, co := a.name, a.chaos
+	h, err := newBuiltin(ctx, name, a.storeURL, a.ttl)
 	if err != nil {
 		return badUsage("serve: --session-store: %v", err)
 	}
@@ -63,12 +78,12 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		}
 		handler = ch
 	}
-	handler, stopMetrics, err := serveMetrics(metricsAddr, name, handler, e)
+	handler, stopMetrics, err := serveMetrics(a.metricsAddr, name, handler, e)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", a.addr)
 	if err != nil {
 		return badUsage("serve: %v", err)
 	}

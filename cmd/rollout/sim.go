@@ -78,8 +78,15 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 	}
 }
 
-// cmdSim serves the model simulator until interrupted.
-func cmdSim(ctx context.Context, args []string, e env) error {
+// simArgs are rollout sim's arguments.
+type simArgs struct {
+	addr  string
+	tasks taskFiles
+	opts  sim.Options
+}
+
+// parseSim reads rollout sim's arguments, checking them.
+func parseSim(args []string, e env) (a simArgs, err error) {
 	fs := newFlagSet("rollout sim", e, func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]\n\n"+
 			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
@@ -87,9 +94,8 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 			"and injected errors. The knobs are the --sim-* flags of rollout run.\n\n"+
 			"Example:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n\n")
 	})
-	addr := fs.String("addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
-	var tasks taskFiles
-	fs.Var(&tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
+	fs.StringVar(&a.addr, "addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
+	fs.Var(&a.tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
 	// The knobs have the names they have in rollout run (--sim-seed, --sim-latency, ...); the
 	// names without sim- that rollout sim took before still work.
 	knobs := simKnobs(fs, "sim-")
@@ -101,15 +107,24 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	})
 	args = renameFlags(args, legacy)
 	if err := parseFlags(fs, args, e); err != nil {
-		return err
+		return a, err
 	}
 	if fs.NArg() > 0 {
-		return badUsage("sim: unexpected argument %q (task files go after --tasks)", fs.Arg(0))
+		return a, badUsage("sim: unexpected argument %q (task files go after --tasks)", fs.Arg(0))
 	}
-	opts, err := knobs()
+	if a.opts, err = knobs(); err != nil {
+		return a, usageError{err}
+	}
+	return a, nil
+}
+
+// cmdSim serves the model simulator until interrupted.
+func cmdSim(ctx context.Context, args []string, e env) error {
+	a, err := parseSim(args, e)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
+	tasks, opts, addr := a.tasks, a.opts, &a.addr
 	ts, err := sim.LoadTasks(tasks...)
 	if err != nil {
 		return usageError{err}

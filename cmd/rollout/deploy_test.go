@@ -1,0 +1,585 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rollout-dev/rollout/pkg/metrics"
+	"github.com/rollout-dev/rollout/pkg/runner"
+	"github.com/rollout-dev/rollout/pkg/sim"
+)
+
+// The manifests of deploy/kubernetes/ and the Dockerfile, checked against the Kubernetes API
+// types and against rollout itself: every document decodes strictly (an unknown or misspelt
+// field is an error) into k8s.io/api's types; every container's args parse with rollout's own
+// flag parsers; ports, Service selectors, probe paths and metrics annotations match what the
+// binary serves; the Indexed Job gives each pod its shard through --shard auto/N.
+
+const deployDir = "../../deploy/kubernetes"
+
+// kustomization is the part of kustomize's Kustomization the manifests use, decoded strictly.
+type kustomization struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	Labels     []struct {
+		Pairs            map[string]string `json:"pairs"`
+		IncludeTemplates bool              `json:"includeTemplates"`
+	} `json:"labels"`
+	Resources []string `json:"resources"`
+	Images    []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+	} `json:"images"`
+}
+
+// podMonitor is the part of the Prometheus Operator's PodMonitor the example uses.
+type podMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector            metav1.LabelSelector `json:"selector"`
+		PodMetricsEndpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"podMetricsEndpoints"`
+	} `json:"spec"`
+}
+
+// manifests are the decoded objects of deploy/kubernetes, by kind.
+type manifests struct {
+	deployments map[string]*appsv1.Deployment
+	services    map[string]*corev1.Service
+	jobs        map[string]*batchv1.Job
+	pvcs        map[string]*corev1.PersistentVolumeClaim
+	monitors    []*podMonitor
+	files       map[string][]string // file → "Kind/name" of its objects
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+// strict decodes a YAML document into v, refusing unknown and duplicate fields.
+func strict(t *testing.T, where string, doc []byte, v any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(doc, v); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+}
+
+func readManifests(t *testing.T) manifests {
+	t.Helper()
+	m := manifests{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{}, jobs: map[string]*batchv1.Job{},
+		pvcs: map[string]*corev1.PersistentVolumeClaim{}, files: map[string][]string{}}
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", deployDir, err)
+	}
+	for _, file := range files {
+		base := filepath.Base(file)
+		if base == "kustomization.yaml" {
+			continue
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range docSeparator.Split(string(b), -1) {
+			where := fmt.Sprintf("%s, document %d", base, i+1)
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			if tm.Kind == "" {
+				continue // comments only
+			}
+			var name string
+			switch tm.APIVersion + " " + tm.Kind {
+			case "v1 Namespace":
+				var o corev1.Namespace
+				strict(t, where, []byte(doc), &o)
+				name = o.Name
+			case "v1 PersistentVolumeClaim":
+				o := new(corev1.PersistentVolumeClaim)
+				strict(t, where, []byte(doc), o)
+				name, m.pvcs[o.Name] = o.Name, o
+			case "v1 Service":
+				o := new(corev1.Service)
+				strict(t, where, []byte(doc), o)
+				name, m.services[o.Name] = o.Name, o
+			case "apps/v1 Deployment":
+				o := new(appsv1.Deployment)
+				strict(t, where, []byte(doc), o)
+				name, m.deployments[o.Name] = o.Name, o
+			case "batch/v1 Job":
+				o := new(batchv1.Job)
+				strict(t, where, []byte(doc), o)
+				name, m.jobs[o.Name] = o.Name, o
+			case "monitoring.coreos.com/v1 PodMonitor":
+				o := new(podMonitor)
+				strict(t, where, []byte(doc), o)
+				name, m.monitors = o.Name, append(m.monitors, o)
+			default:
+				t.Fatalf("%s: %s %s: not a kind this test knows", where, tm.APIVersion, tm.Kind)
+			}
+			if name == "" {
+				t.Fatalf("%s: %s without a name", where, tm.Kind)
+			}
+			m.files[base] = append(m.files[base], tm.Kind+"/"+name)
+		}
+	}
+	return m
+}
+
+// A misspelt field is refused: the strict decoding has teeth.
+func TestManifestDecodingIsStrict(t *testing.T) {
+	doc := []byte("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\nspec:\n  backoffLimitPerIndx: 3\n")
+	if err := yaml.UnmarshalStrict(doc, new(batchv1.Job)); err == nil || !strings.Contains(err.Error(), "backoffLimitPerIndx") {
+		t.Errorf("a misspelt field: %v", err)
+	}
+}
+
+// dockerImage is what the Dockerfile says about the image: its stages, the final stage's base,
+// user and entrypoint, and where it copies the data directory.
+type dockerImage struct {
+	stages             []string // the FROM lines
+	final, user        string
+	cgoOff             bool
+	entrypoint         []string
+	binary, dataTarget string
+}
+
+func readDockerfile(t *testing.T) dockerImage {
+	t.Helper()
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var img dockerImage
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			img.stages = append(img.stages, line)
+			img.final, img.user = f[1], "" // USER is per stage
+		case "USER":
+			img.user = f[1]
+		case "ENV", "ARG":
+			if slices.Contains(f[1:], "CGO_ENABLED=0") {
+				img.cgoOff = true
+			}
+		case "RUN":
+			if strings.Contains(line, "CGO_ENABLED=0 ") {
+				img.cgoOff = true
+			}
+		case "COPY":
+			if len(f) == 4 && strings.HasPrefix(f[1], "--from=") {
+				img.binary = f[3]
+			}
+			if len(f) == 3 && strings.TrimSuffix(f[1], "/") == "data" {
+				img.dataTarget = strings.TrimSuffix(f[2], "/")
+			}
+		case "ENTRYPOINT":
+			var ep []string
+			if err := yaml.Unmarshal([]byte(strings.TrimSpace(strings.TrimPrefix(line, f[0]))), &ep); err != nil {
+				t.Fatalf("ENTRYPOINT is not in exec form (a JSON array; the image has no shell): %s", line)
+			}
+			img.entrypoint = ep
+		}
+	}
+	return img
+}
+
+// The Dockerfile builds a static binary in one stage and runs it, as a user that is not root,
+// from a base without a shell.
+func TestDockerfile(t *testing.T) {
+	img := readDockerfile(t)
+	if len(img.stages) < 2 || !strings.Contains(img.stages[0], " AS ") {
+		t.Errorf("want a multi-stage build (a named build stage, then the image): %q", img.stages)
+	}
+	if !strings.HasPrefix(img.final, "gcr.io/distroless/static") && img.final != "scratch" {
+		t.Errorf("the image is based on %s: want distroless/static or scratch (a static binary needs no libc and no shell)", img.final)
+	}
+	if !img.cgoOff {
+		t.Error("CGO_ENABLED=0 is not set for the build: the binary would need libc")
+	}
+	uid, _, _ := strings.Cut(img.user, ":")
+	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+		t.Errorf("USER %q: want a numeric user that is not root (Kubernetes' runAsNonRoot checks it by number)", img.user)
+	}
+	if len(img.entrypoint) != 1 || img.entrypoint[0] != img.binary || img.binary == "" {
+		t.Errorf("ENTRYPOINT %q, binary copied to %q: the entrypoint must be the binary alone (Kubernetes args are rollout's)", img.entrypoint, img.binary)
+	}
+	if img.dataTarget == "" {
+		t.Error("the Dockerfile does not copy data/ into the image (the manifests read its task files)")
+	}
+}
+
+// localPath maps a path in the image to the repository's file (COPY data/ DEST).
+func localPath(img dockerImage, p string) string {
+	if rest, ok := strings.CutPrefix(p, img.dataTarget+"/"); ok {
+		return "../../data/" + rest
+	}
+	return p
+}
+
+// portOf is the port number of --addr-like ADDR (host:port).
+func portOf(t *testing.T, addr string) int32 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	n, err2 := strconv.Atoi(p)
+	if err != nil || err2 != nil {
+		t.Fatalf("%q: not HOST:PORT", addr)
+	}
+	return int32(n)
+}
+
+// containerPort is the port named name of c.
+func containerPort(t *testing.T, c corev1.Container, name string) int32 {
+	t.Helper()
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	t.Fatalf("container %s has no port named %q", c.Name, name)
+	return 0
+}
+
+// probe checks that a probe's httpGet asks h for a path it answers with 200, on the
+// container's port the server listens on.
+func probe(t *testing.T, what string, p *corev1.Probe, c corev1.Container, port int32, h http.Handler) {
+	t.Helper()
+	if p == nil || p.HTTPGet == nil {
+		t.Fatalf("%s: no httpGet probe", what)
+	}
+	if got := containerPort(t, c, p.HTTPGet.Port.String()); got != port {
+		t.Errorf("%s: probe port %s is %d, the server listens on %d", what, p.HTTPGet.Port.String(), got, port)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", p.HTTPGet.Path, nil))
+	if rec.Code != 200 {
+		t.Errorf("%s: GET %s answers %d, want 200: %s", what, p.HTTPGet.Path, rec.Code, rec.Body)
+	}
+}
+
+// metricsAnnotations checks that the pod's prometheus.io annotations point at the port the
+// container serves --metrics-addr on, named metrics (for a PodMonitor), and at metrics.Path.
+func metricsAnnotations(t *testing.T, what string, tmpl corev1.PodTemplateSpec, c corev1.Container, addr string) {
+	t.Helper()
+	a := tmpl.Annotations
+	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != metrics.Path {
+		t.Errorf("%s: annotations %v: want prometheus.io/scrape true and path %s", what, a, metrics.Path)
+	}
+	if addr == "" {
+		t.Fatalf("%s: no --metrics-addr", what)
+	}
+	port := portOf(t, addr)
+	if a["prometheus.io/port"] != strconv.Itoa(int(port)) || containerPort(t, c, "metrics") != port {
+		t.Errorf("%s: metrics served on %d; annotation port %q", what, port, a["prometheus.io/port"])
+	}
+}
+
+// serviceFor checks that Service name selects exactly the pods of one workload, whose
+// container has the Service's target port, and returns its port number.
+func serviceFor(t *testing.T, m manifests, name string) (port int32, pods corev1.PodTemplateSpec) {
+	t.Helper()
+	svc := m.services[name]
+	if svc == nil {
+		t.Fatalf("no Service %q", name)
+	}
+	var matched []string
+	for dn, d := range m.deployments {
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Deployment %s: its selector does not select its own pods", dn)
+		}
+		all := true
+		for k, v := range svc.Spec.Selector {
+			all = all && d.Spec.Template.Labels[k] == v
+		}
+		if all && len(svc.Spec.Selector) > 0 {
+			matched = append(matched, dn)
+			pods = d.Spec.Template
+		}
+	}
+	if len(matched) != 1 || len(svc.Spec.Ports) != 1 {
+		t.Fatalf("Service %s selects %v (want one Deployment), with %d ports", name, matched, len(svc.Spec.Ports))
+	}
+	sp := svc.Spec.Ports[0]
+	c := pods.Spec.Containers[0]
+	if got := containerPort(t, c, sp.TargetPort.String()); got == 0 {
+		t.Errorf("Service %s: target port %s not in %s", name, sp.TargetPort.String(), c.Name)
+	}
+	return sp.Port, pods
+}
+
+// serviceURL checks that a URL names Service host:port of the manifests.
+func serviceURL(t *testing.T, m manifests, what, raw string) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("%s %s: %v", what, raw, err)
+	}
+	port, _ := serviceFor(t, m, u.Hostname())
+	if strconv.Itoa(int(port)) != u.Port() {
+		t.Errorf("%s %s: Service %s listens on %d", what, raw, u.Hostname(), port)
+	}
+}
+
+func quiet() env {
+	return env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	m := readManifests(t)
+	img := readDockerfile(t)
+
+	// The kustomization lists every manifest but the two applied apart.
+	var k kustomization
+	kb, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict(t, "kustomization.yaml", kb, &k)
+	var listed []string
+	for f := range m.files {
+		if f != "merge-job.yaml" && f != "podmonitor-example.yaml" {
+			listed = append(listed, f)
+		}
+	}
+	slices.Sort(listed)
+	if got := slices.Sorted(slices.Values(k.Resources)); !slices.Equal(got, listed) || k.Kind != "Kustomization" {
+		t.Errorf("kustomization.yaml lists %v; the manifests are %v", got, listed)
+	}
+	if len(k.Images) != 1 || k.Images[0].Name != "rollout" {
+		t.Fatalf("kustomization.yaml images: %+v", k.Images)
+	}
+	fullImage := k.Images[0].NewName + ":" + k.Images[0].NewTag
+
+	// The resource server: rollout serve's own parser reads its args; its readiness and
+	// liveness probes ask the server for a path it answers; its Service reaches its port; its
+	// sessions are in the Redis Service.
+	rs := m.deployments["resource-server"]
+	if rs == nil || rs.Spec.Replicas == nil || *rs.Spec.Replicas < 2 {
+		t.Fatalf("the resource server: want a Deployment of several replicas")
+	}
+	c := rs.Spec.Template.Spec.Containers[0]
+	if c.Image != "rollout" || len(c.Command) > 0 || c.Args[0] != "serve" {
+		t.Fatalf("resource server: image %q, command %q, args %q: want the image's entrypoint with args serve ...", c.Image, c.Command, c.Args)
+	}
+	sa, err := parseServe(c.Args[1:], quiet())
+	if err != nil {
+		t.Fatalf("resource server args %q: %v", c.Args, err)
+	}
+	srvPort := portOf(t, sa.addr)
+	if containerPort(t, c, "http") != srvPort {
+		t.Errorf("resource server listens on %d (--addr %s), its http port is %d", srvPort, sa.addr, containerPort(t, c, "http"))
+	}
+	h, err := newBuiltin(context.Background(), sa.name, "memory", sa.ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	probe(t, "resource server readiness", c.ReadinessProbe, c, srvPort, h)
+	probe(t, "resource server liveness", c.LivenessProbe, c, srvPort, h)
+	metricsAnnotations(t, "resource server", rs.Spec.Template, c, sa.metricsAddr)
+	if !strings.HasPrefix(sa.storeURL, "redis://") {
+		t.Errorf("resource server replicas must share sessions: --session-store %s", sa.storeURL)
+	}
+	serviceURL(t, m, "--session-store", sa.storeURL)
+	if port, _ := serviceFor(t, m, "resource-server"); port == 0 {
+		t.Error("resource-server Service without a port")
+	}
+	redis := m.deployments["redis"].Spec.Template.Spec.Containers[0]
+	if redis.ReadinessProbe == nil || redis.ReadinessProbe.Exec == nil {
+		t.Error("redis: want a readiness probe")
+	}
+
+	// The simulator, standing in for the model: rollout sim's parser reads its args, and its
+	// readiness probe asks it for its model list.
+	ms := m.deployments["model-sim"]
+	c = ms.Spec.Template.Spec.Containers[0]
+	if c.Args[0] != "sim" {
+		t.Fatalf("model-sim args %q", c.Args)
+	}
+	args := slices.Clone(c.Args[1:])
+	for i := range args {
+		args[i] = localPath(img, args[i])
+	}
+	sm, err := parseSim(args, quiet())
+	if err != nil {
+		t.Fatalf("model-sim args %q: %v", c.Args, err)
+	}
+	ts, err := sim.LoadTasks(sm.tasks...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	simulator, err := sim.New(ts, sm.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe(t, "model-sim readiness", c.ReadinessProbe, c, portOf(t, sm.addr), simulator)
+	serviceFor(t, m, "model-sim")
+
+	// The Indexed Job: N pods, each rollout run --shard auto/N with its index from
+	// JOB_COMPLETION_INDEX, retried per index, a bad config not retried.
+	job := m.jobs["rollout-shards"]
+	if job == nil {
+		t.Fatal("no Job rollout-shards")
+	}
+	js := job.Spec
+	if js.CompletionMode == nil || *js.CompletionMode != batchv1.IndexedCompletion || js.Completions == nil || js.Parallelism == nil {
+		t.Fatalf("rollout-shards: want completionMode Indexed, completions and parallelism")
+	}
+	n := int(*js.Completions)
+	if js.BackoffLimitPerIndex == nil || *js.BackoffLimitPerIndex < 1 {
+		t.Error("rollout-shards: want backoffLimitPerIndex: a failed shard is retried on its own")
+	}
+	if js.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Error("rollout-shards: a podFailurePolicy needs restartPolicy Never")
+	}
+	c = js.Template.Spec.Containers[0]
+	failIndex := map[int32]bool{}
+	if js.PodFailurePolicy != nil {
+		for _, r := range js.PodFailurePolicy.Rules {
+			if r.Action == batchv1.PodFailurePolicyActionFailIndex && r.OnExitCodes != nil && *r.OnExitCodes.ContainerName == c.Name &&
+				r.OnExitCodes.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn {
+				for _, v := range r.OnExitCodes.Values {
+					failIndex[v] = true
+				}
+			}
+		}
+	}
+	if !failIndex[exitUsage] {
+		t.Errorf("rollout-shards: exit code %d (bad flags, config or input) is retried: want a FailIndex rule", exitUsage)
+	}
+	if failIndex[exitFailure] || failIndex[exitInterrupted] {
+		t.Errorf("rollout-shards: exit codes %d and %d (results not written, interrupted) must be retried: %v", exitFailure, exitInterrupted, failIndex)
+	}
+	declared := false
+	for _, ev := range c.Env {
+		if ev.Name == runner.ShardIndexEnv && ev.ValueFrom != nil && ev.ValueFrom.FieldRef != nil &&
+			ev.ValueFrom.FieldRef.FieldPath == "metadata.annotations['batch.kubernetes.io/job-completion-index']" {
+			declared = true
+		}
+	}
+	if !declared {
+		t.Errorf("rollout-shards: %s is not declared from the job-completion-index annotation (the args refer to it)", runner.ShardIndexEnv)
+	}
+	if c.Args[0] != "run" || !slices.Contains(c.Args, "auto/"+strconv.Itoa(n)) {
+		t.Fatalf("rollout-shards args %q: want run ... --shard auto/%d", c.Args, n)
+	}
+	var outs []string
+	mount := c.VolumeMounts[0].MountPath
+	for i := range n {
+		// What the kubelet does: $(JOB_COMPLETION_INDEX) in args is the variable's value.
+		idx := strconv.Itoa(i)
+		args := slices.Clone(c.Args[1:])
+		for j := range args {
+			args[j] = localPath(img, strings.ReplaceAll(args[j], "$("+runner.ShardIndexEnv+")", idx))
+		}
+		e := quiet()
+		e.getenv = func(k string) string {
+			if k == runner.ShardIndexEnv {
+				return idx
+			}
+			return ""
+		}
+		f, _, _, _, err := parseRunFlags(args, e)
+		if err != nil {
+			t.Fatalf("pod %d: rollout run %q: %v", i, args, err)
+		}
+		if f.shard != (runner.Shard{Index: i, Count: n}) || !f.resumeAuto {
+			t.Errorf("pod %d: shard %v, --resume=auto %v", i, f.shard, f.resumeAuto)
+		}
+		if !strings.HasPrefix(f.out, mount+"/") {
+			t.Errorf("pod %d: --out %s is not on the volume at %s", i, f.out, mount)
+		}
+		outs = append(outs, f.out)
+		serviceURL(t, m, "--model-url", f.modelURL)
+		for _, s := range f.servers {
+			serviceURL(t, m, "--server", serverURL(s))
+		}
+		if i == 0 {
+			metricsAnnotations(t, "rollout-shards", js.Template, c, f.metricsAddr)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(outs)))) != n {
+		t.Errorf("the shards' --out are not one per pod: %v", outs)
+	}
+	claim := js.Template.Spec.Volumes[0].PersistentVolumeClaim
+	if claim == nil || m.pvcs[claim.ClaimName] == nil || !slices.Contains(m.pvcs[claim.ClaimName].Spec.AccessModes, corev1.ReadWriteMany) {
+		t.Errorf("rollout-shards: the results volume must be a ReadWriteMany claim of the manifests")
+	}
+
+	// The merge Job: rollout merge's parser reads its args, and its glob matches every shard's
+	// directory and nothing else.
+	mj := m.jobs["rollout-merge"]
+	if mj == nil {
+		t.Fatal("no Job rollout-merge")
+	}
+	c = mj.Spec.Template.Spec.Containers[0]
+	if c.Image != fullImage {
+		t.Errorf("rollout-merge (applied without kustomize) runs %s, the kustomization's image is %s", c.Image, fullImage)
+	}
+	ma, err := parseMerge(c.Args[1:], quiet())
+	if err != nil || c.Args[0] != "merge" {
+		t.Fatalf("rollout-merge args %q: %v", c.Args, err)
+	}
+	for _, p := range ma.paths {
+		for _, o := range outs {
+			if ok, _ := path.Match(p, o); !ok && strings.ContainsAny(p, "*?[") {
+				t.Errorf("the merge's %s does not match shard directory %s", p, o)
+			}
+		}
+		if ok, _ := path.Match(p, ma.out); ok {
+			t.Errorf("the merge's %s matches its own --out %s", p, ma.out)
+		}
+	}
+	if mj.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != claim.ClaimName {
+		t.Error("rollout-merge does not read the shards' volume")
+	}
+
+	// The PodMonitor scrapes the pods' metrics port at metrics.Path.
+	if len(m.monitors) != 1 || m.monitors[0].Spec.PodMetricsEndpoints[0].Port != "metrics" || m.monitors[0].Spec.PodMetricsEndpoints[0].Path != metrics.Path {
+		t.Errorf("podmonitor-example.yaml: %+v", m.monitors)
+	}
+	// It selects by the label the kustomization puts on every pod template (and the merge Job
+	// has itself).
+	for key, v := range m.monitors[0].Spec.Selector.MatchLabels {
+		if len(k.Labels) != 1 || k.Labels[0].Pairs[key] != v || !k.Labels[0].IncludeTemplates {
+			t.Errorf("the PodMonitor selects %s=%s; the kustomization labels pod templates with %+v", key, v, k.Labels)
+		}
+		if mj.Spec.Template.Labels[key] != v {
+			t.Errorf("rollout-merge's pods lack %s=%s", key, v)
+		}
+	}
+}
