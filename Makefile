@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools fuzz soak interop clean
+.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools fuzz soak interop scale-demo clean
 
 all: build
 
@@ -142,6 +142,15 @@ interop:
 	dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) internal/interop/build-llama-server.sh) || exit 1; \
 	echo "make interop: llama-server from $$dir ($$(cat $$dir/VERSION))" >&2; \
 	ROLLOUT_INTEROP_DIR=$$dir $(GO) test -count=1 -v -timeout 30m ./internal/interop
+
+# On one machine, what deploy/kubernetes/ does on a cluster: 2 `rollout serve extraction`
+# processes sharing their sessions in a real redis-server (behind a round-robin proxy, as a
+# Service), the simulator, 4 `rollout run --shard I/4` processes at once, one killed with -9
+# mid-run and started again with the same command (--resume=auto), `rollout merge`; the merge
+# is checked against the same job run as one process. About 20 s on 2 cores. See README.md,
+# "Running on Kubernetes".
+scale-demo:
+	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo$$' -v -count=1 -timeout 5m ./cmd/rollout
 
 clean:
 	rm -rf bin out

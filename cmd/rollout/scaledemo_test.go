@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/rollout-dev/rollout/internal/recordtest"
+	"github.com/rollout-dev/rollout/internal/redistest"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
+)
+
+// ScaleDemoEnv, set to 1, runs TestScaleDemo (make scale-demo).
+const ScaleDemoEnv = "ROLLOUT_SCALE_DEMO"
+
+// startLines starts bin with args and returns the first line it writes to stdout and the
+// first it writes to stderr (when firstErr), then drains both; the process is killed when the
+// test ends.
+func startLines(t *testing.T, bin string, firstErr bool, args ...string) (cmd *exec.Cmd, out, errLine string) {
+	t.Helper()
+	cmd = exec.Command(bin, args...)
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	eb, ob := bufio.NewReader(stderr), bufio.NewReader(stdout)
+	if firstErr {
+		errLine, _ = eb.ReadString('\n')
+	}
+	out, err := ob.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s %s: no address on stdout: %v", bin, args, err)
+	}
+	go io.Copy(io.Discard, eb)
+	go io.Copy(io.Discard, ob)
+	return cmd, strings.TrimSpace(out), strings.TrimSpace(errLine)
+}
+
+// roundRobin is what a Kubernetes Service is to the resource server's replicas: each request
+// to the next one.
+func roundRobin(t *testing.T, backends []string) string {
+	var n atomic.Int64
+	var proxies []*httputil.ReverseProxy
+	for _, b := range backends {
+		u, err := url.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := httputil.NewSingleHostReverseProxy(u)
+		p.ErrorLog = log.New(io.Discard, "", 0)
+		proxies = append(proxies, p)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxies[int(n.Add(1))%len(proxies)].ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestScaleDemo is on one machine what the cluster of deploy/kubernetes does: two resource
+// server processes sharing their sessions in a real redis-server (behind a round-robin proxy,
+// as a Service), the simulator, four shard processes at once, one of them killed with -9 in
+// the middle and started again with the same command (as backoffLimitPerIndex would), the
+// merge, and the same job run as one process: the merged records and figures must be the
+// single process's. make scale-demo runs it.
+func TestScaleDemo(t *testing.T) {
+	if os.Getenv(ScaleDemoEnv) != "1" {
+		t.Skipf("make scale-demo runs it (%s=1)", ScaleDemoEnv)
+	}
+	start := time.Now()
+	bin := buildRollout(t)
+	root := t.TempDir()
+	redisURL := redistest.Start(t)
+
+	// 80 extraction tasks, two arms, two repeats: 320 rollouts.
+	data, err := os.ReadFile("../../data/extraction.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(root, "tasks.jsonl")
+	if err := os.WriteFile(input, []byte(strings.Join(strings.SplitAfter(string(data), "\n")[:80], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var servers, metricsURLs []string
+	for range 2 {
+		_, u, errLine := startLines(t, bin, true, "serve", "extraction", "--addr", "127.0.0.1:0", "--session-store", redisURL, "--metrics-addr", "127.0.0.1:0")
+		m, ok := strings.CutPrefix(errLine, "rollout: metrics on ")
+		if !ok {
+			t.Fatalf("serve: %q: no metrics address", errLine)
+		}
+		servers, metricsURLs = append(servers, u), append(metricsURLs, m)
+	}
+	service := roundRobin(t, servers)
+	// The simulator's mistakes (wrong arguments, skipped steps, premature answers) are drawn
+	// per conversation, so that a rollout run again (the killed shard's) gets the same answers.
+	_, modelURL, _ := startLines(t, bin, false, "sim", "--tasks", input, "--addr", "127.0.0.1:0", "--sim-seed", "7",
+		"--sim-latency", "uniform:10ms-30ms", "--sim-wrong-argument", "0.15", "--sim-skip-step", "0.1", "--sim-premature-answer", "0.05")
+	job := func(out string, extra ...string) []string {
+		return append([]string{"run", "--input", input, "--out", out, "--model-url", modelURL, "--model", "rollout-sim", "--server", service,
+			"--arms", "single,multi", "--num-repeats", "2", "--concurrency", "4", "--quiet"}, extra...)
+	}
+	shard := func(i int) []string {
+		return job(filepath.Join(root, "run", fmt.Sprintf("shard-%d", i)), "--shard", fmt.Sprintf("%d/4", i), "--resume=auto", "--metrics-addr", "127.0.0.1:0")
+	}
+
+	// Four shards at once; shard 1 killed with -9 once it has 10 records.
+	type proc struct {
+		cmd    *exec.Cmd
+		stderr *strings.Builder
+		waited <-chan error
+	}
+	var procs []proc
+	for i := range 4 {
+		cmd, stderr, waited := startRollout(t, bin, shard(i)...)
+		procs = append(procs, proc{cmd, stderr, waited})
+	}
+	journal := filepath.Join(root, "run", "shard-1", rundir.JournalFile)
+	for rundir.JournalLines(filepath.Dir(journal)) < 10 {
+		select {
+		case err := <-procs[1].waited:
+			t.Fatalf("shard 1 ended (%v) before it could be killed: %s", err, procs[1].stderr)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	procs[1].cmd.Process.Signal(syscall.SIGKILL)
+	err = <-procs[1].waited
+	killedAt := rundir.JournalLines(filepath.Dir(journal))
+	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("shard 1: %v, want killed", err)
+	}
+	t.Logf("shard 1 killed with -9 after %d of its 80 records", killedAt)
+	for i, p := range procs {
+		if i == 1 {
+			continue
+		}
+		if err := <-p.waited; err != nil {
+			t.Fatalf("shard %d: %v\n%s", i, err, p.stderr)
+		}
+	}
+	// The merge refuses the unfinished shard, naming it.
+	shards := filepath.Join(root, "run", "shard-*")
+	out, err := exec.Command(bin, "merge", "--out", filepath.Join(root, "merged"), shards).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "shard 1/4 did not finish") {
+		t.Fatalf("merge with shard 1 killed: %v\n%s", err, out)
+	}
+	// The same command again, as the Job's retry of index 1: it resumes.
+	_, stderr, waited := startRollout(t, bin, shard(1)...)
+	if err := <-waited; err != nil || !strings.Contains(stderr.String(), "rollout: resuming") {
+		t.Fatalf("shard 1 again: %v\n%s", err, stderr)
+	}
+	// Shard 1 has each of its rollouts once: tasks 1, 5, ..., 77, two repeats, two arms.
+	seen := map[record.Key]bool{}
+	for _, r := range readRecords(t, filepath.Dir(journal)) {
+		if seen[r.Key()] || r.TaskIndex%4 != 1 {
+			t.Errorf("shard 1: record %v twice, or not of shard 1", r.Key())
+		}
+		seen[r.Key()] = true
+	}
+	if len(seen) != 80 || rundir.JournalLines(filepath.Dir(journal)) != 80 {
+		t.Errorf("shard 1: %d rollouts, %d journal lines; want 80", len(seen), rundir.JournalLines(filepath.Dir(journal)))
+	}
+
+	out, err = exec.Command(bin, "merge", "--out", filepath.Join(root, "merged"), shards).Output()
+	if err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	fmt.Printf("== the merged run (4 shards, shard 1 killed with -9 after %d records and resumed):\n%s\n", killedAt, out)
+
+	single := filepath.Join(root, "single")
+	if out, err := exec.Command(bin, job(single)...).CombinedOutput(); err != nil {
+		t.Fatalf("single process: %v\n%s", err, out)
+	}
+	merged := filepath.Join(root, "merged")
+	got, want := readRecords(t, merged), readRecords(t, single)
+	if len(got) != 320 || len(want) != 320 {
+		t.Fatalf("%d merged records, %d single-process ones, want 320", len(got), len(want))
+	}
+	byArm := func(a, b record.Record) int { return strings.Compare(a.Arm, b.Arm) }
+	slices.SortStableFunc(got, byArm)
+	slices.SortStableFunc(want, byArm)
+	below := 0
+	for i := range got {
+		g, w := got[i], want[i]
+		// The measured times, and the HTTP attempts (a connection the proxy saw closed is
+		// retried), are the run's own: the rest is the result.
+		g.StartedAt, g.LatencyMs, w.LatencyMs, g.Attempts, w.Attempts = w.StartedAt, 0, 0, 0, 0
+		if d := recordtest.Diff(g, w); d != "" {
+			t.Errorf("record (task %d, repeat %d, arm %s): %s", w.TaskIndex, w.RolloutIndex, w.Arm, d)
+		}
+		if w.Reward < 1 {
+			below++
+		}
+	}
+	if below == 0 {
+		t.Error("every rollout has reward 1: the simulator's mistakes are not in the job")
+	}
+	for _, name := range []string{rundir.SummaryFile, rundir.EvaluationFile} {
+		a, _ := os.ReadFile(filepath.Join(merged, name))
+		b, _ := os.ReadFile(filepath.Join(single, name))
+		if withoutTiming(t, a) != withoutTiming(t, b) {
+			t.Errorf("%s: the merged run's differs from the single process's", name)
+		}
+	}
+	// Both resource servers served sessions: the Redis store is what let any of them answer.
+	for i, m := range metricsURLs {
+		resp, err := http.Get(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p expfmt.TextParser
+		fams, err := p.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := fams["rollout_server_sessions_seeded_total"]
+		if f == nil || f.Metric[0].Counter.GetValue() == 0 {
+			t.Errorf("resource server %d seeded no session", i)
+		} else {
+			t.Logf("resource server %d: %v sessions seeded", i, f.Metric[0].Counter.GetValue())
+		}
+	}
+	if !t.Failed() {
+		fmt.Printf("== scale demo: the merge equals the single-process run (320 rollouts: every record, summary.json, evaluation.json); %s in all\n",
+			time.Since(start).Round(100*time.Millisecond))
+	}
+}
