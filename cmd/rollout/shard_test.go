@@ -75,7 +75,7 @@ func TestShardsMergeToTheSingleProcessRun(t *testing.T) {
 	}
 	ctx := context.Background()
 	single := filepath.Join(root, "single")
-	if r := runCLI(t, ctx, nil, shardJob(input, single)...); r.code != 0 {
+	if r := runCLI(t, ctx, nil, shardJob(input, single, "--jsonl-out", filepath.Join(root, "single.ng.jsonl"))...); r.code != 0 {
 		t.Fatalf("single process: exit %d: %s", r.code, r.stderr)
 	}
 	var dirs []string
@@ -86,7 +86,8 @@ func TestShardsMergeToTheSingleProcessRun(t *testing.T) {
 		if i == 2 {
 			shard, env = "auto/4", map[string]string{"JOB_COMPLETION_INDEX": "2"}
 		}
-		if r := runCLI(t, ctx, env, shardJob(input, dir, "--shard", shard, "--resume=auto")...); r.code != 0 {
+		ng := filepath.Join(root, fmt.Sprintf("shard-%d.ng.jsonl", i))
+		if r := runCLI(t, ctx, env, shardJob(input, dir, "--shard", shard, "--resume=auto", "--jsonl-out", ng)...); r.code != 0 {
 			t.Fatalf("shard %s: exit %d: %s", shard, r.code, r.stderr)
 		}
 		dirs = append(dirs, dir)
@@ -102,9 +103,13 @@ func TestShardsMergeToTheSingleProcessRun(t *testing.T) {
 	}
 
 	merged := filepath.Join(root, "merged")
-	r = runCLI(t, ctx, nil, "merge", "--out", merged, filepath.Join(root, "shards", "shard-*"))
+	r = runCLI(t, ctx, nil, "merge", "--out", merged, "--jsonl-out", filepath.Join(root, "merged.ng.jsonl"), filepath.Join(root, "shards", "shard-*"))
 	if r.code != 0 {
 		t.Fatalf("merge: exit %d: %s", r.code, r.stderr)
+	}
+	// The NeMo Gym lines: one per rollout with a verify answer, the single process's keys.
+	if a, b := nemoGymKeys(t, filepath.Join(root, "merged.ng.jsonl")), nemoGymKeys(t, filepath.Join(root, "single.ng.jsonl")); !slices.Equal(a, b) || len(a) == 0 {
+		t.Errorf("merged NeMo Gym lines %v, single process's %v", a, b)
 	}
 	got, want := readRecords(t, merged), readRecords(t, single)
 	if len(got) != 14*2*2 || len(got) != len(want) {
@@ -155,4 +160,23 @@ func TestShardsMergeToTheSingleProcessRun(t *testing.T) {
 	if rr.code != 2 || !strings.Contains(rr.stderr, "--shard was 1/4, now 2/4") {
 		t.Errorf("resume of shard 1/4 as 2/4: exit %d: %s", rr.code, rr.stderr)
 	}
+}
+
+// nemoGymKeys are the sorted (task, repeat, arm) keys of a NeMo Gym file's lines.
+func nemoGymKeys(t *testing.T, path string) []string {
+	t.Helper()
+	var keys []string
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, path)), "\n") {
+		var k struct {
+			Task    int64  `json:"_ng_task_index"`
+			Rollout int64  `json:"_ng_rollout_index"`
+			Arm     string `json:"_ng_arm"`
+		}
+		if err := json.Unmarshal([]byte(line), &k); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		keys = append(keys, fmt.Sprintf("%d/%d/%s", k.Task, k.Rollout, k.Arm))
+	}
+	slices.Sort(keys)
+	return keys
 }
