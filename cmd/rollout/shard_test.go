@@ -111,33 +111,8 @@ func TestShardsMergeToTheSingleProcessRun(t *testing.T) {
 	if a, b := nemoGymKeys(t, filepath.Join(root, "merged.ng.jsonl")), nemoGymKeys(t, filepath.Join(root, "single.ng.jsonl")); !slices.Equal(a, b) || len(a) == 0 {
 		t.Errorf("merged NeMo Gym lines %v, single process's %v", a, b)
 	}
-	got, want := readRecords(t, merged), readRecords(t, single)
-	if len(got) != 14*2*2 || len(got) != len(want) {
-		t.Fatalf("%d merged records, %d single-process ones; want %d", len(got), len(want), 14*2*2)
-	}
-	slices.SortStableFunc(got, func(a, b record.Record) int { return strings.Compare(a.Arm, b.Arm) })
-	slices.SortStableFunc(want, func(a, b record.Record) int { return strings.Compare(a.Arm, b.Arm) })
-	var failed, rewards int
-	for i := range got {
-		g, w := got[i], want[i]
-		g.StartedAt, g.LatencyMs, w.LatencyMs = w.StartedAt, 0, 0
-		if d := recordtest.Diff(g, w); d != "" {
-			t.Errorf("record %d (task %d, repeat %d, arm %s): %s", i, w.TaskIndex, w.RolloutIndex, w.Arm, d)
-		}
-		if w.FailureClass != "" || w.Reward < 1 {
-			failed++
-		}
-		rewards++
-	}
-	if failed == 0 {
+	if below := sameResults(t, merged, single, 14*2*2, nil); below == 0 {
 		t.Error("every rollout succeeded: the job does not exercise the simulator's mistakes")
-	}
-	for _, name := range []string{rundir.SummaryFile, rundir.EvaluationFile} {
-		a, _ := os.ReadFile(filepath.Join(merged, name))
-		b, _ := os.ReadFile(filepath.Join(single, name))
-		if ga, gb := withoutTiming(t, a), withoutTiming(t, b); ga != gb {
-			t.Errorf("%s differs:\n%s\nsingle process:\n%s", name, ga, gb)
-		}
 	}
 	// report and compare take the shards as the run, and say what the merged run says.
 	rs := runCLI(t, ctx, nil, "report", "--format", "json", filepath.Join(root, "shards", "shard-*"))
@@ -179,4 +154,40 @@ func nemoGymKeys(t *testing.T, path string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// sameResults fails unless the merged run's records, summary.json and evaluation.json are the
+// single process's but for the measured times (timing) and what operational clears of each
+// record; want is the number of records. It returns how many failed or scored below 1.
+func sameResults(t *testing.T, merged, single string, want int, operational func(*record.Record)) (below int) {
+	t.Helper()
+	got, exp := readRecords(t, merged), readRecords(t, single)
+	if len(got) != want || len(exp) != want {
+		t.Fatalf("%d merged records, %d single-process ones; want %d", len(got), len(exp), want)
+	}
+	byArm := func(a, b record.Record) int { return strings.Compare(a.Arm, b.Arm) }
+	slices.SortStableFunc(got, byArm) // readRecords sorts by task and repeat
+	slices.SortStableFunc(exp, byArm)
+	for i := range got {
+		g, w := got[i], exp[i]
+		g.StartedAt, g.LatencyMs, w.LatencyMs = w.StartedAt, 0, 0
+		if operational != nil {
+			operational(&g)
+			operational(&w)
+		}
+		if d := recordtest.Diff(g, w); d != "" {
+			t.Errorf("record (task %d, repeat %d, arm %s): %s", w.TaskIndex, w.RolloutIndex, w.Arm, d)
+		}
+		if w.FailureClass != "" || w.Reward < 1 {
+			below++
+		}
+	}
+	for _, name := range []string{rundir.SummaryFile, rundir.EvaluationFile} {
+		a, _ := os.ReadFile(filepath.Join(merged, name))
+		b, _ := os.ReadFile(filepath.Join(single, name))
+		if ga, gb := withoutTiming(t, a), withoutTiming(t, b); ga != gb {
+			t.Errorf("%s differs:\n%s\nsingle process:\n%s", name, ga, gb)
+		}
+	}
+	return below
 }

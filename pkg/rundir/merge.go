@@ -1,7 +1,6 @@
 package rundir
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -55,14 +54,14 @@ func Merge(out string, r *Run, o MergeOptions) (Finished, error) {
 			return fin, err
 		}
 	}
-	files := map[string]*lineFile{}
+	files := map[string]*mergedFile{}
 	for _, name := range []string{JournalFile, TrajectoriesFile, NemoGymFile} {
-		lf, err := createLineFile(join(out, name))
+		f, err := openJSONL(join(out, name))
 		if err != nil {
 			return fin, err
 		}
-		defer lf.f.Close()
-		files[name] = lf
+		defer f.Close()
+		files[name] = &mergedFile{jsonlFile: f}
 	}
 	var problems []string
 	extra := 0
@@ -107,12 +106,12 @@ func Merge(out string, r *Run, o MergeOptions) (Finished, error) {
 	if err := runProblems(problems, extra); err != nil {
 		return fin, err
 	}
-	for name, lf := range files {
-		if err := lf.close(); err != nil {
+	for name, f := range files {
+		if err := f.Close(); err != nil {
 			return fin, err
 		}
-		if lf.lines == 0 && name != JournalFile {
-			os.Remove(lf.path) // no side lines: as a run without them
+		if f.lines == 0 && name != JournalFile {
+			os.Remove(f.path) // no side lines: as a run without them
 		}
 	}
 	mf := *r.Manifest
@@ -126,38 +125,22 @@ func Merge(out string, r *Run, o MergeOptions) (Finished, error) {
 	return Finish(out, FinishOptions{Stats: o.Stats, NemoGym: o.NemoGym, Complete: len(r.Missing) == 0 && len(r.Incomplete) == 0})
 }
 
-// lineFile is a file written a line at a time, counting its lines.
-type lineFile struct {
-	path  string
-	f     *os.File
-	w     *bufio.Writer
+// mergedFile is a file of the merged run, written a line at a time, counting its lines.
+type mergedFile struct {
+	*jsonlFile
 	lines int
 }
 
-func createLineFile(path string) (*lineFile, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	return &lineFile{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
-}
-
-func (l *lineFile) writeLine(line []byte) error {
-	l.lines++
-	l.w.Write(line)
-	return l.w.WriteByte('\n')
-}
-
-// close flushes, syncs and closes the file.
-func (l *lineFile) close() error {
-	if err := l.w.Flush(); err != nil {
+// writeLine writes line (without its newline) and a newline.
+func (m *mergedFile) writeLine(line []byte) error {
+	m.lines++
+	if err := m.jsonlFile.writeLine(line); err != nil {
 		return err
 	}
-	if err := l.f.Sync(); err != nil {
-		return err
-	}
-	return l.f.Close()
+	return m.jsonlFile.writeLine(newline)
 }
+
+var newline = []byte{'\n'}
 
 // scanLines calls fn with each complete line of the file at path (none when it does not
 // exist), without its newline.
