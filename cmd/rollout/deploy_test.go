@@ -530,6 +530,10 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		if i == 0 {
 			metricsAnnotations(t, "rollout-shards", js.Template, c, f.metricsAddr)
+			// An evicted pod drains its rollouts, then writes its files, before it is killed.
+			if g := js.Template.Spec.TerminationGracePeriodSeconds; g == nil || float64(*g) <= f.drainTimeout.Seconds() {
+				t.Errorf("rollout-shards: terminationGracePeriodSeconds %v is not longer than --drain-timeout %s", g, f.drainTimeout)
+			}
 		}
 	}
 	if len(slices.Compact(slices.Sorted(slices.Values(outs)))) != n {
