@@ -51,8 +51,8 @@ func shardFlags(fs *flag.FlagSet, f *runFlags) {
 	fs.StringVar(&f.shardArg, "shard", "", "run shard `I/N`: the tasks whose index is I mod N; auto/N takes I from $JOB_COMPLETION_INDEX")
 }
 
-// resolveShard reads --shard (after --resume has set it from the manifest when not given) and
-// turns --resume=auto into a resume when --out holds a run.
+// resolveShard reads --shard into f.shard, once --resume has set it from the manifest when it
+// was not given; auto/N takes the index from getenv.
 func (f *runFlags) resolveShard(getenv func(string) string) error {
 	if f.shardArg != "" {
 		s, err := runner.ParseShard(f.shardArg, getenv)
