@@ -92,6 +92,12 @@ func TestShardsMergeToTheSingleProcessRun(t *testing.T) {
 		}
 		dirs = append(dirs, dir)
 	}
+	// The same command again (a Job's retry of a pod that did finish): --resume=auto resumes the
+	// shard, which has nothing left to run.
+	again := runCLI(t, ctx, nil, shardJob(input, dirs[0], "--shard", "0/4", "--resume=auto", "--jsonl-out", filepath.Join(root, "shard-0.ng.jsonl"))...)
+	if again.code != 0 || !strings.Contains(again.stderr, "rollout: resuming "+dirs[0]+": 16 rollouts already have a record") {
+		t.Errorf("shard 0 again: exit %d: %s", again.code, again.stderr)
+	}
 	// A shard of an empty range ends cleanly: 14 tasks have none of index 15 mod 16.
 	empty := filepath.Join(root, "empty")
 	r := runCLI(t, ctx, nil, shardJob(input, empty, "--shard", "15/16")...)

@@ -26,8 +26,7 @@ type MergeOptions struct {
 // one process running the whole job writes. The manifest is the shards' identity, with the
 // directories merged and the shards missing; it is marked complete when no shard is missing
 // or incomplete. out may not be one of the shards, nor hold a run unless Overwrite.
-func Merge(out string, r *Run, o MergeOptions) (Finished, error) {
-	var fin Finished
+func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 	abs := ResolvePath(out)
 	for _, d := range r.Dirs {
 		if rd := ResolvePath(d); rd == abs || within(rd, abs) || within(abs, rd) {
@@ -55,6 +54,14 @@ func Merge(out string, r *Run, o MergeOptions) (Finished, error) {
 		}
 	}
 	files := map[string]*mergedFile{}
+	// A merge that fails leaves no half-merged run behind: the next one needs no --overwrite.
+	defer func() {
+		if err != nil {
+			for _, name := range runFiles {
+				os.Remove(join(out, name))
+			}
+		}
+	}()
 	for _, name := range []string{JournalFile, TrajectoriesFile, NemoGymFile} {
 		f, err := openJSONL(join(out, name))
 		if err != nil {

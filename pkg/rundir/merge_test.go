@@ -302,8 +302,10 @@ func TestMergeRefusesDuplicatesAndStrayRecords(t *testing.T) {
 	if _, err = rundir.Merge(out, r, rundir.MergeOptions{}); err == nil || !strings.Contains(err.Error(), wantDup) || !strings.Contains(err.Error(), wantStray) {
 		t.Errorf("merge: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(out, rundir.ParquetFile)); err == nil {
-		t.Error("a refused merge wrote rollouts.parquet")
+	for _, name := range []string{rundir.ParquetFile, rundir.JournalFile, rundir.TrajectoriesFile, rundir.ManifestFile} {
+		if _, err := os.Stat(filepath.Join(out, name)); err == nil {
+			t.Errorf("a refused merge left %s", name)
+		}
 	}
 }
 
