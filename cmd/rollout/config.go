@@ -91,6 +91,9 @@ func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
 			}
 			continue
 		}
+		if key == "endpoints" {
+			continue // configEndpoints reads it
+		}
 		if key == "config" {
 			return nil, at(k, "a config file cannot name another")
 		}

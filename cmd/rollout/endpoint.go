@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/sim"
@@ -21,6 +22,7 @@ type modelEndpoint struct {
 	secrets  []string     // the API key and the secrets of every URL given, for redaction
 	sim      *sim.Options // the simulator's options with builtin:sim (part of the run's identity)
 	close    func()       // stops a local endpoint
+	pool     *fleet.Pool  // the pool of several endpoints (nil: one)
 }
 
 // openModel makes the model endpoint of a run from --model-url, --model, OPENAI_API_KEY and
@@ -28,6 +30,9 @@ type modelEndpoint struct {
 // bounded by --model-timeout. On error nothing is left running.
 func openModel(f runFlags, simOptions func() (sim.Options, error), e env, transport http.RoundTripper, policy retry.Policy) (ep *modelEndpoint, err error) {
 	ep = &modelEndpoint{name: f.model, close: func() {}}
+	if eps := fleetEndpoints(f, e.getenv); eps != nil {
+		return openFleet(ep, f, eps, transport, policy)
+	}
 	modelURL := f.modelURL
 	var local http.Handler
 	localName := ""
@@ -94,5 +99,31 @@ func openModel(f runFlags, simOptions func() (sim.Options, error), e env, transp
 	// An endpoint that echoes the key back (in an error or an answer) cannot make it reach a
 	// verify request; the sink redacts whatever reaches a file.
 	ep.model = agent.RedactModel(agent.NewOpenAIModel(ep.endpoint.Base, ep.apiKey, doer, agent.WithMaxAnswerBytes(f.maxModelAnswer)), ep.secrets...)
+	return ep, nil
+}
+
+// openFleet makes the model endpoint of a run against the pool eps.
+func openFleet(ep *modelEndpoint, f runFlags, eps []fleet.Endpoint, transport http.RoundTripper, policy retry.Policy) (*modelEndpoint, error) {
+	if ep.name == "" {
+		for _, e := range eps {
+			if e.Model == "" {
+				return nil, badUsage("run: --model NAME is required (or set ROLLOUT_MODEL, or give every endpoint its model)")
+			}
+		}
+		ep.name = eps[0].Model
+	}
+	for _, e := range eps {
+		ep.secrets = append(ep.secrets, e.APIKey)
+		ep.secrets = append(ep.secrets, agent.URLSecrets(e.URL)...)
+	}
+	for _, spec := range f.servers {
+		ep.secrets = append(ep.secrets, agent.URLSecrets(serverURL(spec))...)
+	}
+	pool, model, err := openPool(f, eps, transport, policy)
+	if err != nil {
+		return nil, err
+	}
+	ep.pool = pool
+	ep.model = agent.RedactModel(model, ep.secrets...)
 	return ep, nil
 }

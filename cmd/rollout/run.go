@@ -64,6 +64,7 @@ type runFlags struct {
 	shardArg                                   string
 	shard                                      runner.Shard
 	metricsAddr                                string
+	fleet                                      fleetFlags
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -110,6 +111,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	closers = append(closers, ep.close)
+	f.fleet.pool = ep.pool
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -234,6 +236,9 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 		if configArms, err = applyConfig(fs, path); err != nil {
 			return f, nil, nil, nil, err
 		}
+		if f.fleet.endpoints, f.fleet.keyEnvs, err = configEndpoints(path); err != nil {
+			return f, nil, nil, nil, err
+		}
 	}
 	// The environment (ROLLOUT_CONCURRENCY=8 ...) overrides the config file; the command line
 	// overrides both.
@@ -265,6 +270,16 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	if err := f.resolveShard(e.getenv); err != nil {
 		return f, nil, nil, nil, err
 	}
+	if len(f.fleet.endpoints) > 0 {
+		if modelURLFlag.given {
+			return f, nil, nil, nil, badUsage("--model-url: the config file lists the endpoints; give them there or with --model-url, not both")
+		}
+		urls := make([]string, len(f.fleet.endpoints))
+		for i, ep := range f.fleet.endpoints {
+			urls[i] = ep.URL
+		}
+		f.modelURL = strings.Join(urls, ",")
+	}
 	if err := f.check(); err != nil {
 		return f, nil, nil, nil, err
 	}
@@ -275,7 +290,11 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 // (unless it is served in this process) and that every resource server answers.
 func preflightRun(ctx context.Context, ep *modelEndpoint, transport http.RoundTripper, routes runner.Servers) error {
 	client := &http.Client{Transport: transport, CheckRedirect: retry.NoRedirect}
-	if !ep.local {
+	if ep.pool != nil && !ep.local {
+		if err := preflightPool(ctx, ep.pool, transport, ep.name, ep.secrets); err != nil {
+			return err
+		}
+	} else if !ep.local {
 		client := &http.Client{Transport: agent.QueryTransport(transport, ep.endpoint.Query), CheckRedirect: retry.NoRedirect}
 		if err := preflightModel(ctx, client, ep.endpoint.Base, ep.apiKey, ep.name, ep.secrets); err != nil {
 			return err
@@ -302,6 +321,11 @@ func printResults(e env, f runFlags, fin rundir.Finished, opts *runner.Options, 
 	if err != nil {
 		return err
 	}
+	if f.fleet.pool != nil {
+		if err := printPool(e.stdout, f.out, f.fleet.pool); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts in %s; results in %s\n", rep.Started, rep.Elapsed.Round(time.Millisecond), f.out)
 	if left := sum.Rollouts - fin.NemoGymLines; f.jsonlOut != "" && left > 0 {
 		fmt.Fprintf(e.stderr, "rollout: %s: %d lines; %d failed rollouts left out (they have no verify answer; see rollouts.parquet)\n", f.jsonlOut, fin.NemoGymLines, left)
@@ -318,11 +342,11 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.StringVar(&f.input, "input", "", "task `FILE`, NeMo Gym JSONL (.gz is read as gzip; - is stdin)")
 	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
 	f.modelURL = e.getenv("OPENAI_BASE_URL")
-	modelURLFlag = &onceFlag{v: &f.modelURL, what: "one model endpoint"}
-	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim or replay:GLOB")
+	modelURLFlag = &onceFlag{v: &f.modelURL, list: true}
+	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim or replay:GLOB; repeated or URL1,URL2: a pool of endpoints")
 	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
 	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
-	fs.IntVar(&f.concurrency, "concurrency", runner.DefaultConcurrency, "`N` rollouts in flight")
+	fleetFlagSet(fs, f)
 	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
 	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
 	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
@@ -381,7 +405,10 @@ func (f *runFlags) check() error {
 	if f.concurrency < 1 {
 		return badUsage("run: --concurrency must be at least 1, got %d", f.concurrency)
 	}
-	if err := checkModelURL(f.modelURL); err != nil {
+	if err := checkModelURLs(f.modelURL); err != nil {
+		return err
+	}
+	if err := f.fleet.check(); err != nil {
 		return err
 	}
 	if err := checkInput(f.input, f.modelURL == "builtin:sim"); err != nil {
@@ -605,6 +632,8 @@ type onceFlag struct {
 	v     *string
 	given bool
 	what  string // "one model endpoint"
+	// list: a value given again is added to the list (a comma-separated one) instead.
+	list bool
 }
 
 func (o *onceFlag) String() string {
@@ -615,6 +644,10 @@ func (o *onceFlag) String() string {
 }
 
 func (o *onceFlag) Set(v string) error {
+	if o.given && o.list {
+		*o.v += "," + v
+		return nil
+	}
 	if o.given {
 		return fmt.Errorf("given twice (%s, then %s): rollout run takes %s", *o.v, v, o.what)
 	}

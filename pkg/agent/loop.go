@@ -82,13 +82,15 @@ type ToolCall struct {
 
 // Round is one model call plus the tool calls it asked for.
 type Round struct {
-	Index          int        `json:"index"`
-	ModelLatencyMs float64    `json:"model_latency_ms"`
-	Usage          Usage      `json:"usage"`
-	FinishReason   string     `json:"finish_reason"`
-	Content        string     `json:"-"`
-	Reasoning      string     `json:"-"`
-	ToolCalls      []ToolCall `json:"tool_calls,omitempty"`
+	Index          int     `json:"index"`
+	ModelLatencyMs float64 `json:"model_latency_ms"`
+	Usage          Usage   `json:"usage"`
+	FinishReason   string  `json:"finish_reason"`
+	// Endpoint names the endpoint of a pool that answered (EndpointHeader); "" with one endpoint.
+	Endpoint  string     `json:"endpoint,omitempty"`
+	Content   string     `json:"-"`
+	Reasoning string     `json:"-"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Trajectory is the full history of a rollout: the chat messages, rounds
@@ -372,7 +374,8 @@ func (c *Config) tooManyToolCalls(round, n int) string {
 func newRound(resp *openai.ChatCompletionResponse, idx int, latency time.Duration) Round {
 	choice := &resp.Choices[0]
 	return Round{Index: idx, ModelLatencyMs: ms(latency), Usage: usageOf(resp.Usage),
-		FinishReason: string(choice.FinishReason), Content: choice.Message.Content, Reasoning: choice.Message.ReasoningContent}
+		FinishReason: string(choice.FinishReason), Content: choice.Message.Content, Reasoning: choice.Message.ReasoningContent,
+		Endpoint: resp.Header().Get(EndpointHeader)}
 }
 
 // finishLength is the finish reason of an answer cut off by max_tokens.

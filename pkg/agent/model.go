@@ -118,6 +118,10 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 // rollout with it, so that which rollout an injected error hits does not depend on timing.
 const RolloutIDHeader = "X-Rollout-Id"
 
+// EndpointHeader names, in a model answer, the endpoint of a pool that gave it (pkg/fleet sets
+// it); the rollout records it per round.
+const EndpointHeader = "X-Rollout-Endpoint"
+
 type rolloutIDKey struct{}
 
 // WithRolloutID returns a context whose model requests carry id in RolloutIDHeader. id must

@@ -25,6 +25,7 @@ const (
 	rfArm
 	rfAgent
 	rfModel
+	rfEndpoint
 	rfReward
 	rfHasReward
 	rfRewardComponents
@@ -84,6 +85,7 @@ var recordFields = derive([numRecordFields]recordField{
 	rfArm:              {name: "arm", kind: kindName, off: unsafe.Offsetof(Record{}.Arm), cost: 2},
 	rfAgent:            {name: "agent", kind: kindName, off: unsafe.Offsetof(Record{}.Agent), cost: 2},
 	rfModel:            {name: "model", kind: kindName, off: unsafe.Offsetof(Record{}.Model), cost: 2},
+	rfEndpoint:         {name: "endpoint", kind: kindName, omitEmpty: true, off: unsafe.Offsetof(Record{}.Endpoint), cost: 2},
 	rfReward:           {name: "reward", kind: kindFloat, off: unsafe.Offsetof(Record{}.Reward)},
 	rfHasReward:        {name: "has_reward", kind: kindBool, off: unsafe.Offsetof(Record{}.HasReward)},
 	rfRewardComponents: {name: "reward_components", kind: kindFloatMap, omitEmpty: true, off: unsafe.Offsetof(Record{}.RewardComponents), cost: 12},

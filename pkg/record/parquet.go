@@ -116,6 +116,7 @@ type parquetRecord struct {
 	Arm              string             `parquet:"arm,dict"`
 	Agent            string             `parquet:"agent,dict"`
 	Model            string             `parquet:"model,dict"`
+	Endpoint         string             `parquet:"endpoint,dict"`
 	Reward           float64            `parquet:"reward"`
 	HasReward        bool               `parquet:"has_reward"`
 	RewardComponents map[string]float64 `parquet:"reward_components" parquet-key:",dict"`

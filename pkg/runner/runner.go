@@ -442,6 +442,9 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 	rec.Rounds, rec.ToolCalls, rec.ToolErrors, rec.ToolNames = int32(len(tr.Rounds)), int32(calls), int32(failed), names
 	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
 	rec.Termination, rec.FailureClass, rec.Error = string(tr.Termination), tr.FailureClass, tr.Error
+	if len(tr.Rounds) > 0 {
+		rec.Endpoint = tr.Rounds[0].Endpoint
+	}
 	defer func() {
 		// The trajectory ends as the record does: a failed verify is the rollout's end too.
 		tr.Termination, tr.FailureClass, tr.Error = agent.Termination(rec.Termination), rec.FailureClass, rec.Error

@@ -1,0 +1,191 @@
+package fleet
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// gate bounds an endpoint's requests in flight by limit (+Inf: no bound). Its state is
+// guarded by the Pool's mutex, which acquire takes and release expects held.
+type gate struct {
+	limit    float64
+	inflight int
+	waiters  []chan struct{}
+	adapt    *adaptive
+}
+
+// room reports whether one more request may go.
+func (g *gate) room() bool {
+	return float64(g.inflight) < max(1, math.Floor(g.limit))
+}
+
+// acquire waits for a slot (first come, first served) or for ctx to end.
+func (g *gate) acquire(ctx context.Context, mu *sync.Mutex) error {
+	mu.Lock()
+	if len(g.waiters) == 0 && g.room() {
+		g.inflight++
+		mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	g.waiters = append(g.waiters, ch)
+	mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		if i := slices.Index(g.waiters, ch); i >= 0 {
+			g.waiters = slices.Delete(g.waiters, i, i+1)
+			return ctx.Err()
+		}
+		// Admitted as the context ended: the slot goes to the next one.
+		g.inflight--
+		g.wake()
+		return ctx.Err()
+	}
+}
+
+// release frees a slot after an attempt that ended as o, learning from it when adaptive.
+func (g *gate) release(o outcome) {
+	g.inflight--
+	if g.adapt != nil && o.sampled {
+		g.adapt.sample(o.latency, o.drop, g.inflight+1)
+		g.limit = g.adapt.limit
+	}
+	g.wake()
+}
+
+// wake admits waiters while there is room.
+func (g *gate) wake() {
+	for len(g.waiters) > 0 && g.room() {
+		ch := g.waiters[0]
+		g.waiters = g.waiters[1:]
+		g.inflight++
+		close(ch)
+	}
+}
+
+// Adaptive configures adaptive concurrency: each endpoint's limit of requests in flight is
+// learnt from the latency of its answers, as in Netflix's concurrency-limits (Gradient2) and
+// Envoy's adaptive concurrency filter. Every window of answers (as many as the limit, at least
+// 10), the window's mean latency is compared with the no-load latency (the least window mean
+// seen, which creeps up 1% a window so that it can be learnt again):
+//
+//	gradient = clamp(Tolerance × noLoad / mean, 0.5, 1)
+//	limit    = limit × gradient + sqrt(limit)        (smoothed: 80% old, 20% new)
+//
+// Until the first time the gradient falls below 1 the limit doubles every window instead (a slow
+// start, as TCP's), so that a large fleet is reached in a few windows. A 429 or 503 multiplies the
+// limit by Backoff at once, at most once a window. A window in which fewer than half the limit
+// were in flight does not raise it: the limit is not the bottleneck then.
+type Adaptive struct {
+	// Initial, Min and Max bound the limit (defaults 8, 1, 1024; an endpoint's MaxConcurrency
+	// lowers Max).
+	Initial, Min, Max int
+	// Tolerance is how many times the no-load latency the mean latency may reach before the
+	// limit goes down (default DefaultTolerance).
+	Tolerance float64
+	// Backoff multiplies the limit on a 429 or 503 (default 0.5).
+	Backoff float64
+}
+
+// DefaultTolerance is the latency, as a multiple of the no-load latency, past which an adaptive
+// limit goes down. Inference servers batch: their latency grows with the batch well before they
+// queue, so the tolerance is larger than Gradient2's 1.5.
+const DefaultTolerance = 2.5
+
+// adaptive is one endpoint's adaptive limit.
+type adaptive struct {
+	cfg        Adaptive
+	limit      float64
+	noLoad     float64 // seconds; 0: not known yet
+	slowStart  bool
+	n          int
+	sum        float64
+	peak       int
+	dropped    bool // a drop in this window already lowered the limit
+	windowDrop bool
+}
+
+func (a Adaptive) start(maxConc int) *adaptive {
+	if a.Min <= 0 {
+		a.Min = 1
+	}
+	if a.Max <= 0 {
+		a.Max = 1024
+	}
+	if maxConc > 0 {
+		a.Max = min(a.Max, maxConc)
+	}
+	if a.Initial <= 0 {
+		a.Initial = 8
+	}
+	a.Initial = min(max(a.Initial, a.Min), a.Max)
+	if a.Tolerance <= 0 {
+		a.Tolerance = DefaultTolerance
+	}
+	if a.Backoff <= 0 || a.Backoff >= 1 {
+		a.Backoff = 0.5
+	}
+	return &adaptive{cfg: a, limit: float64(a.Initial), slowStart: true}
+}
+
+// sample learns from one answer: its latency, whether it was an overload answer, and the
+// requests in flight when it ended (itself included).
+func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
+	if drop {
+		if !a.dropped {
+			a.dropped = true
+			a.slowStart = false
+			a.set(a.limit * a.cfg.Backoff)
+		}
+		a.windowDrop = true
+	} else {
+		a.n++
+		a.sum += latency.Seconds()
+	}
+	a.peak = max(a.peak, inflight)
+	if a.n+boolInt(a.windowDrop) < max(10, int(a.limit)) {
+		return
+	}
+	defer func() { a.n, a.sum, a.peak, a.dropped, a.windowDrop = 0, 0, 0, false, false }()
+	if a.n == 0 || a.windowDrop {
+		return
+	}
+	mean := a.sum / float64(a.n)
+	if a.noLoad == 0 || mean < a.noLoad {
+		a.noLoad = mean
+	} else {
+		a.noLoad *= 1.01
+	}
+	gradient := min(1, max(0.5, a.cfg.Tolerance*a.noLoad/mean))
+	appLimited := float64(a.peak) < a.limit/2
+	if a.slowStart && gradient == 1 {
+		if !appLimited {
+			a.set(2 * a.limit)
+		}
+		return
+	}
+	a.slowStart = false
+	next := a.limit*gradient + math.Sqrt(a.limit)
+	if appLimited && next > a.limit {
+		return
+	}
+	a.set(0.8*a.limit + 0.2*next)
+}
+
+func (a *adaptive) set(l float64) {
+	a.limit = min(max(l, float64(a.cfg.Min)), float64(a.cfg.Max))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
