@@ -413,8 +413,8 @@ func TestStartChecks(t *testing.T) {
 		{"no --input", sim, "rollout: run: --input FILE is required"},
 		{"model url without a scheme", []string{"--input", rows, "--model-url", "localhost:8000/v1", "--model", "m", "--server", "builtin:extraction"},
 			"rollout: --model-url localhost:8000/v1: want an http:// or https:// URL such as http://localhost:8000/v1, builtin:sim or replay:GLOB (did you mean http://localhost:8000/v1?)"},
-		{"model url twice", []string{"--input", rows, "--model-url", "builtin:sim", "--model-url", "http://127.0.0.1:1/v1"},
-			`rollout: run: invalid value "http://127.0.0.1:1/v1" for flag --model-url: given twice (builtin:sim, then http://127.0.0.1:1/v1): rollout run takes one model endpoint; rollout run --help lists the flags`},
+		{"builtin:sim in a pool", []string{"--input", rows, "--model-url", "builtin:sim", "--model-url", "http://127.0.0.1:1/v1", "--server", "builtin:extraction"},
+			`rollout: --model-url builtin:sim,http://127.0.0.1:1/v1: builtin:sim cannot be one endpoint of several; for several simulated endpoints give --model-url builtin:sim --sim-replicas N`},
 		{"server name without builtin:", []string{"--input", rows, "--model-url", "builtin:sim", "--server", "extraction"},
 			"rollout: --server extraction: want an http:// or https:// URL; did you mean builtin:extraction (rollout's built-in extraction server)?"},
 		{"concurrency 0", append([]string{"--input", rows, "--concurrency", "0"}, sim...), "rollout: run: --concurrency must be at least 1, got 0"},
@@ -471,7 +471,7 @@ func TestEnvironmentFlags(t *testing.T) {
 		t.Fatalf("--num-repeats 3 over ROLLOUT_NUM_REPEATS=2: exit %d: %s", r.code, r.stderr)
 	}
 	r = runCLI(t, context.Background(), map[string]string{"ROLLOUT_CONCURRENCY": "many"}, args...)
-	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `rollout: $ROLLOUT_CONCURRENCY: parse error`) {
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `rollout: $ROLLOUT_CONCURRENCY: want a whole number, auto or auto:MAX, got "many"`) {
 		t.Errorf("ROLLOUT_CONCURRENCY=many: exit %d: %s", r.code, r.stderr)
 	}
 }

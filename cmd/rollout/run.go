@@ -343,7 +343,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
 	f.modelURL = e.getenv("OPENAI_BASE_URL")
 	modelURLFlag = &onceFlag{v: &f.modelURL, list: true}
-	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim or replay:GLOB; repeated or URL1,URL2: a pool of endpoints")
+	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim, replay:GLOB; repeated: a pool")
 	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
 	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
 	fleetFlagSet(fs, f)
@@ -772,6 +772,8 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
+		{title: "Endpoint pool (several --model-url, or endpoints: in --config; README \"Fleets\")", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},
+			brief: "--route affinity|least-outstanding|round-robin; --sim-replicas N serves builtin:sim as N simulated inference servers."},
 		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",
 			"sim-wrong-argument", "sim-skip-step", "sim-premature-answer", "sim-malformed-tool-call", "sim-http-429", "sim-http-500",
 			"sim-connection-reset", "sim-hang", "sim-retry-after", "sim-tool-count-error-slope", "sim-tool-count-baseline"},
