@@ -97,7 +97,9 @@ func send(t *testing.T, ctx context.Context, p *Pool, id string) (string, int) {
 	return resp.Header.Get(agent.EndpointHeader), resp.StatusCode
 }
 
-func rolloutID(task, repeat int) string { return fmt.Sprintf("multi/data%%2Ft.jsonl/%d/%d", task, repeat) }
+func rolloutID(task, repeat int) string {
+	return fmt.Sprintf("multi/data%%2Ft.jsonl/%d/%d", task, repeat)
+}
 
 func TestTaskKey(t *testing.T) {
 	for _, tc := range []struct{ id, want string }{
