@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/replay"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/sim"
+	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
 
 // modelEndpoint is the model a run talks to: at a URL, or served in this process (replay:GLOB,
@@ -23,6 +25,7 @@ type modelEndpoint struct {
 	sim      *sim.Options // the simulator's options with builtin:sim (part of the run's identity)
 	close    func()       // stops a local endpoint
 	pool     *fleet.Pool  // the pool of several endpoints (nil: one)
+	simFleet *serving.Fleet // the serving simulator's replicas (--sim-replicas)
 }
 
 // openModel makes the model endpoint of a run from --model-url, --model, OPENAI_API_KEY and
@@ -61,6 +64,9 @@ func openModel(f runFlags, simOptions func() (sim.Options, error), e env, transp
 		}
 		local, localName = h, sim.ModelID
 		ep.sim = &opts
+		if f.fleet.simReplicas > 0 {
+			return openSimFleet(ep, f, h, transport, policy)
+		}
 	} else if strings.HasPrefix(f.modelURL, "builtin:") {
 		return nil, badUsage("--model-url %s: the built-in endpoint is builtin:sim", f.modelURL)
 	}
@@ -125,5 +131,27 @@ func openFleet(ep *modelEndpoint, f runFlags, eps []fleet.Endpoint, transport ht
 	}
 	ep.pool = pool
 	ep.model = agent.RedactModel(model, ep.secrets...)
+	return ep, nil
+}
+
+// openSimFleet serves --sim-replicas serving-simulator replicas of the simulator h on loopback
+// and makes the run's pool of them.
+func openSimFleet(ep *modelEndpoint, f runFlags, h http.Handler, transport http.RoundTripper, policy retry.Policy) (*modelEndpoint, error) {
+	urls, fl, stop, err := startReplicas(f.fleet.simReplicas, h, *f.fleet.serving)
+	if err != nil {
+		return nil, err
+	}
+	eps := make([]fleet.Endpoint, len(urls))
+	for i, u := range urls {
+		eps[i] = fleet.Endpoint{URL: u, Name: fmt.Sprintf("sim-%d", i)}
+	}
+	if ep.name == "" {
+		ep.name = sim.ModelID
+	}
+	ep.local, ep.close, ep.simFleet = true, stop, fl
+	if _, err := openFleet(ep, f, eps, transport, policy); err != nil {
+		stop()
+		return nil, err
+	}
 	return ep, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/runner"
+	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
 
 // fleetFlags are rollout run's flags of a pool of model endpoints.
@@ -33,6 +34,8 @@ type fleetFlags struct {
 	endpoints   []fleet.Endpoint // the config file's endpoints: list, their keys not yet read
 	keyEnvs     []string         // the environment variable of each of endpoints' key
 	pool        *fleet.Pool      // the run's pool, once open (nil: one endpoint)
+	serving     *serving.Config  // the serving simulator's knobs (--sim-replicas)
+	simFleet    *serving.Fleet   // its replicas, once started
 }
 
 // DefaultAutoMax is the most rollouts in flight of --concurrency auto without :MAX.
@@ -48,6 +51,7 @@ func fleetFlagSet(fs *flag.FlagSet, f *runFlags) {
 	fs.IntVar(&f.fleet.ejectAfter, "eject-after", fleet.DefaultEjectAfter, "with several endpoints, eject one after `N` consecutive failures (connection, 5xx, timeout) until it answers a probe")
 	fs.Float64Var(&f.fleet.loadFactor, "load-factor", fleet.DefaultLoadFactor, "affinity's load bound `F`: an endpoint takes new tasks while within F times its share of the requests in flight")
 	fs.IntVar(&f.fleet.simReplicas, "sim-replicas", 0, "with --model-url builtin:sim: `N` simulated inference servers (rollout sim --replicas), as a pool")
+	f.fleet.serving = servingKnobs(fs, "sim-")
 }
 
 // concurrencyFlag is --concurrency: a number, auto or auto:MAX.
@@ -117,6 +121,9 @@ func (f *fleetFlags) check() error {
 	}
 	if f.simReplicas < 0 {
 		return badUsage("--sim-replicas must be >= 0, got %d", f.simReplicas)
+	}
+	if err := f.serving.Validate(); err != nil {
+		return badUsage("--sim-%v", err)
 	}
 	return nil
 }
@@ -261,20 +268,80 @@ func preflightPool(ctx context.Context, pool *fleet.Pool, transport http.RoundTr
 // EndpointsFile is the per-endpoint table of a run with a pool, in its output directory.
 const EndpointsFile = "endpoints.json"
 
-// printPool prints the per-endpoint table to w and writes it, with the health events, to
-// endpoints.json in dir.
-func printPool(w io.Writer, dir string, pool *fleet.Pool) error {
+// printPool prints the per-endpoint table to w (and the simulated servers' counters, with
+// --sim-replicas) and writes them, with the health events, to endpoints.json in dir.
+func printPool(w io.Writer, dir string, pool *fleet.Pool, sims *serving.Fleet) error {
 	stats, events := pool.Stats(), pool.Events()
 	fmt.Fprintln(w)
 	if err := fleet.WriteTable(w, stats, events); err != nil {
 		return err
 	}
+	var served []serving.Stats
+	if sims != nil {
+		served = sims.Stats()
+		fmt.Fprintln(w)
+		if err := serving.WriteTable(w, served); err != nil {
+			return err
+		}
+	}
 	data, err := json.MarshalIndent(struct {
 		Endpoints []fleet.EndpointStats `json:"endpoints"`
 		Events    []fleet.Event         `json:"events"`
-	}{stats, events}, "", "  ")
+		Simulated []serving.Stats       `json:"simulated_servers,omitempty"`
+	}{stats, events, served}, "", "  ")
 	if err != nil {
 		return err
 	}
 	return durable.WriteFileAtomic(filepath.Join(dir, EndpointsFile), append(data, '\n'), 0o644)
+}
+
+// servingKnobs defines the serving simulator's flags on fs, each named prefix+knob, with the
+// defaults of an 8B model on one GPU (serving.Default).
+func servingKnobs(fs *flag.FlagSet, prefix string) *serving.Config {
+	c := serving.Default
+	fs.IntVar(&c.MaxNumSeqs, prefix+"max-num-seqs", c.MaxNumSeqs, "serving simulator: sequences `N` in a replica's batch at most")
+	fs.IntVar(&c.MaxQueue, prefix+"max-queue", c.MaxQueue, "serving simulator: requests `N` waiting at most; more get 429 (0: no bound)")
+	fs.IntVar(&c.KVCacheTokens, prefix+"kv-cache-tokens", c.KVCacheTokens, "serving simulator: prefix-cache capacity in tokens `N`")
+	fs.DurationVar(&c.PrefillPerToken, prefix+"prefill-per-token", c.PrefillPerToken, "serving simulator: prefill cost `D` per uncached prompt token")
+	fs.DurationVar(&c.DecodeBase, prefix+"decode-base", c.DecodeBase, "serving simulator: decode step `D` with one sequence")
+	fs.DurationVar(&c.DecodePerSeq, prefix+"decode-per-seq", c.DecodePerSeq, "serving simulator: decode step cost `D` added per sequence in the batch")
+	fs.Float64Var(&c.Speed, prefix+"speed", c.Speed, "serving simulator: model time runs `X` times faster than the clock")
+	return &c
+}
+
+// servingNames are the flags servingKnobs defines, without their prefix.
+var servingNames = []string{"max-num-seqs", "max-queue", "kv-cache-tokens", "prefill-per-token", "decode-base", "decode-per-seq", "speed"}
+
+// startReplicas serves n serving-simulator replicas of h on loopback ports; stop stops them.
+func startReplicas(n int, h http.Handler, cfg serving.Config) (urls []string, fl *serving.Fleet, stop func(), err error) {
+	fl, err = serving.NewFleet(n, h, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var stops []func()
+	stop = func() {
+		fl.Close()
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, r := range fl.Replicas {
+		u, s, err := serveLocal(r)
+		if err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+		stops = append(stops, s)
+		urls = append(urls, u+"/v1")
+	}
+	return urls, fl, stop, nil
+}
+
+// prefixed is names each with prefix before it.
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
 }

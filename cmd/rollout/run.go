@@ -111,7 +111,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	closers = append(closers, ep.close)
-	f.fleet.pool = ep.pool
+	f.fleet.pool, f.fleet.simFleet = ep.pool, ep.simFleet
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -322,7 +322,7 @@ func printResults(e env, f runFlags, fin rundir.Finished, opts *runner.Options, 
 		return err
 	}
 	if f.fleet.pool != nil {
-		if err := printPool(e.stdout, f.out, f.fleet.pool); err != nil {
+		if err := printPool(e.stdout, f.out, f.fleet.pool, f.fleet.simFleet); err != nil {
 			return err
 		}
 	}
@@ -772,8 +772,8 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
-		{title: "Endpoint pool (several --model-url, or endpoints: in --config; README \"Fleets\")", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},
-			brief: "--route affinity|least-outstanding|round-robin; --sim-replicas N serves builtin:sim as N simulated inference servers."},
+		{title: "Endpoint pool (several --model-url, or endpoints: in --config; README \"Fleets\")", names: append([]string{"route", "load-factor", "eject-after", "sim-replicas"}, prefixed("sim-", servingNames)...),
+			brief: "--sim-replicas N serves builtin:sim as N simulated inference servers; rollout sim --help describes their knobs."},
 		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",
 			"sim-wrong-argument", "sim-skip-step", "sim-premature-answer", "sim-malformed-tool-call", "sim-http-429", "sim-http-500",
 			"sim-connection-reset", "sim-hang", "sim-retry-after", "sim-tool-count-error-slope", "sim-tool-count-baseline"},

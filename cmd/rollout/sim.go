@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/rollout-dev/rollout/pkg/sim"
+	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
 
 // taskFiles collects repeated --tasks FILE.
@@ -80,9 +85,11 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 
 // simArgs are rollout sim's arguments.
 type simArgs struct {
-	addr  string
-	tasks taskFiles
-	opts  sim.Options
+	addr     string
+	tasks    taskFiles
+	opts     sim.Options
+	replicas int             // --replicas: simulated inference servers (0: the plain simulator)
+	serving  *serving.Config // their serving model
 }
 
 // parseSim reads rollout sim's arguments, checking them.
@@ -91,14 +98,20 @@ func parseSim(args []string, e env) (a simArgs, err error) {
 		fmt.Fprintf(w, "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]\n\n"+
 			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
 			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
-			"and injected errors. The knobs are the --sim-* flags of rollout run.\n\n"+
-			"Example:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n\n")
+			"and injected errors. The knobs are the --sim-* flags of rollout run.\n"+
+			"With --replicas N it serves N simulated inference servers instead, each a model (not a\n"+
+			"measurement) of vLLM serving an 8B model on one GPU: continuous batching, prefill per\n"+
+			"uncached token, an LRU prefix cache, a queue and 429; GET /stats reports each one.\n\n"+
+			"Examples:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n"+
+			"  rollout sim --tasks data/extraction.jsonl --replicas 4 --addr 127.0.0.1:8000   # :8000 to :8003\n\n")
 	})
 	fs.StringVar(&a.addr, "addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	fs.Var(&a.tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")
 	// The knobs have the names they have in rollout run (--sim-seed, --sim-latency, ...); the
 	// names without sim- that rollout sim took before still work.
 	knobs := simKnobs(fs, "sim-")
+	fs.IntVar(&a.replicas, "replicas", 0, "serve `N` simulated inference servers (continuous batching, prefix cache, queue, 429), each on its own port (--addr's, then the next ones), with GET /stats (0: the plain simulator)")
+	a.serving = servingKnobs(fs, "")
 	legacy := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
 		if old, ok := strings.CutPrefix(f.Name, "sim-"); ok {
@@ -136,6 +149,9 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if a.replicas > 0 {
+		return serveReplicas(ctx, e, *addr, a.replicas, s, *a.serving)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return badUsage("sim: %v", err)
@@ -148,4 +164,57 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	fmt.Fprintf(e.stderr, "rollout: simulator served %d requests: %d answers; injected %d HTTP 429, %d HTTP 500, %d connection resets, %d hangs, %d wrong arguments, %d skipped steps, %d premature answers, %d malformed tool calls\n",
 		st.Requests, st.Answers, in.HTTP429, in.HTTP500, in.ConnectionReset, in.Hang, in.WrongArgument, in.SkipStep, in.PrematureAnswer, in.MalformedToolCall)
 	return err
+}
+
+// serveReplicas serves n serving-simulator replicas of s until ctx ends, replica i on addr's
+// port + i (or each on a free port when addr's is 0), and prints their base URLs on stdout.
+func serveReplicas(ctx context.Context, e env, addr string, n int, s http.Handler, cfg serving.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return badUsage("sim: --%v", err)
+	}
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return badUsage("sim: --addr %s: %v", addr, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return badUsage("sim: --addr %s: the port is not a number", addr)
+	}
+	fl, err := serving.NewFleet(n, s, cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	defer fl.Close()
+	var lns []net.Listener
+	for i := range n {
+		p := 0
+		if port != 0 {
+			p = port + i
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return badUsage("sim: replica %d: %v", i, err)
+		}
+		lns = append(lns, ln)
+		fmt.Fprintf(e.stdout, "http://%s/v1\n", ln.Addr())
+	}
+	fmt.Fprintf(e.stderr, "rollout: %d simulated inference servers (max-num-seqs %d, kv-cache-tokens %d, speed %g); GET /stats on each; Ctrl-C to stop\n", n, cfg.MaxNumSeqs, cfg.KVCacheTokens, cfg.Speed)
+	var g sync.WaitGroup
+	errs := make([]error, n)
+	for i, ln := range lns {
+		g.Add(1)
+		go func() {
+			defer g.Done()
+			errs[i] = serveUntilDone(ctx, ln, fl.Replicas[i])
+		}()
+	}
+	g.Wait()
+	for i, st := range fl.Stats() {
+		fmt.Fprintf(e.stderr, "rollout: replica %d: %d requests, %d rejected (429), prefix-cache hit rate %.3f, %d prefilled and %d cached tokens\n",
+			i, st.Requests, st.Rejected, st.HitRate, st.PrefilledTokens, st.CachedTokens)
+	}
+	return errors.Join(errs...)
 }

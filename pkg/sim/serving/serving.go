@@ -1,0 +1,440 @@
+// Package serving is a model of an inference server's serving loop, wrapped around the model
+// simulator (pkg/sim) so that a run can measure what routing and concurrency do to a fleet
+// without GPUs. It is a model of a server, not a measurement of one: the costs are parameters
+// (Config), with defaults chosen for an 8B model on one modern GPU (BENCHMARKS.md says where
+// each comes from).
+//
+// A Replica answers what the simulator answers, later: each request waits in a FIFO queue for
+// one of MaxNumSeqs batch slots (continuous batching: a slot frees as soon as its sequence ends,
+// and a waiting request takes it at the next step). Each step of the batch costs
+//
+//	DecodeBase + DecodePerSeq × (sequences in the batch) + PrefillPerToken × (uncached prompt tokens admitted in the step)
+//
+// and gives every sequence in the batch one output token; a request's output length is the
+// simulator's completion_tokens. The prompt is the request's tools and messages, 4 bytes a
+// token, cut in blocks of BlockTokens; a block is cached when the same chain of blocks (the same
+// prefix) was prefilled before and is still in the LRU cache of KVCacheTokens tokens. So a
+// rollout's next round, which re-sends its conversation, pays only the new tokens on a replica
+// that still holds the prefix, and the repeats of a task share their prompt's blocks. A request
+// that finds MaxQueue requests waiting is answered 429 at once.
+//
+// Time runs Speed times faster than the model's: a step of 20 ms sleeps 20/Speed ms.
+package serving
+
+import (
+	"bytes"
+	"container/list"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Config is a replica's serving model.
+type Config struct {
+	MaxNumSeqs      int           // sequences in the batch at most
+	MaxQueue        int           // requests waiting at most; more are answered 429 (0: no bound)
+	KVCacheTokens   int           // prefix-cache capacity in tokens
+	BlockTokens     int           // tokens of a cache block
+	PrefillPerToken time.Duration // per uncached prompt token
+	DecodeBase      time.Duration // a decode step with one sequence
+	DecodePerSeq    time.Duration // added to a step per sequence in the batch
+	Speed           float64       // model time runs this many times faster than the wall clock
+}
+
+// Default is the serving model of an 8B model (Llama 3.1 8B, bf16) on one H100 80GB, as vLLM
+// serves it; BENCHMARKS.md ("Serving simulator defaults") gives the source of each figure.
+var Default = Config{
+	MaxNumSeqs:      256,
+	MaxQueue:        4096,
+	KVCacheTokens:   400_000,
+	BlockTokens:     16,
+	PrefillPerToken: 40 * time.Microsecond,
+	DecodeBase:      7 * time.Millisecond,
+	DecodePerSeq:    53 * time.Microsecond,
+	Speed:           1,
+}
+
+// Validate checks a config.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("max-num-seqs %d: want at least 1", c.MaxNumSeqs)
+	case c.MaxQueue < 0:
+		return fmt.Errorf("max-queue %d: want 0 (no bound) or more", c.MaxQueue)
+	case c.BlockTokens < 1:
+		return fmt.Errorf("block tokens %d: want at least 1", c.BlockTokens)
+	case c.KVCacheTokens < 0:
+		return fmt.Errorf("kv-cache-tokens %d: want 0 or more", c.KVCacheTokens)
+	case c.PrefillPerToken < 0 || c.DecodeBase <= 0 || c.DecodePerSeq < 0:
+		return fmt.Errorf("step costs must be >= 0, and the decode base > 0")
+	case !(c.Speed > 0):
+		return fmt.Errorf("speed %g: want more than 0", c.Speed)
+	}
+	return nil
+}
+
+// bytesPerToken is the simulator's token estimate.
+const bytesPerToken = 4
+
+// Stats are a replica's counters.
+type Stats struct {
+	Replica         int     `json:"replica"`
+	Requests        int64   `json:"requests"`         // chat completion POSTs
+	Rejected        int64   `json:"rejected_429"`     // answered 429: the queue was full
+	Completed       int64   `json:"completed"`        // answered after their decode
+	Queue           int     `json:"queue"`            // waiting now
+	Running         int     `json:"running"`          // in the batch now
+	PrefilledTokens int64   `json:"prefilled_tokens"` // prompt tokens computed
+	CachedTokens    int64   `json:"cached_tokens"`    // prompt tokens found in the prefix cache
+	HitRate         float64 `json:"prefix_cache_hit_rate"`
+	DecodedTokens   int64   `json:"decoded_tokens"`
+	Steps           int64   `json:"steps"`
+	BusySeconds     float64 `json:"busy_seconds"` // model time spent in steps
+}
+
+// seq is a request in the serving loop.
+type seq struct {
+	blocks []uint64 // the prompt's block hashes, chained
+	tokens int      // prompt tokens
+	left   int      // output tokens still to decode
+	done   chan struct{}
+	gone   bool // its client went away
+}
+
+// Replica is one simulated inference server.
+type Replica struct {
+	id    int
+	cfg   Config
+	inner http.Handler
+
+	mu      sync.Mutex
+	queue   []*seq
+	running []*seq
+	cache   lru
+	stats   Stats
+	wake    chan struct{}
+	stop    chan struct{}
+	stopped sync.Once
+	loop    sync.Once
+}
+
+// NewReplica returns replica id serving inner's answers under cfg. Close stops its loop.
+func NewReplica(id int, inner http.Handler, cfg Config) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Replica{id: id, cfg: cfg, inner: inner, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	r.cache.init(cfg.KVCacheTokens / cfg.BlockTokens)
+	r.stats.Replica = id
+	return r, nil
+}
+
+// Close stops the serving loop; requests waiting end with 503.
+func (r *Replica) Close() { r.stopped.Do(func() { close(r.stop) }) }
+
+// Stats are the replica's counters now.
+func (r *Replica) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.Queue, s.Running = len(r.queue), len(r.running)
+	if total := s.PrefilledTokens + s.CachedTokens; total > 0 {
+		s.HitRate = float64(s.CachedTokens) / float64(total)
+	}
+	return s
+}
+
+// ServeHTTP answers GET /stats with this replica's Stats, and delays the simulator's chat
+// completions through the serving loop; the rest goes to the simulator as it is.
+func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method == http.MethodGet && req.URL.Path == "/stats" {
+		writeJSON(w, []Stats{r.Stats()})
+		return
+	}
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/chat/completions") {
+		r.inner.ServeHTTP(w, req)
+		return
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	// The simulator answers first (at once: the serving loop is the latency); its answer is
+	// held until the loop has decoded it.
+	rec := httptest.NewRecorder()
+	inner := req.Clone(req.Context())
+	inner.Body = io.NopCloser(bytes.NewReader(body))
+	r.inner.ServeHTTP(rec, inner)
+	r.mu.Lock()
+	r.stats.Requests++
+	r.mu.Unlock()
+	if rec.Code != http.StatusOK {
+		copyAnswer(w, rec)
+		return
+	}
+	s := &seq{done: make(chan struct{})}
+	s.blocks, s.tokens = promptBlocks(body, r.cfg.BlockTokens)
+	s.left = max(1, completionTokens(rec.Body.Bytes()))
+	if err := r.enqueue(s); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, `{"object":"error","message":%q,"type":"TooManyRequests","code":429}`, err.Error())
+		return
+	}
+	select {
+	case <-s.done:
+		copyAnswer(w, rec)
+	case <-req.Context().Done():
+		r.mu.Lock()
+		s.gone = true
+		r.mu.Unlock()
+	case <-r.stop:
+		http.Error(w, `{"object":"error","message":"server shutting down","code":503}`, http.StatusServiceUnavailable)
+	}
+}
+
+var errQueueFull = errors.New("the server's queue is full")
+
+func (r *Replica) enqueue(s *seq) error {
+	r.loop.Do(func() { go r.serve() })
+	r.mu.Lock()
+	if r.cfg.MaxQueue > 0 && len(r.queue) >= r.cfg.MaxQueue {
+		r.stats.Rejected++
+		r.mu.Unlock()
+		return fmt.Errorf("%w (%d requests waiting)", errQueueFull, len(r.queue))
+	}
+	r.queue = append(r.queue, s)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// serve is the serving loop: admit, step, finish, on a clock of absolute deadlines so that the
+// wall clock's jitter does not add up.
+func (r *Replica) serve() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var deadline time.Time
+	for {
+		r.mu.Lock()
+		step := r.admit()
+		idle := len(r.running) == 0
+		r.mu.Unlock()
+		if idle {
+			select {
+			case <-r.wake:
+				deadline = time.Time{}
+				continue
+			case <-r.stop:
+				return
+			}
+		}
+		now := time.Now()
+		if deadline.IsZero() || now.Sub(deadline) > 50*time.Millisecond {
+			deadline = now // idle, or too far behind to catch up
+		}
+		deadline = deadline.Add(time.Duration(float64(step) / r.cfg.Speed))
+		timer.Reset(time.Until(deadline))
+		select {
+		case <-timer.C:
+		case <-r.stop:
+			return
+		}
+		r.mu.Lock()
+		r.stats.Steps++
+		r.stats.BusySeconds += step.Seconds()
+		kept := r.running[:0]
+		for _, s := range r.running {
+			s.left--
+			r.stats.DecodedTokens++
+			if s.left <= 0 || s.gone {
+				if !s.gone {
+					r.stats.Completed++
+				}
+				close(s.done)
+				continue
+			}
+			kept = append(kept, s)
+		}
+		clear(r.running[len(kept):])
+		r.running = kept
+		r.mu.Unlock()
+	}
+}
+
+// admit moves waiting requests into the batch while it has room, prefilling their uncached
+// blocks, and returns the cost of the next step. r.mu is held.
+func (r *Replica) admit() time.Duration {
+	uncached := 0
+	for len(r.running) < r.cfg.MaxNumSeqs && len(r.queue) > 0 {
+		s := r.queue[0]
+		r.queue[0] = nil
+		r.queue = r.queue[1:]
+		if s.gone {
+			close(s.done)
+			continue
+		}
+		hit := r.cache.prefix(s.blocks)
+		cached := hit * r.cfg.BlockTokens
+		r.stats.CachedTokens += int64(cached)
+		r.stats.PrefilledTokens += int64(s.tokens - cached)
+		uncached += s.tokens - cached
+		r.running = append(r.running, s)
+	}
+	if len(r.running) == 0 {
+		return 0
+	}
+	return r.cfg.DecodeBase + time.Duration(len(r.running))*r.cfg.DecodePerSeq + time.Duration(uncached)*r.cfg.PrefillPerToken
+}
+
+// promptBlocks cuts a chat request's prompt (its tools, then each message, as sent) into
+// blocks of n tokens and returns their chained hashes (full blocks only, as a prefix cache keeps
+// them) and the prompt's token count.
+func promptBlocks(body []byte, n int) ([]uint64, int) {
+	var req struct {
+		Tools    json.RawMessage   `json:"tools"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return nil, max(1, len(body)/bytesPerToken)
+	}
+	var prompt []byte
+	prompt = append(prompt, req.Tools...)
+	for _, m := range req.Messages {
+		prompt = append(prompt, m...)
+	}
+	tokens := max(1, len(prompt)/bytesPerToken)
+	size := n * bytesPerToken
+	blocks := make([]uint64, 0, len(prompt)/size)
+	var prev uint64
+	for i := 0; i+size <= len(prompt); i += size {
+		h := fnv.New64a()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], prev)
+		h.Write(b[:])
+		h.Write(prompt[i : i+size])
+		prev = h.Sum64()
+		blocks = append(blocks, prev)
+	}
+	return blocks, tokens
+}
+
+// completionTokens is the usage.completion_tokens of a chat completion (0: none).
+func completionTokens(answer []byte) int {
+	var a struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	json.Unmarshal(answer, &a)
+	return a.Usage.CompletionTokens
+}
+
+func copyAnswer(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// lru is the prefix cache: block hashes, least recently used first out.
+type lru struct {
+	cap   int
+	order *list.List
+	at    map[uint64]*list.Element
+}
+
+func (c *lru) init(capacity int) {
+	c.cap, c.order, c.at = capacity, list.New(), map[uint64]*list.Element{}
+}
+
+// prefix returns how many leading blocks of a chain are cached, and caches the whole chain
+// (most recently used).
+func (c *lru) prefix(blocks []uint64) int {
+	hit := 0
+	for hit < len(blocks) {
+		if _, ok := c.at[blocks[hit]]; !ok {
+			break
+		}
+		hit++
+	}
+	if c.cap == 0 {
+		return hit
+	}
+	for _, b := range blocks {
+		if e, ok := c.at[b]; ok {
+			c.order.MoveToBack(e)
+			continue
+		}
+		c.at[b] = c.order.PushBack(b)
+		for c.order.Len() > c.cap {
+			old := c.order.Front()
+			c.order.Remove(old)
+			delete(c.at, old.Value.(uint64))
+		}
+	}
+	return hit
+}
+
+// Fleet is several replicas of one simulator.
+type Fleet struct {
+	Replicas []*Replica
+}
+
+// NewFleet returns n replicas of inner under cfg.
+func NewFleet(n int, inner http.Handler, cfg Config) (*Fleet, error) {
+	f := &Fleet{}
+	for i := range n {
+		r, err := NewReplica(i, inner, cfg)
+		if err != nil {
+			return nil, err
+		}
+		f.Replicas = append(f.Replicas, r)
+	}
+	return f, nil
+}
+
+// Close stops every replica.
+func (f *Fleet) Close() {
+	for _, r := range f.Replicas {
+		r.Close()
+	}
+}
+
+// Stats are every replica's counters.
+func (f *Fleet) Stats() []Stats {
+	out := make([]Stats, len(f.Replicas))
+	for i, r := range f.Replicas {
+		out[i] = r.Stats()
+	}
+	return out
+}
+
+// WriteTable writes replicas' counters for people.
+func WriteTable(w io.Writer, stats []Stats) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "simulated server\trequests\t429\tprefix-cache hit rate\tprefilled tokens\tcached tokens\tbusy s")
+	for _, s := range stats {
+		fmt.Fprintf(tw, "sim-%d\t%d\t%d\t%.3f\t%d\t%d\t%.1f\n", s.Replica, s.Requests, s.Rejected, s.HitRate, s.PrefilledTokens, s.CachedTokens, s.BusySeconds)
+	}
+	return tw.Flush()
+}
