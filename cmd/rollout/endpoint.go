@@ -20,11 +20,11 @@ type modelEndpoint struct {
 	name     string         // the model name sent: --model, else the local endpoint's own
 	endpoint agent.Endpoint // the base URL, its query and secrets
 	apiKey   string
-	local    bool         // served in this process: there is nothing to preflight
-	secrets  []string     // the API key and the secrets of every URL given, for redaction
-	sim      *sim.Options // the simulator's options with builtin:sim (part of the run's identity)
-	close    func()       // stops a local endpoint
-	pool     *fleet.Pool  // the pool of several endpoints (nil: one)
+	local    bool           // served in this process: there is nothing to preflight
+	secrets  []string       // the API key and the secrets of every URL given, for redaction
+	sim      *sim.Options   // the simulator's options with builtin:sim (part of the run's identity)
+	close    func()         // stops a local endpoint
+	pool     *fleet.Pool    // the pool of several endpoints (nil: one)
 	simFleet *serving.Fleet // the serving simulator's replicas (--sim-replicas)
 }
 
