@@ -1,0 +1,174 @@
+// Package fleetbench measures what routing and concurrency do to a fleet of simulated inference
+// servers (pkg/sim/serving): one case is a whole batch run in this process, with the built-in
+// extraction resource server and N serving-simulator replicas on loopback ports, through a
+// pkg/fleet pool. The figures are of a model of a server, not of a server.
+package fleetbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/fleet"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/runner"
+	"github.com/rollout-dev/rollout/pkg/servers"
+	"github.com/rollout-dev/rollout/pkg/sim"
+	"github.com/rollout-dev/rollout/pkg/sim/serving"
+	"github.com/rollout-dev/rollout/pkg/toolclient"
+)
+
+// Case is one run of the benchmark.
+type Case struct {
+	Tasks       string // the extraction task file
+	Limit       int    // tasks (0: all)
+	Repeats     int
+	Replicas    int
+	Route       fleet.Route
+	Concurrency int  // rollouts in flight; with Auto, the most
+	Auto        bool // adaptive concurrency per endpoint
+	Serving     serving.Config
+}
+
+// Result is what one case measured.
+type Result struct {
+	Case
+	Rollouts, Failed    int
+	Elapsed             time.Duration
+	RolloutsPerSec      float64
+	HitRate             float64 // prefix-cache hit rate over the replicas
+	PrefilledPerRollout float64 // prompt tokens prefilled per rollout
+	P50, P99            float64 // rollout latency, ms
+	RoundP99            float64 // model-call latency p99, ms (the slowest endpoint's)
+	Limits              []float64
+	Rejected            int64 // 429s the replicas answered
+}
+
+// records keeps the records of a run (the runner's one writer goroutine calls Write).
+type records struct{ recs []record.Record }
+
+func (c *records) Write(r *record.Result) error { c.recs = append(c.recs, r.Record); return nil }
+func (c *records) Close() error                 { return nil }
+
+// Run runs one case.
+func Run(ctx context.Context, c Case) (Result, error) {
+	res := Result{Case: c}
+	plans, err := sim.LoadTasks(c.Tasks)
+	if err != nil {
+		return res, err
+	}
+	simulator, err := sim.New(plans, sim.Options{})
+	if err != nil {
+		return res, err
+	}
+	fl, err := serving.NewFleet(c.Replicas, simulator, c.Serving)
+	if err != nil {
+		return res, err
+	}
+	defer fl.Close()
+	var eps []fleet.Endpoint
+	for i, r := range fl.Replicas {
+		srv := httptest.NewServer(r)
+		defer srv.Close()
+		eps = append(eps, fleet.Endpoint{Name: fmt.Sprintf("sim-%d", i), URL: srv.URL + "/v1"})
+	}
+	extraction, err := servers.New("extraction", servers.Options{})
+	if err != nil {
+		return res, err
+	}
+	rs := httptest.NewServer(extraction)
+	defer rs.Close()
+	transport := runner.NewTransport(c.Concurrency)
+	defer transport.CloseIdleConnections()
+	opts := fleet.Options{Route: c.Route, Transport: transport}
+	if c.Auto {
+		opts.Adaptive = &fleet.Adaptive{Max: c.Concurrency}
+	}
+	pool, err := fleet.New(eps, opts)
+	if err != nil {
+		return res, err
+	}
+	server, err := toolclient.New("extraction", rs.URL, transport)
+	if err != nil {
+		return res, err
+	}
+	doer := &retry.Doer{Client: &http.Client{Transport: pool}, Policy: retry.DefaultPolicy}
+	model := pool.Model(agent.NewOpenAIModel(fleet.BaseURL, "", doer))
+	out := &records{}
+	start := time.Now()
+	_, err = runner.Run(ctx, runner.Options{
+		Input: c.Tasks, Limit: c.Limit, Repeats: c.Repeats, Concurrency: c.Concurrency,
+		Servers: runner.Servers{Default: server},
+		Agent:   agent.Config{Model: model, ModelName: sim.ModelID},
+	}, []runner.Output{out})
+	res.Elapsed = time.Since(start)
+	if err != nil {
+		return res, err
+	}
+	lat := make([]float64, 0, len(out.recs))
+	for _, r := range out.recs {
+		res.Rollouts++
+		if r.FailureClass != "" {
+			res.Failed++
+		}
+		lat = append(lat, r.LatencyMs)
+	}
+	slices.Sort(lat)
+	res.P50, res.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	res.RolloutsPerSec = float64(res.Rollouts) / res.Elapsed.Seconds()
+	var prefilled, cached int64
+	for _, s := range fl.Stats() {
+		prefilled += s.PrefilledTokens
+		cached += s.CachedTokens
+		res.Rejected += s.Rejected
+	}
+	if prefilled+cached > 0 {
+		res.HitRate = float64(cached) / float64(prefilled+cached)
+	}
+	if res.Rollouts > 0 {
+		res.PrefilledPerRollout = float64(prefilled) / float64(res.Rollouts)
+	}
+	for _, s := range pool.Stats() {
+		res.RoundP99 = max(res.RoundP99, s.LatencyP99Ms)
+		res.Limits = append(res.Limits, s.Limit)
+	}
+	return res, nil
+}
+
+// quantile of sorted values (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// WriteMarkdown writes results as a Markdown table.
+func WriteMarkdown(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| route\t concurrency\t rollouts/s\t prefix-cache hit rate\t prefilled tokens / rollout\t rollout p50 ms\t rollout p99 ms\t round p99 ms\t 429s\t failed\t final limits\t")
+	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t")
+	for _, r := range results {
+		conc := fmt.Sprint(r.Concurrency)
+		limits := "-"
+		if r.Auto {
+			conc = fmt.Sprintf("auto:%d", r.Concurrency)
+			var ls []string
+			for _, l := range r.Limits {
+				ls = append(ls, fmt.Sprintf("%.0f", l))
+			}
+			limits = strings.Join(ls, " ")
+		}
+		fmt.Fprintf(tw, "| %s\t %s\t %.1f\t %.3f\t %.0f\t %.0f\t %.0f\t %.0f\t %d\t %d\t %s\t\n", r.Route, conc, r.RolloutsPerSec, r.HitRate, r.PrefilledPerRollout, r.P50, r.P99, r.RoundP99, r.Rejected, r.Failed, limits)
+	}
+	return tw.Flush()
+}
