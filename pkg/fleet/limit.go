@@ -74,10 +74,10 @@ func (g *gate) wake() {
 // learnt from the latency of its answers, as in Netflix's concurrency-limits (Gradient2) and
 // Envoy's adaptive concurrency filter. Every window of answers (as many as the limit, at least
 // 10), the window's mean latency is compared with the no-load latency (the least window mean
-// seen, which creeps up 1% a window so that it can be learnt again):
+// seen, which creeps up 0.2% a window so that it can be learnt again):
 //
 //	gradient = clamp(Tolerance × noLoad / mean, 0.5, 1)
-//	limit    = limit × gradient + sqrt(limit)        (smoothed: 80% old, 20% new)
+//	limit    = limit × gradient + sqrt(limit)        (a rise smoothed: 80% old, 20% new)
 //
 // Until the first time the gradient falls below 1 the limit doubles every window instead (a slow
 // start, as TCP's), so that a large fleet is reached in a few windows. A 429 or 503 multiplies the
@@ -161,7 +161,7 @@ func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
 	if a.noLoad == 0 || mean < a.noLoad {
 		a.noLoad = mean
 	} else {
-		a.noLoad *= 1.01
+		a.noLoad *= 1.002
 	}
 	gradient := min(1, max(0.5, a.cfg.Tolerance*a.noLoad/mean))
 	appLimited := float64(a.peak) < a.limit/2
@@ -173,10 +173,12 @@ func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
 	}
 	a.slowStart = false
 	next := a.limit*gradient + math.Sqrt(a.limit)
-	if appLimited && next > a.limit {
-		return
+	switch {
+	case next < a.limit:
+		a.set(next) // queueing: at once
+	case !appLimited:
+		a.set(0.8*a.limit + 0.2*next)
 	}
-	a.set(0.8*a.limit + 0.2*next)
 }
 
 func (a *adaptive) set(l float64) {

@@ -1,0 +1,130 @@
+package fleetbench
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/fleet"
+	"github.com/rollout-dev/rollout/pkg/sim"
+	"github.com/rollout-dev/rollout/pkg/sim/serving"
+)
+
+// replica serves one serving-simulator replica of the real simulator (no tasks: random
+// schema-valid tool calls) on loopback.
+func replica(t *testing.T, cfg serving.Config) (*serving.Replica, string) {
+	t.Helper()
+	ts, err := sim.LoadTasks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.New(ts, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := serving.NewReplica(0, s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(r)
+	t.Cleanup(func() { r.Close(); srv.Close() })
+	return r, srv.URL + "/v1"
+}
+
+// load sends total requests through the pool from clients goroutines in a closed loop (each
+// sends its next request when its last one is answered) and returns the statuses in order of
+// completion.
+func load(t *testing.T, p *fleet.Pool, clients, total int) []int {
+	t.Helper()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var statuses []int
+	var wg sync.WaitGroup
+	client := &http.Client{Transport: p}
+	body := `{"model":"rollout-sim","messages":[{"role":"user","content":"Look it up."}],"tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}}}]}`
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(total) {
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, fleet.BaseURL+"/chat/completions", strings.NewReader(body))
+				resp, err := client.Do(req)
+				status := 0
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					status = resp.StatusCode
+				}
+				mu.Lock()
+				statuses = append(statuses, status)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return statuses
+}
+
+// Adaptive concurrency against a simulated server whose batch holds 8 sequences, offered 64
+// clients: from a limit of 2 it grows to about the batch or more (the server's capacity is used;
+// 6 leaves room for a loaded machine's noise) and stops well short of the 64 offered (requests
+// past it would only queue on the server).
+func TestAdaptiveConverges(t *testing.T) {
+	cfg := serving.Config{MaxNumSeqs: 8, MaxQueue: 0, KVCacheTokens: 10000, BlockTokens: 16,
+		PrefillPerToken: 40 * time.Microsecond, DecodeBase: 7 * time.Millisecond, DecodePerSeq: 53 * time.Microsecond, Speed: 3}
+	_, url := replica(t, cfg)
+	p, err := fleet.New([]fleet.Endpoint{{URL: url}}, fleet.Options{Adaptive: &fleet.Adaptive{Initial: 2, Max: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range load(t, p, 64, 800) {
+		if s != 200 {
+			t.Fatalf("status %d", s)
+		}
+	}
+	limit := p.Stats()[0].Limit
+	if limit < 6 || limit > 40 {
+		t.Errorf("adaptive limit %g against a batch of 8 offered 64 clients: want between 6 and 40", limit)
+	}
+	t.Logf("limit %g", limit)
+}
+
+// A server with a short queue answers 429 when the limit is too high: the limit comes down
+// under what the server holds (batch + queue), and the 429s become rarer.
+func TestAdaptiveBacksOffOn429(t *testing.T) {
+	cfg := serving.Config{MaxNumSeqs: 4, MaxQueue: 4, KVCacheTokens: 10000, BlockTokens: 16,
+		PrefillPerToken: 40 * time.Microsecond, DecodeBase: 7 * time.Millisecond, DecodePerSeq: 53 * time.Microsecond, Speed: 10}
+	r, url := replica(t, cfg)
+	p, err := fleet.New([]fleet.Endpoint{{URL: url}}, fleet.Options{Adaptive: &fleet.Adaptive{Initial: 64, Max: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := load(t, p, 64, 1200)
+	count := func(s []int) (n int) {
+		for _, v := range s {
+			if v == http.StatusTooManyRequests {
+				n++
+			}
+		}
+		return n
+	}
+	first, last := count(statuses[:300]), count(statuses[len(statuses)-300:])
+	if first == 0 {
+		t.Fatalf("no 429 at first with a limit of 64 against 4+4: the test does not test")
+	}
+	if last >= first/2 {
+		t.Errorf("429s: %d in the first 300 answers, %d in the last 300: want far fewer once backed off", first, last)
+	}
+	if limit := p.Stats()[0].Limit; limit > 16 {
+		t.Errorf("limit %g, want at most 16 against a server that holds 8", limit)
+	}
+	if st := r.Stats(); st.Rejected != int64(count(statuses)) {
+		t.Errorf("the server rejected %d, the clients saw %d 429s", st.Rejected, count(statuses))
+	}
+}

@@ -1,0 +1,71 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+)
+
+// feed gives a limiter n samples of latency d, with inflight requests in flight.
+func feed(a *adaptive, n int, d time.Duration, inflight int) {
+	for range n {
+		a.sample(d, false, inflight)
+	}
+}
+
+func TestAdaptiveLimit(t *testing.T) {
+	t.Run("slow start doubles while latency stays flat", func(t *testing.T) {
+		a := Adaptive{Initial: 4, Max: 100}.start(0)
+		for range 4 {
+			feed(a, max(10, int(a.limit)), 100*time.Millisecond, int(a.limit))
+		}
+		if a.limit != 64 {
+			t.Errorf("limit %g after four flat windows from 4, want 64", a.limit)
+		}
+		feed(a, 200, 100*time.Millisecond, 64)
+		if a.limit != 100 {
+			t.Errorf("limit %g, want the max 100", a.limit)
+		}
+	})
+	t.Run("latency past the tolerance lowers it", func(t *testing.T) {
+		a := Adaptive{Initial: 64}.start(0)
+		feed(a, 64, 100*time.Millisecond, 64) // the no-load latency
+		before := a.limit
+		for range 10 {
+			feed(a, int(a.limit)+10, 400*time.Millisecond, int(a.limit)) // 4x: past 2.5x
+		}
+		if a.limit >= before/4 {
+			t.Errorf("limit %g after latency rose 4x (from %g)", a.limit, before)
+		}
+	})
+	t.Run("a 429 halves it once a window", func(t *testing.T) {
+		a := Adaptive{Initial: 40}.start(0)
+		a.sample(0, true, 40)
+		a.sample(0, true, 40)
+		if a.limit != 20 {
+			t.Errorf("limit %g after two 429s in one window, want 20", a.limit)
+		}
+		if a.slowStart {
+			t.Error("still in slow start after a 429")
+		}
+	})
+	t.Run("not raised when it is not the bottleneck", func(t *testing.T) {
+		a := Adaptive{Initial: 32}.start(0)
+		feed(a, 100, 100*time.Millisecond, 3)
+		if a.limit != 32 {
+			t.Errorf("limit %g with 3 in flight of 32, want it kept at 32", a.limit)
+		}
+	})
+	t.Run("bounds", func(t *testing.T) {
+		a := Adaptive{Initial: 500, Max: 64}.start(16)
+		if a.limit != 16 {
+			t.Errorf("limit %g: want the endpoint's max concurrency 16", a.limit)
+		}
+		for range 20 {
+			a.sample(0, true, 1)
+			feed(a, 9, time.Millisecond, 1) // the rest of the window
+		}
+		if a.limit != 1 {
+			t.Errorf("limit %g after many 429s, want the min 1", a.limit)
+		}
+	})
+}
