@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools fuzz soak interop scale-demo clean
+.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet fuzz soak interop scale-demo clean
 
 all: build
 
@@ -90,11 +90,20 @@ fmt:
 # rewrites the generated part of BENCHMARKS.md. About 15 minutes on 2 cores; BENCH_SCALE=0.01
 # (make bench-quick) is a look in a minute, without touching BENCHMARKS.md.
 BENCH_SCALE ?= 1
-bench: build bench-tools
+bench: build bench-tools bench-fleet
 	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale $(BENCH_SCALE) --md BENCHMARKS.md
 
 bench-quick: build bench-tools
 	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale 0.01 --phases ceiling,floor,load,zero,rounds,size,million
+
+# The fleet table (BENCHMARKS.md "Fleet: routing and adaptive concurrency"): the extraction
+# tasks against 4 simulated inference servers (a model of vLLM, not a measurement), every
+# route at fixed concurrencies and auto. Scaled down for a small machine: 60 tasks x 8 repeats,
+# batches of 16 sequences, model time 2x the clock; about 3 minutes on 2 cores.
+FLEET_FLAGS ?= -limit 60 -repeats 8 -speed 2 -max-num-seqs 16
+bench-fleet:
+	@mkdir -p out/bench
+	$(GO) run ./internal/fleetbench/cmd/fleetbench $(FLEET_FLAGS) | tee out/bench/fleet.md
 
 # A load generator for the simulator's ceiling: wrk from Debian when we may install it, else hey.
 bench-tools:
