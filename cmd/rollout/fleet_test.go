@@ -40,7 +40,6 @@ func startSimProcess(t *testing.T, tasks string, n int) ([]string, *exec.Cmd) {
 	return urls, cmd
 }
 
-
 // endpointsFile reads a run's endpoints.json.
 func endpointsFile(t *testing.T, dir string) (eps []fleet.EndpointStats, events []fleet.Event) {
 	t.Helper()

@@ -9,10 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/rollout-dev/rollout/pkg/fleet"
-	"github.com/rollout-dev/rollout/pkg/sim"
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
 
@@ -20,21 +18,20 @@ import (
 // schema-valid tool calls) on loopback.
 func replica(t *testing.T, cfg serving.Config) (*serving.Replica, string) {
 	t.Helper()
-	ts, err := sim.LoadTasks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sim.New(ts, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := serving.NewReplica(0, s, cfg)
+	r, err := serving.NewPlain(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(r)
 	t.Cleanup(func() { r.Close(); srv.Close() })
 	return r, srv.URL + "/v1"
+}
+
+// small is the default serving model with a batch of seqs, a queue of queue and speed x.
+func small(seqs, queue int, x float64) serving.Config {
+	c := serving.Default
+	c.MaxNumSeqs, c.MaxQueue, c.KVCacheTokens, c.Speed = seqs, queue, 10000, x
+	return c
 }
 
 // load sends total requests through the pool from clients goroutines in a closed loop (each
@@ -76,9 +73,7 @@ func load(t *testing.T, p *fleet.Pool, clients, total int) []int {
 // 6 leaves room for a loaded machine's noise) and stops well short of the 64 offered (requests
 // past it would only queue on the server).
 func TestAdaptiveConverges(t *testing.T) {
-	cfg := serving.Config{MaxNumSeqs: 8, MaxQueue: 0, KVCacheTokens: 10000, BlockTokens: 16,
-		PrefillPerToken: 40 * time.Microsecond, DecodeBase: 7 * time.Millisecond, DecodePerSeq: 53 * time.Microsecond, Speed: 3}
-	_, url := replica(t, cfg)
+	_, url := replica(t, small(8, 0, 3))
 	p, err := fleet.New([]fleet.Endpoint{{URL: url}}, fleet.Options{Adaptive: &fleet.Adaptive{Initial: 2, Max: 256}})
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +93,7 @@ func TestAdaptiveConverges(t *testing.T) {
 // A server with a short queue answers 429 when the limit is too high: the limit comes down
 // under what the server holds (batch + queue), and the 429s become rarer.
 func TestAdaptiveBacksOffOn429(t *testing.T) {
-	cfg := serving.Config{MaxNumSeqs: 4, MaxQueue: 4, KVCacheTokens: 10000, BlockTokens: 16,
-		PrefillPerToken: 40 * time.Microsecond, DecodeBase: 7 * time.Millisecond, DecodePerSeq: 53 * time.Microsecond, Speed: 10}
-	r, url := replica(t, cfg)
+	r, url := replica(t, small(4, 4, 10))
 	p, err := fleet.New([]fleet.Endpoint{{URL: url}}, fleet.Options{Adaptive: &fleet.Adaptive{Initial: 64, Max: 256}})
 	if err != nil {
 		t.Fatal(err)

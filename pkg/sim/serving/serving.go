@@ -36,6 +36,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/sim"
 )
 
 // Config is a replica's serving model.
@@ -437,4 +439,18 @@ func WriteTable(w io.Writer, stats []Stats) error {
 		fmt.Fprintf(tw, "sim-%d\t%d\t%d\t%.3f\t%d\t%d\t%.1f\n", s.Replica, s.Requests, s.Rejected, s.HitRate, s.PrefilledTokens, s.CachedTokens, s.BusySeconds)
 	}
 	return tw.Flush()
+}
+
+// NewPlain returns a replica of a simulator without tasks (every conversation gets random
+// schema-valid tool calls, then an answer) under cfg: a server to load with any chat request.
+func NewPlain(cfg Config) (*Replica, error) {
+	ts, err := sim.LoadTasks()
+	if err != nil {
+		return nil, err
+	}
+	s, err := sim.New(ts, sim.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return NewReplica(0, s, cfg)
 }

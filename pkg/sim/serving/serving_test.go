@@ -11,23 +11,13 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rollout-dev/rollout/pkg/sim"
 )
 
 // newReplica serves one replica of the real simulator (no task file: schema-valid random calls)
 // on a loopback server.
 func newReplica(t *testing.T, cfg Config) (*Replica, string) {
 	t.Helper()
-	ts, err := sim.LoadTasks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sim.New(ts, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewReplica(0, s, cfg)
+	r, err := NewPlain(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
