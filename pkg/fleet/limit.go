@@ -76,11 +76,14 @@ func (g *gate) wake() {
 // 10), the window's mean latency is compared with the no-load latency (the least window mean
 // seen, which creeps up 0.2% a window so that it can be learnt again):
 //
-//	gradient = clamp(Tolerance × noLoad / mean, 0.5, 1)
-//	limit    = limit × gradient + sqrt(limit)        (a rise smoothed: 80% old, 20% new)
+//	gradient = clamp(Tolerance × noLoad / mean, 0.8, 1)
+//	limit    = limit × gradient + sqrt(limit)
 //
 // Until the first time the gradient falls below 1 the limit doubles every window instead (a slow
-// start, as TCP's), so that a large fleet is reached in a few windows. A 429 or 503 multiplies the
+// start, as TCP's), so that a large fleet is reached in a few windows. Gradient2 smooths the new
+// limit and lets the gradient halve it; runs of a few minutes recover too slowly from a noisy
+// window that way, so here a window moves the limit by its gradient at most 20% down, at once,
+// and a 429 or 503 is the sharp signal: it multiplies the
 // limit by Backoff at once, at most once a window. A window in which fewer than half the limit
 // were in flight does not raise it: the limit is not the bottleneck then.
 type Adaptive struct {
@@ -163,7 +166,7 @@ func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
 	} else {
 		a.noLoad *= 1.002
 	}
-	gradient := min(1, max(0.5, a.cfg.Tolerance*a.noLoad/mean))
+	gradient := min(1, max(0.8, a.cfg.Tolerance*a.noLoad/mean))
 	appLimited := float64(a.peak) < a.limit/2
 	if a.slowStart && gradient == 1 {
 		if !appLimited {
@@ -173,11 +176,8 @@ func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
 	}
 	a.slowStart = false
 	next := a.limit*gradient + math.Sqrt(a.limit)
-	switch {
-	case next < a.limit:
-		a.set(next) // queueing: at once
-	case !appLimited:
-		a.set(0.8*a.limit + 0.2*next)
+	if next < a.limit || !appLimited {
+		a.set(next)
 	}
 }
 

@@ -30,9 +30,14 @@ func TestAdaptiveLimit(t *testing.T) {
 		a := Adaptive{Initial: 64}.start(0)
 		feed(a, 64, 100*time.Millisecond, 64) // the no-load latency
 		before := a.limit
-		for range 10 {
+		for range 20 {
+			last := a.limit
 			feed(a, int(a.limit)+10, 400*time.Millisecond, int(a.limit)) // 4x: past 2.5x
+			if a.limit >= last {
+				t.Fatalf("limit %g after a window 4x the no-load latency, was %g", a.limit, last)
+			}
 		}
+		// The fixed point of limit×0.8+√limit is 25.
 		if a.limit >= before/4 {
 			t.Errorf("limit %g after latency rose 4x (from %g)", a.limit, before)
 		}

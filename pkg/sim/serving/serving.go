@@ -210,10 +210,10 @@ var errQueueFull = errors.New("the server's queue is full")
 func (r *Replica) enqueue(s *seq) error {
 	r.loop.Do(func() { go r.serve() })
 	r.mu.Lock()
-	if r.cfg.MaxQueue > 0 && len(r.queue) >= r.cfg.MaxQueue {
+	if n := len(r.queue); r.cfg.MaxQueue > 0 && n >= r.cfg.MaxQueue {
 		r.stats.Rejected++
 		r.mu.Unlock()
-		return fmt.Errorf("%w (%d requests waiting)", errQueueFull, len(r.queue))
+		return fmt.Errorf("%w (%d requests waiting)", errQueueFull, n)
 	}
 	r.queue = append(r.queue, s)
 	r.mu.Unlock()
