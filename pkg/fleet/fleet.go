@@ -237,7 +237,16 @@ func (p *Pool) pick(id string) (int, error) {
 		if known && h.home >= 0 && eligible[h.home] {
 			e = h.home
 		} else {
-			e = boundedPick(p.ring, TaskKey(id), p.loads, p.weights, eligible, p.opts.LoadFactor)
+			// A new rollout goes where its task's ring and the load bound say, among the
+			// endpoints whose limit has room when there are such: a full one would only keep
+			// it waiting.
+			roomy := make([]bool, len(p.eps))
+			for i, ep := range p.eps {
+				roomy[i] = eligible[i] && len(ep.gate.waiters) == 0 && ep.gate.room()
+			}
+			if e = boundedPick(p.ring, TaskKey(id), p.loads, p.weights, roomy, p.opts.LoadFactor); e < 0 {
+				e = boundedPick(p.ring, TaskKey(id), p.loads, p.weights, eligible, p.opts.LoadFactor)
+			}
 		}
 		if id != "" {
 			p.homes.put(id, home{home: e, avoid: -1})
