@@ -98,9 +98,9 @@ bench-quick: build bench-tools
 
 # The fleet table (BENCHMARKS.md "Fleet: routing and adaptive concurrency"): the extraction
 # tasks against 4 simulated inference servers (a model of vLLM, not a measurement), every
-# route at fixed concurrencies and auto. Scaled down for a small machine: 60 tasks x 8 repeats,
-# batches of 16 sequences, model time 2x the clock; about 3 minutes on 2 cores.
-FLEET_FLAGS ?= -limit 60 -repeats 8 -speed 2 -max-num-seqs 16
+# route at fixed concurrencies and auto. Scaled down for a small machine: 40 tasks x 8 repeats,
+# batches of 16 sequences, model time 2x the clock; about 2 minutes on 2 cores.
+FLEET_FLAGS ?= -limit 40 -repeats 8 -speed 2 -max-num-seqs 16
 bench-fleet:
 	@mkdir -p out/bench
 	$(GO) run ./internal/fleetbench/cmd/fleetbench $(FLEET_FLAGS) | tee out/bench/fleet.md

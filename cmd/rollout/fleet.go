@@ -345,3 +345,12 @@ func prefixed(prefix string, names []string) []string {
 	}
 	return out
 }
+
+// redactURLs is a --model-url list with each URL's credentials redacted (agent.RedactURL).
+func redactURLs(list string) string {
+	urls := strings.Split(list, ",")
+	for i, u := range urls {
+		urls[i] = agent.RedactURL(u)
+	}
+	return strings.Join(urls, ",")
+}

@@ -217,3 +217,11 @@ func TestFleetConfigEndpoints(t *testing.T) {
 		t.Error("the key is in endpoints.json")
 	}
 }
+
+// A pool's URLs are each redacted in the manifest: a password in the second is not kept.
+func TestRedactURLs(t *testing.T) {
+	got := redactURLs("http://a:1/v1,http://u:hunter22@b:1/v1?key=k2secret")
+	if strings.Contains(got, "hunter22") || strings.Contains(got, "k2secret") || !strings.HasPrefix(got, "http://a:1/v1,http://REDACTED@b:1/v1") {
+		t.Errorf("redactURLs = %s", got)
+	}
+}

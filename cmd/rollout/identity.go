@@ -90,7 +90,7 @@ func newRunConfig(f runFlags, opts *runner.Options, simOpts *sim.Options) runCon
 		armNames = append(armNames, name)
 	}
 	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit,
-		ModelURL: agent.RedactURL(f.modelURL), Model: opts.Agent.ModelName, Servers: redactServers(f.servers),
+		ModelURL: redactURLs(f.modelURL), Model: opts.Agent.ModelName, Servers: redactServers(f.servers),
 		MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds, MaxTokens: f.maxTokens,
 		Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls)}
 	if simOpts != nil {

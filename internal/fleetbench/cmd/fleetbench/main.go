@@ -18,14 +18,14 @@ import (
 
 func main() {
 	tasks := flag.String("tasks", "data/extraction.jsonl", "the extraction task `FILE`")
-	limit := flag.Int("limit", 60, "tasks `N`")
+	limit := flag.Int("limit", 40, "tasks `N`")
 	repeats := flag.Int("repeats", 8, "repeats `N` per task")
 	replicas := flag.Int("replicas", 4, "simulated servers `N`")
 	concs := flag.String("concurrency", "32,128,512", "fixed concurrencies `LIST`")
 	routes := flag.String("routes", "affinity,least-outstanding,round-robin", "routes `LIST`")
 	cfg := serving.Default
-	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 32, "sequences `N` per replica's batch")
-	flag.Float64Var(&cfg.Speed, "speed", 10, "model time runs `X` times faster than the clock")
+	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 16, "sequences `N` per replica's batch")
+	flag.Float64Var(&cfg.Speed, "speed", 2, "model time runs `X` times faster than the clock")
 	flag.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "prefix-cache `TOKENS` per replica")
 	flag.Parse()
 	var results []fleetbench.Result
