@@ -108,8 +108,9 @@ func checkModelURLs(s string) error {
 	return nil
 }
 
-// checkFleet refuses fleet flags out of range.
-func (f *fleetFlags) check() error {
+// check refuses fleet flags out of range, and --concurrency auto where there is nothing to
+// adapt to.
+func (f *fleetFlags) check(modelURL string) error {
 	if _, err := fleet.ParseRoute(f.route); err != nil {
 		return badUsage("--route: %v", err)
 	}
@@ -118,6 +119,9 @@ func (f *fleetFlags) check() error {
 	}
 	if f.loadFactor < 1 {
 		return badUsage("--load-factor must be at least 1, got %g", f.loadFactor)
+	}
+	if f.auto && (strings.HasPrefix(modelURL, "builtin:") && f.simReplicas == 0 || strings.HasPrefix(modelURL, "replay:")) {
+		return badUsage("--concurrency auto adapts to a model server's latency; %s has none to adapt to (with builtin:sim, give --sim-replicas N)", modelURL)
 	}
 	if f.simReplicas < 0 {
 		return badUsage("--sim-replicas must be >= 0, got %d", f.simReplicas)
@@ -225,8 +229,8 @@ func fleetEndpoints(f runFlags, getenv func(string) string) []fleet.Endpoint {
 		return eps
 	}
 	urls := strings.Split(f.modelURL, ",")
-	if len(urls) < 2 {
-		return nil
+	if len(urls) < 2 && !(f.fleet.auto && strings.Contains(f.modelURL, "://")) {
+		return nil // one endpoint; with --concurrency auto, a pool of one adapts its limit
 	}
 	eps := make([]fleet.Endpoint, len(urls))
 	for i, u := range urls {

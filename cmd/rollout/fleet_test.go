@@ -174,6 +174,7 @@ func TestFleetFlags(t *testing.T) {
 		{"empty url in the list", "", []string{"--model-url", "http://a:1/v1,,http://b:1/v1"}, "rollout: --model-url http://a:1/v1,,http://b:1/v1: an empty URL in the list"},
 		{"bad route", "", []string{"--model-url", "http://a:1/v1,http://b:1/v1", "--route", "random"}, `rollout: --route: unknown route "random": want affinity, least-outstanding, round-robin`},
 		{"bad concurrency", "", []string{"--concurrency", "auto:x"}, `want auto or auto:MAX with MAX a whole number >= 1, got "auto:x"`},
+		{"auto with the plain simulator", "", []string{"--concurrency", "auto"}, "--concurrency auto adapts to a model server's latency; builtin:sim has none to adapt to (with builtin:sim, give --sim-replicas N)"},
 		{"endpoint without url", "endpoints:\n  - {model: m}\n", nil, "run.yaml:2: endpoints: an endpoint needs a url"},
 		{"endpoint bad weight", "endpoints:\n  - {url: http://a:1/v1, weight: -2}\n", nil, `run.yaml:2: endpoints: weight: want a number > 0, got "-2"`},
 		{"endpoint unknown key", "endpoints:\n  - url: http://a:1/v1\n    colour: red\n", nil, `run.yaml:3: endpoints: unknown key "colour"`},
@@ -223,5 +224,21 @@ func TestRedactURLs(t *testing.T) {
 	got := redactURLs("http://a:1/v1,http://u:hunter22@b:1/v1?key=k2secret")
 	if strings.Contains(got, "hunter22") || strings.Contains(got, "k2secret") || !strings.HasPrefix(got, "http://a:1/v1,http://REDACTED@b:1/v1") {
 		t.Errorf("redactURLs = %s", got)
+	}
+}
+
+// --concurrency auto with one endpoint makes a pool of one, whose limit adapts.
+func TestAutoOneEndpoint(t *testing.T) {
+	input := headLines(t, extractionData, 3)
+	urls, _ := startSimProcess(t, input, 1)
+	dir := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--model-url", urls[0], "--model", "rollout-sim",
+		"--server", "builtin:extraction", "--num-repeats", "2", "--concurrency", "auto:8", "--out", dir, "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	eps, _ := endpointsFile(t, dir)
+	if len(eps) != 1 || eps[0].Limit < 1 || eps[0].Limit > 8 || eps[0].Calls == 0 {
+		t.Errorf("endpoints %+v", eps)
 	}
 }

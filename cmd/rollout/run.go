@@ -408,7 +408,7 @@ func (f *runFlags) check() error {
 	if err := checkModelURLs(f.modelURL); err != nil {
 		return err
 	}
-	if err := f.fleet.check(); err != nil {
+	if err := f.fleet.check(f.modelURL); err != nil {
 		return err
 	}
 	if err := checkInput(f.input, f.modelURL == "builtin:sim"); err != nil {
