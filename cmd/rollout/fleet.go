@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/retry"
@@ -36,6 +37,7 @@ type fleetFlags struct {
 	pool        *fleet.Pool      // the run's pool, once open (nil: one endpoint)
 	serving     *serving.Config  // the serving simulator's knobs (--sim-replicas)
 	simFleet    *serving.Fleet   // its replicas, once started
+	secrets     []string         // what printPool redacts
 }
 
 // DefaultAutoMax is the most rollouts in flight of --concurrency auto without :MAX.
@@ -273,18 +275,22 @@ func preflightPool(ctx context.Context, pool *fleet.Pool, transport http.RoundTr
 const EndpointsFile = "endpoints.json"
 
 // printPool prints the per-endpoint table to w (and the simulated servers' counters, with
-// --sim-replicas) and writes them, with the health events, to endpoints.json in dir.
-func printPool(w io.Writer, dir string, pool *fleet.Pool, sims *serving.Fleet) error {
+// --sim-replicas) and writes them, with the health events, to endpoints.json in dir; the
+// secrets (keys, URL passwords and query values) an error text may carry are redacted in both.
+func printPool(w io.Writer, dir string, pool *fleet.Pool, sims *serving.Fleet, secrets []string) error {
 	stats, events := pool.Stats(), pool.Events()
-	fmt.Fprintln(w)
-	if err := fleet.WriteTable(w, stats, events); err != nil {
-		return err
-	}
 	var served []serving.Stats
 	if sims != nil {
 		served = sims.Stats()
-		fmt.Fprintln(w)
-		if err := serving.WriteTable(w, served); err != nil {
+	}
+	var text bytes.Buffer
+	text.WriteString("\n")
+	if err := fleet.WriteTable(&text, stats, events); err != nil {
+		return err
+	}
+	if sims != nil {
+		text.WriteString("\n")
+		if err := serving.WriteTable(&text, served); err != nil {
 			return err
 		}
 	}
@@ -294,6 +300,13 @@ func printPool(w io.Writer, dir string, pool *fleet.Pool, sims *serving.Fleet) e
 		Simulated []serving.Stats       `json:"simulated_servers,omitempty"`
 	}{stats, events, served}, "", "  ")
 	if err != nil {
+		return err
+	}
+	out := text.String()
+	if r := redact.Replacer(secrets); r != nil {
+		out, data = r.Replace(out), []byte(r.Replace(string(data)))
+	}
+	if _, err := io.WriteString(w, out); err != nil {
 		return err
 	}
 	return durable.WriteFileAtomic(filepath.Join(dir, EndpointsFile), append(data, '\n'), 0o644)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
@@ -240,5 +241,26 @@ func TestAutoOneEndpoint(t *testing.T) {
 	eps, _ := endpointsFile(t, dir)
 	if len(eps) != 1 || eps[0].Limit < 1 || eps[0].Limit > 8 || eps[0].Calls == 0 {
 		t.Errorf("endpoints %+v", eps)
+	}
+}
+
+// An endpoint's URL secrets (a query value) that a connection error echoes are not in the
+// printed table nor in endpoints.json.
+func TestFleetRedactsEvents(t *testing.T) {
+	input := headLines(t, extractionData, 2)
+	urls, _ := startSimProcess(t, input, 1)
+	dead := testnet.ClosedPort(t) + "/v1?key=topsecret-value-1234"
+	dir := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--model-url", urls[0]+","+dead, "--model", "rollout-sim",
+		"--server", "builtin:extraction", "--num-repeats", "4", "--out", dir, "--quiet", "--no-preflight", "--eject-after", "1", "--route", "round-robin")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	file := readFile(t, filepath.Join(dir, EndpointsFile))
+	if !strings.Contains(r.stdout, "ejected: 1 consecutive failures") {
+		t.Fatalf("no ejection in the summary:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout+file, "topsecret-value-1234") {
+		t.Errorf("the secret is in the output:\n%s\n%s", r.stdout, file)
 	}
 }

@@ -111,7 +111,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	closers = append(closers, ep.close)
-	f.fleet.pool, f.fleet.simFleet = ep.pool, ep.simFleet
+	f.fleet.pool, f.fleet.simFleet, f.fleet.secrets = ep.pool, ep.simFleet, ep.secrets
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
@@ -322,7 +322,7 @@ func printResults(e env, f runFlags, fin rundir.Finished, opts *runner.Options, 
 		return err
 	}
 	if f.fleet.pool != nil {
-		if err := printPool(e.stdout, f.out, f.fleet.pool, f.fleet.simFleet); err != nil {
+		if err := printPool(e.stdout, f.out, f.fleet.pool, f.fleet.simFleet, f.fleet.secrets); err != nil {
 			return err
 		}
 	}
