@@ -82,15 +82,16 @@ type ToolCall struct {
 
 // Round is one model call plus the tool calls it asked for.
 type Round struct {
-	Index          int     `json:"index"`
-	ModelLatencyMs float64 `json:"model_latency_ms"`
-	Usage          Usage   `json:"usage"`
-	FinishReason   string  `json:"finish_reason"`
+	Index          int        `json:"index"`
+	ModelLatencyMs float64    `json:"model_latency_ms"`
+	Usage          Usage      `json:"usage"`
+	FinishReason   string     `json:"finish_reason"`
+	Content        string     `json:"-"`
+	Reasoning      string     `json:"-"`
+	ToolCalls      []ToolCall `json:"tool_calls,omitempty"`
+
 	// Endpoint names the endpoint of a pool that answered (EndpointHeader); "" with one endpoint.
-	Endpoint  string     `json:"endpoint,omitempty"`
-	Content   string     `json:"-"`
-	Reasoning string     `json:"-"`
-	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Trajectory is the full history of a rollout: the chat messages, rounds

@@ -189,10 +189,6 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 	b = appendUsage(b, &r.Usage)
 	b = append(b, `,"finish_reason":`...)
 	b = jsonfast.AppendStringHTML(b, r.FinishReason)
-	if r.Endpoint != "" {
-		b = append(b, `,"endpoint":`...)
-		b = jsonfast.AppendStringHTML(b, r.Endpoint)
-	}
 	if len(r.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
 		for i := range r.ToolCalls {
@@ -224,6 +220,10 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 			b = append(b, '}')
 		}
 		b = append(b, ']')
+	}
+	if r.Endpoint != "" {
+		b = append(b, `,"endpoint":`...)
+		b = jsonfast.AppendStringHTML(b, r.Endpoint)
 	}
 	return append(b, '}'), true
 }

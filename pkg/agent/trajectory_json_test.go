@@ -76,7 +76,8 @@ func TestTrajectoryJSONIsEncodingJSONs(t *testing.T) {
 				}},
 			},
 			Rounds: []agent.Round{{Index: -1, FinishReason: s, Content: s, Reasoning: s, Usage: agent.Usage{CachedTokens: 1, ReasoningTokens: -2},
-				ToolCalls: []agent.ToolCall{{CallID: s, Name: s, Arguments: s, Output: s, Status: 500, Failed: true, Unreachable: true, TimedOut: true, LatencyMs: 1e-9}, {}}}},
+				ToolCalls: []agent.ToolCall{{CallID: s, Name: s, Arguments: s, Output: s, Status: 500, Failed: true, Unreachable: true, TimedOut: true, LatencyMs: 1e-9}, {}}, Endpoint: s},
+				{Endpoint: s}},
 			Usage: agent.Usage{PromptTokens: math.MaxInt, CompletionTokens: math.MinInt}, Termination: agent.Termination(s),
 			FailureClass: record.FailureClass(s), Error: s, FinalText: s, InvalidAnswers: 2,
 		}
@@ -111,7 +112,7 @@ func FuzzTrajectoryJSON(f *testing.F) {
 			openai.ChatCompletionMessage{Role: "assistant", Content: s, ToolCalls: []openai.ToolCall{{ID: id, Type: "function",
 				Function: openai.FunctionCall{Name: s, Arguments: s}}}})
 		tr.Rounds = append(tr.Rounds, agent.Round{Index: status, ModelLatencyMs: latency, FinishReason: s,
-			ToolCalls: []agent.ToolCall{{CallID: id, Name: s, Status: status, LatencyMs: -latency}}})
+			ToolCalls: []agent.ToolCall{{CallID: id, Name: s, Status: status, LatencyMs: -latency}}, Endpoint: id})
 		tr.Termination, tr.Error = agent.Termination(id), s
 		sameJSON(t, tr)
 	})
