@@ -17,13 +17,11 @@ type Record struct {
 	// TaskHash names a row without an id by its content: the first 16 hex digits of the
 	// SHA-256 of the row's bytes ("" when the row has an id, and in records of older runs).
 	// rollout compare matches tasks by it when the rows have no id.
-	TaskHash string `parquet:"task_hash" json:"task_hash,omitempty"`
-	Arm      string `parquet:"arm" json:"arm"`
-	Agent    string `parquet:"agent" json:"agent"`
-	Model    string `parquet:"model" json:"model"`
-	// Endpoint names the endpoint of a pool (--model-url given several times) that answered
-	// the rollout's first model call ("" with one endpoint, or when no call was answered).
-	Endpoint         string             `parquet:"endpoint" json:"endpoint,omitempty"`
+	TaskHash         string             `parquet:"task_hash" json:"task_hash,omitempty"`
+	Arm              string             `parquet:"arm" json:"arm"`
+	Agent            string             `parquet:"agent" json:"agent"`
+	Model            string             `parquet:"model" json:"model"`
+	Endpoint         string             `parquet:"endpoint" json:"endpoint,omitempty"` // of a pool, the one that answered the first model call ("": one endpoint)
 	Reward           float64            `parquet:"reward" json:"reward"`
 	HasReward        bool               `parquet:"has_reward" json:"has_reward"`
 	RewardComponents map[string]float64 `parquet:"reward_components" json:"reward_components,omitempty"`
