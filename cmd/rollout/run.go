@@ -431,6 +431,9 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 		Agent: agent.Config{Model: ep.model, ModelName: ep.name, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
 			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls},
 	}
+	if f.fleet.auto && ep.pool != nil {
+		opts.Window = ep.pool.Window(f.concurrency) // the rollouts in flight follow the adaptive limits
+	}
 	if f.temperature >= 0 {
 		t := f.temperature
 		opts.Agent.Temperature = &t

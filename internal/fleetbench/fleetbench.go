@@ -103,12 +103,16 @@ func Run(ctx context.Context, c Case) (Result, error) {
 	doer := &retry.Doer{Client: &http.Client{Transport: pool}, Policy: retry.DefaultPolicy}
 	model := pool.Model(agent.NewOpenAIModel(fleet.BaseURL, "", doer))
 	out := &records{}
-	start := time.Now()
-	_, err = runner.Run(ctx, runner.Options{
+	ro := runner.Options{
 		Input: c.Tasks, Limit: c.Limit, Repeats: c.Repeats, Concurrency: c.Concurrency,
 		Servers: runner.Servers{Default: server},
 		Agent:   agent.Config{Model: model, ModelName: sim.ModelID},
-	}, []runner.Output{out})
+	}
+	if c.Auto {
+		ro.Window = pool.Window(c.Concurrency)
+	}
+	start := time.Now()
+	_, err = runner.Run(ctx, ro, []runner.Output{out})
 	res.Elapsed = time.Since(start)
 	if err != nil {
 		return res, err

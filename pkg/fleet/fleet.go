@@ -91,6 +91,7 @@ type Pool struct {
 	homes   homes
 	byName  map[string]int
 	events  []Event
+	window  *Window // the run's window of rollouts, when asked for
 }
 
 // endpoint is an Endpoint with its parsed URL and its state (guarded by Pool.mu, except stats).
@@ -303,6 +304,9 @@ func (p *Pool) finish(e int, id string, o outcome, admitted bool) {
 	p.loads[e]--
 	if admitted {
 		ep.gate.release(o)
+		if p.window != nil {
+			p.window.g.wake() // the limits may have grown
+		}
 	}
 	if o.class == record.FailCancelled {
 		if ep.probing {

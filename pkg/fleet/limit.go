@@ -15,10 +15,14 @@ type gate struct {
 	inflight int
 	waiters  []chan struct{}
 	adapt    *adaptive
+	size     func() float64 // when set, the limit, asked each time (Window)
 }
 
 // room reports whether one more request may go.
 func (g *gate) room() bool {
+	if g.size != nil {
+		g.limit = g.size()
+	}
 	return float64(g.inflight) < max(1, math.Floor(g.limit))
 }
 
@@ -190,4 +194,53 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// WindowHeadroom is how many rollouts a Window keeps in flight per request an endpoint's limit
+// lets in: a rollout spends part of its time in tool calls, between its model calls.
+const WindowHeadroom = 1.5
+
+// Window is a bound on a run's rollouts in flight that follows the pool's adaptive limits
+// (runner.Options.Window): WindowHeadroom times the sum of the limits of the endpoints not
+// ejected, at least 1 and at most its max. Without adaptive limits it is its max.
+type Window struct {
+	p   *Pool
+	max int
+	g   gate
+}
+
+// Window returns the pool's window of at most max rollouts (one per pool).
+func (p *Pool) Window(max int) *Window {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.window == nil {
+		w := &Window{p: p, max: max}
+		w.g.size = w.size
+		p.window = w
+	}
+	return p.window
+}
+
+// size is the window's bound now; p.mu is held.
+func (w *Window) size() float64 {
+	sum := 0.0
+	for _, ep := range w.p.eps {
+		if math.IsInf(ep.gate.limit, 1) {
+			return float64(w.max)
+		}
+		if !ep.ejected {
+			sum += math.Floor(ep.gate.limit)
+		}
+	}
+	return min(float64(w.max), max(1, math.Ceil(WindowHeadroom*sum)))
+}
+
+// Acquire waits for room in the window or for ctx to end.
+func (w *Window) Acquire(ctx context.Context) error { return w.g.acquire(ctx, &w.p.mu) }
+
+// Release ends a rollout's hold on the window.
+func (w *Window) Release() {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	w.g.release(outcome{})
 }

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -73,4 +74,42 @@ func TestAdaptiveLimit(t *testing.T) {
 			t.Errorf("limit %g after many 429s, want the min 1", a.limit)
 		}
 	})
+}
+
+// The window of rollouts follows the endpoints' adaptive limits: 1.5 times their sum, without
+// the ejected ones; a rollout past it waits until one ends.
+func TestWindow(t *testing.T) {
+	_, eps := replicas(t, 4)
+	p, err := New(eps, Options{Adaptive: &Adaptive{Initial: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := p.Window(1000)
+	ctx := context.Background()
+	for i := range 48 { // 1.5 × 4 × 8
+		if err := w.Acquire(ctx); err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+	}
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := w.Acquire(short); err == nil {
+		t.Fatal("a 49th rollout got in a window of 48")
+	}
+	got := make(chan struct{})
+	go func() { w.Acquire(ctx); close(got) }()
+	w.Release()
+	<-got
+	// An ejected endpoint's limit leaves the window: 1.5 × 3 × 8 = 36.
+	p.mu.Lock()
+	p.eps[0].ejected = true
+	size := w.size()
+	p.mu.Unlock()
+	if size != 36 {
+		t.Errorf("window %g with one of four endpoints ejected, want 36", size)
+	}
+	fixed, _ := New(eps, Options{})
+	if s := fixed.Window(77).size(); s != 77 {
+		t.Errorf("window %g without adaptive limits, want its max 77", s)
+	}
 }

@@ -45,6 +45,10 @@ type Options struct {
 	Limit, Repeats int
 	// Concurrency is the number of rollouts in flight (default 64).
 	Concurrency int
+	// Window, when set, bounds the rollouts in flight below Concurrency by a number that may
+	// change as the run goes (pkg/fleet's adaptive limits): a rollout starts once Acquire
+	// returns and Releases when it ends.
+	Window Window
 	// Strict refuses to start when any row is malformed.
 	Strict bool
 	// RolloutTimeout bounds one rollout from seed to verify (0: none).
@@ -327,6 +331,12 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 				if ctx.Err() != nil || runCtx.Err() != nil {
 					return
 				}
+				if o.Window != nil {
+					if o.Window.Acquire(runCtx) != nil {
+						return // interrupted while waiting: as above
+					}
+					defer o.Window.Release()
+				}
 				started.Add(1)
 				if o.OnStart != nil {
 					o.OnStart()
@@ -355,6 +365,12 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 }
 
 var errStop = errors.New("stop")
+
+// Window is a bound on the rollouts in flight that may change (Options.Window).
+type Window interface {
+	Acquire(ctx context.Context) error
+	Release()
+}
 
 // CheckInput checks that the input can be read and, with Strict, that every
 // row is well-formed (a full pass over the file), so that a caller can

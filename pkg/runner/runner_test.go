@@ -291,3 +291,49 @@ func TestTaskFields(t *testing.T) {
 		t.Errorf("taskFields = %v, want %v", got, want)
 	}
 }
+
+// countWindow is a Window of n that records the most rollouts it held at once.
+type countWindow struct {
+	sem        chan struct{}
+	held, peak atomic.Int64
+}
+
+func (w *countWindow) Acquire(ctx context.Context) error {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	n := w.held.Add(1)
+	for p := w.peak.Load(); n > p && !w.peak.CompareAndSwap(p, n); p = w.peak.Load() {
+	}
+	return nil
+}
+
+func (w *countWindow) Release() { w.held.Add(-1); <-w.sem }
+
+// A Window bounds the rollouts in flight below Concurrency; every rollout still runs.
+func TestWindowBoundsRollouts(t *testing.T) {
+	model := httptest.NewServer(chatModel(2))
+	defer model.Close()
+	ss := newSessionServer()
+	server := httptest.NewServer(ss)
+	defer server.Close()
+	w := &countWindow{sem: make(chan struct{}, 3)}
+	opts := options(t, model.URL, server.URL, writeRows(t, 40), 32)
+	opts.Window = w
+	out := &memOutput{}
+	rep, err := Run(context.Background(), opts, []Output{out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.res) != 80 || rep.Started != 80 {
+		t.Fatalf("%d results, %d started; want 80", len(out.res), rep.Started)
+	}
+	if p := w.peak.Load(); p > 3 || p < 1 {
+		t.Errorf("%d rollouts held the window of 3 at once", p)
+	}
+	if w.held.Load() != 0 {
+		t.Errorf("%d rollouts still hold the window after the run", w.held.Load())
+	}
+}
