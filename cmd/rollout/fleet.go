@@ -48,7 +48,7 @@ const DefaultAutoMax = 1024
 func fleetFlagSet(fs *flag.FlagSet, f *runFlags) {
 	f.concurrency = runner.DefaultConcurrency
 	fs.Var(&concurrencyFlag{n: &f.concurrency, auto: &f.fleet.auto}, "concurrency",
-		"`N` rollouts in flight, or auto[:MAX]: adapted per endpoint (README \"Fleets\")")
+		"`N` rollouts in flight, or auto[:MAX] (README \"Fleets\")")
 	fs.StringVar(&f.fleet.route, "route", string(fleet.Affinity), "with several endpoints, `ROUTE`: affinity (a task's rollouts stay on one endpoint, under a load bound), least-outstanding, round-robin")
 	fs.IntVar(&f.fleet.ejectAfter, "eject-after", fleet.DefaultEjectAfter, "with several endpoints, eject one after `N` consecutive failures (connection, 5xx, timeout) until it answers a probe")
 	fs.Float64Var(&f.fleet.loadFactor, "load-factor", fleet.DefaultLoadFactor, "affinity's load bound `F`: an endpoint takes new tasks while within F times its share of the requests in flight")
@@ -326,9 +326,6 @@ func servingKnobs(fs *flag.FlagSet, prefix string) *serving.Config {
 	return &c
 }
 
-// servingNames are the flags servingKnobs defines, without their prefix.
-var servingNames = []string{"max-num-seqs", "max-queue", "kv-cache-tokens", "prefill-per-token", "decode-base", "decode-per-seq", "speed"}
-
 // startReplicas serves n serving-simulator replicas of h on loopback ports; stop stops them.
 func startReplicas(n int, h http.Handler, cfg serving.Config) (urls []string, fl *serving.Fleet, stop func(), err error) {
 	fl, err = serving.NewFleet(n, h, cfg)
@@ -352,15 +349,6 @@ func startReplicas(n int, h http.Handler, cfg serving.Config) (urls []string, fl
 		urls = append(urls, u+"/v1")
 	}
 	return urls, fl, stop, nil
-}
-
-// prefixed is names each with prefix before it.
-func prefixed(prefix string, names []string) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = prefix + n
-	}
-	return out
 }
 
 // redactURLs is a --model-url list with each URL's credentials redacted (agent.RedactURL).
