@@ -3,284 +3,58 @@ package jsonfast
 // Index-based fast paths over a []byte: each function takes the slice and an index and
 // returns the index after what it read (-1, or ok false, when the input is not what it is
 // sure encoding/json accepts). They accept only what encoding/json accepts and read it to
-// the same result; the caller hands anything else to encoding/json.
+// the same result; the caller hands anything else to encoding/json. The checking ones are
+// the Scanner's parts (ScanString, ScanNumber, SkipSpace) or its passes (SkipValue,
+// AppendCompact).
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
 
-// maxFastDepth bounds the nesting the fast paths follow (encoding/json's limit is 10000; a
-// deeper line goes to encoding/json).
-const maxFastDepth = 1000
-
-func SkipSpace(b []byte, i int) int {
-	for i < len(b) {
-		if c := b[i]; c > ' ' || !IsSpace(c) {
-			return i // one comparison for the usual byte: not space
-		}
-		i++
-	}
-	return i
-}
-
-// String flags.
+// The flags of ScanString, the Kind bits as an int.
 const (
-	StrEscaped = 1 << iota // has a backslash escape
-	StrHigh                // has bytes >= 0x80
+	StrEscaped = int(Escape) // has a backslash escape
+	StrHigh    = int(High)   // has bytes >= 0x80
 )
 
 // ScanString checks the JSON string that starts at b[i] (a '"') and returns the index after
-// its closing quote and its flags; end is -1 if it is not a valid JSON string: unterminated,
-// with a control character, or with an escape that JSON does not have. Invalid UTF-8 is
-// valid here, as it is to encoding/json.
+// its closing quote and its flags (its Kind); end is -1 if it is not a valid JSON string:
+// unterminated, with a control character, or with an escape that JSON does not have. Invalid
+// UTF-8 is valid here, as it is to encoding/json.
 func ScanString(b []byte, i int) (end int, flags int) {
-	i++
-	for {
-		// Eight bytes at a time, to the first quote, backslash or control character. The
-		// lowest byte flagged in special is always one of those (the false positives of the
-		// arithmetic are above a true one). Bytes >= 0x80 past it may set StrHigh, which
-		// only costs a check of the UTF-8.
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			special := quoteStops(x)
-			if x&highs != 0 {
-				flags |= StrHigh
-			}
-			if special != 0 {
-				i += bits.TrailingZeros64(special) >> 3
-				break
-			}
-			i += 8
-		}
-		if i >= len(b) {
-			return -1, 0
-		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, flags
-		case c == '\\':
-			flags |= StrEscaped
-			if i+1 >= len(b) {
-				return -1, 0
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if Hex4(b[i+2:]) < 0 {
-					return -1, 0
-				}
-				i += 6
-			default:
-				return -1, 0
-			}
-		case c < 0x20:
-			return -1, 0
-		default:
-			if c >= 0x80 {
-				flags |= StrHigh
-			}
-			i++
-		}
-	}
-}
-
-// ScanNumber checks the JSON number at b[i] and returns the index after it (-1 if there is
-// none), and whether it is an integer (no fraction, no exponent).
-func ScanNumber(b []byte, i int) (end int, integer bool) {
-	start := i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-	default:
-		return -1, false
-	}
-	integer = true
-	if i < len(b) && b[i] == '.' {
-		integer = false
-		i++
-		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return -1, false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		integer = false
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return -1, false
-		}
-	}
-	if i == start {
-		return -1, false
-	}
-	return i, integer
-}
-
-func HasLiteral(b []byte, i int, lit string) bool {
-	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
+	end, kind := scanString(b, i)
+	return end, int(kind)
 }
 
 // SkipValue checks the JSON value at b[i] and returns the index after it, -1 if it is not
-// valid JSON (or nests deeper than maxFastDepth).
+// valid JSON (or nests deeper than encoding/json's limit, MaxDepth, counting depth levels
+// around it).
 func SkipValue(b []byte, i, depth int) int {
-	if i >= len(b) {
+	s := Scanner{data: b, pos: i, limit: MaxDepth}
+	if !s.Value(depth) {
 		return -1
 	}
-	switch c := b[i]; c {
-	case '"':
-		end, _ := ScanString(b, i)
-		return end
-	case '{', '[':
-		if depth >= maxFastDepth {
-			return -1
-		}
-		closing := byte('}')
-		if c == '[' {
-			closing = ']'
-		}
-		i = SkipSpace(b, i+1)
-		if i < len(b) && b[i] == closing {
-			return i + 1
-		}
-		for {
-			if c == '{' {
-				if i >= len(b) || b[i] != '"' {
-					return -1
-				}
-				if i, _ = ScanString(b, i); i < 0 {
-					return -1
-				}
-				i = SkipSpace(b, i)
-				if i >= len(b) || b[i] != ':' {
-					return -1
-				}
-				i = SkipSpace(b, i+1)
-			}
-			if i = SkipValue(b, i, depth+1); i < 0 {
-				return -1
-			}
-			i = SkipSpace(b, i)
-			if i >= len(b) {
-				return -1
-			}
-			if b[i] == closing {
-				return i + 1
-			}
-			if b[i] != ',' {
-				return -1
-			}
-			i = SkipSpace(b, i+1)
-		}
-	case 't':
-		if HasLiteral(b, i, "true") {
-			return i + 4
-		}
-	case 'f':
-		if HasLiteral(b, i, "false") {
-			return i + 5
-		}
-	case 'n':
-		if HasLiteral(b, i, "null") {
-			return i + 4
-		}
-	default:
-		end, _ := ScanNumber(b, i)
-		return end
-	}
-	return -1
+	return s.pos
 }
 
 // AppendCompact appends the JSON value src (with surrounding space) to dst with the space
 // between its tokens left out, as json.Compact does; false (and dst unchanged) if src is
-// not one valid JSON value.
+// not one valid JSON value. It is one pass of a Scanner that copies what it reads.
 func AppendCompact(dst, src []byte) ([]byte, bool) {
 	n := len(dst)
-	i := SkipSpace(src, 0)
-	dst, i = appendCompactValue(dst, src, i, 0)
-	if i < 0 || SkipSpace(src, i) != len(src) {
+	s := New(src)
+	s.SkipSpace()
+	s.out, s.copied, s.keep = dst, s.pos, true
+	if !s.Value(0) {
+		return dst, false
+	}
+	dst = append(s.out, src[s.copied:s.pos]...)
+	s.keep = false
+	if s.SkipSpace(); !s.Done() {
 		return dst[:n], false
 	}
 	return dst, true
-}
-
-func appendCompactValue(dst, src []byte, i, depth int) ([]byte, int) {
-	if i >= len(src) {
-		return dst, -1
-	}
-	c := src[i]
-	if c != '{' && c != '[' {
-		end := SkipValue(src, i, depth)
-		if end < 0 {
-			return dst, -1
-		}
-		return append(dst, src[i:end]...), end
-	}
-	if depth >= maxFastDepth {
-		return dst, -1
-	}
-	closing := byte('}')
-	if c == '[' {
-		closing = ']'
-	}
-	dst = append(dst, c)
-	i = SkipSpace(src, i+1)
-	if i < len(src) && src[i] == closing {
-		return append(dst, closing), i + 1
-	}
-	for {
-		if c == '{' {
-			if i >= len(src) || src[i] != '"' {
-				return dst, -1
-			}
-			end, _ := ScanString(src, i)
-			if end < 0 {
-				return dst, -1
-			}
-			dst = append(dst, src[i:end]...)
-			i = SkipSpace(src, end)
-			if i >= len(src) || src[i] != ':' {
-				return dst, -1
-			}
-			dst = append(dst, ':')
-			i = SkipSpace(src, i+1)
-		}
-		if dst, i = appendCompactValue(dst, src, i, depth+1); i < 0 {
-			return dst, -1
-		}
-		i = SkipSpace(src, i)
-		if i >= len(src) {
-			return dst, -1
-		}
-		if src[i] == closing {
-			return append(dst, closing), i + 1
-		}
-		if src[i] != ',' {
-			return dst, -1
-		}
-		dst = append(dst, ',')
-		i = SkipSpace(src, i+1)
-	}
 }
 
 // ParseInt reads the JSON number at b[i] as an int64 of bits bits, as encoding/json decodes

@@ -7,7 +7,9 @@ package jsonfast
 // does not accept to encoding/json, which then decides and words the error.
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -20,22 +22,49 @@ func IsSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // IsDigit reports whether c is an ASCII decimal digit.
 func IsDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-func isHex(c byte) bool { return IsDigit(c) || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
-
 // A Scanner reads JSON text from a position in its data onwards. Its methods return false when
-// the text at the position is not what they read; the position is then unspecified.
+// the text at the position is not what they read; the position is then unspecified. It is the
+// one validating scanner: the index helpers (ScanString, ScanNumber, SkipSpace, SkipValue,
+// AppendCompact) are its parts or are built on it.
 type Scanner struct {
 	data []byte
 	pos  int
 	// spaces counts the white space runs skipped: a value scanned without one is compact.
 	spaces int
+	// kinds is what the strings read so far hold, together (see Kind).
+	kinds Kind
+	// limit is the deepest nesting Value follows.
+	limit int
+	// out, when keep is set, receives the data read with its white space left out
+	// (AppendCompact), up to copied: the white space runs skipped are cut as they come.
+	out    []byte
+	copied int
+	keep   bool
 }
 
-// New is a Scanner at the start of data.
-func New(data []byte) Scanner { return Scanner{data: data} }
+// New is a Scanner at the start of data that follows nesting to encoding/json's limit.
+func New(data []byte) Scanner { return Scanner{data: data, limit: MaxDepth} }
+
+// NewLimit is a Scanner at the start of data that takes no value nested deeper than maxDepth
+// (below MaxDepth: a caller whose careful path has a lower limit).
+func NewLimit(data []byte, maxDepth int) Scanner {
+	return Scanner{data: data, limit: min(maxDepth, MaxDepth)}
+}
 
 // Pos is the position: the index in the data of the next byte to read.
 func (s *Scanner) Pos() int { return s.pos }
+
+// Since is the data read from start (an earlier position) to the position, with no room to
+// append into.
+func (s *Scanner) Since(start int) []byte { return s.data[start:s.pos:s.pos] }
+
+// Peek is the byte at the position, 0 at the end of the data.
+func (s *Scanner) Peek() byte {
+	if s.pos < len(s.data) {
+		return s.data[s.pos]
+	}
+	return 0
+}
 
 // Done reports whether the whole of the data has been read.
 func (s *Scanner) Done() bool { return s.pos == len(s.data) }
@@ -44,13 +73,21 @@ func (s *Scanner) Done() bool { return s.pos == len(s.data) }
 // counts has no white space in it.
 func (s *Scanner) Spaces() int { return s.spaces }
 
+// Kinds is what the strings read so far hold, together: High when any had a byte >= 0x80.
+func (s *Scanner) Kinds() Kind { return s.kinds }
+
 // SkipSpace skips the white space at the position, if any.
-func (s *Scanner) SkipSpace() {
-	if s.pos < len(s.data) && IsSpace(s.data[s.pos]) {
-		s.spaces++
-		for s.pos++; s.pos < len(s.data) && IsSpace(s.data[s.pos]); s.pos++ {
+func (s *Scanner) SkipSpace() { s.pos = s.space(s.data, s.pos) }
+
+// SkipSpace returns the index of the first byte at or after b[i] that is not white space.
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) {
+		if c := b[i]; c > ' ' || !IsSpace(c) {
+			return i // one comparison for the usual byte: not space
 		}
+		i++
 	}
+	return i
 }
 
 // Begin reads the opening delimiter open ('{' or '[') at the position and the white space
@@ -111,145 +148,166 @@ func (s *Scanner) More(end byte) (more, ok bool) {
 // Value reads one value at the position (no white space before it), nested depth deep: 0
 // for a top-level value, 1 for a member or an item of a top-level object or array.
 func (s *Scanner) Value(depth int) bool {
-	if s.pos >= len(s.data) {
+	i := s.value(s.data, s.pos, depth)
+	if i < 0 {
 		return false
 	}
-	// The loops are written out (not Begin, Key and More): this is the hot path.
-	switch s.data[s.pos] {
-	case '{':
-		if depth+1 > MaxDepth {
-			return false
+	s.pos = i
+	return true
+}
+
+// value reads the value at d[i] (d is the data) and returns the index after it, -1 if it is not one. It is
+// Value with Begin, Key, More and Str written out, the position in a variable: the hot path.
+func (s *Scanner) value(d []byte, i, depth int) int {
+	if i >= len(d) {
+		return -1
+	}
+	switch c := d[i]; c {
+	case '{', '[':
+		if depth >= s.limit {
+			return -1
 		}
-		s.pos++
-		s.SkipSpace()
-		if s.pos < len(s.data) && s.data[s.pos] == '}' {
-			s.pos++
-			return true
+		if i = s.space(d, i+1); i < len(d) && d[i] == c+2 { // '}' and ']' are two after '{' and '['
+			return i + 1
 		}
+		// An object's members and an array's items, in one loop: an object's have a key first.
 		for {
-			if _, _, ok := s.Str(); !ok {
-				return false
+			if c == '{' {
+				if i >= len(d) || d[i] != '"' {
+					return -1
+				}
+				end, kind := scanString(d, i)
+				if end < 0 {
+					return -1
+				}
+				s.kinds |= kind
+				if i = s.space(d, end); i >= len(d) || d[i] != ':' {
+					return -1
+				}
+				i = s.space(d, i+1)
 			}
-			s.SkipSpace()
-			if s.pos >= len(s.data) || s.data[s.pos] != ':' {
-				return false
+			if i = s.value(d, i, depth+1); i < 0 {
+				return -1
 			}
-			s.pos++
-			s.SkipSpace()
-			if !s.Value(depth + 1) {
-				return false
+			if i = s.space(d, i); i >= len(d) {
+				return -1
 			}
-			s.SkipSpace()
-			if s.pos >= len(s.data) {
-				return false
-			}
-			switch s.data[s.pos] {
+			switch d[i] {
 			case ',':
-				s.pos++
-				s.SkipSpace()
-			case '}':
-				s.pos++
-				return true
+				i = s.space(d, i+1)
+			case c + 2:
+				return i + 1
 			default:
-				return false
-			}
-		}
-	case '[':
-		if depth+1 > MaxDepth {
-			return false
-		}
-		s.pos++
-		s.SkipSpace()
-		if s.pos < len(s.data) && s.data[s.pos] == ']' {
-			s.pos++
-			return true
-		}
-		for {
-			if !s.Value(depth + 1) {
-				return false
-			}
-			s.SkipSpace()
-			if s.pos >= len(s.data) {
-				return false
-			}
-			switch s.data[s.pos] {
-			case ',':
-				s.pos++
-				s.SkipSpace()
-			case ']':
-				s.pos++
-				return true
-			default:
-				return false
+				return -1
 			}
 		}
 	case '"':
-		_, _, ok := s.Str()
-		return ok
+		end, kind := scanString(d, i)
+		s.kinds |= kind
+		return end
 	case 't':
-		return s.literal("true")
+		if HasLiteral(d, i, "true") {
+			return i + 4
+		}
+		return -1
 	case 'f':
-		return s.literal("false")
+		if HasLiteral(d, i, "false") {
+			return i + 5
+		}
+		return -1
 	case 'n':
-		return s.literal("null")
+		if HasLiteral(d, i, "null") {
+			return i + 4
+		}
+		return -1
 	}
-	return s.number()
+	end, _ := ScanNumber(d, i)
+	return end
 }
 
-func (s *Scanner) literal(lit string) bool {
-	if len(s.data)-s.pos < len(lit) || string(s.data[s.pos:s.pos+len(lit)]) != lit {
+// space is the index after the white space at d[i] (d is the data), counted in spaces.
+func (s *Scanner) space(d []byte, i int) int {
+	if i < len(d) && d[i] <= ' ' { // inlined: the usual byte is not space
+		return s.spaceRun(i)
+	}
+	return i
+}
+
+// spaceRun is the rest of space, kept out of line so that space inlines.
+//
+//go:noinline
+func (s *Scanner) spaceRun(i int) int {
+	j := SkipSpace(s.data, i)
+	if j == i {
+		return i
+	}
+	s.spaces++
+	if s.keep {
+		s.out = append(s.out, s.data[s.copied:i]...)
+		s.copied = j
+	}
+	return j
+}
+
+// Literal reads lit (true, false or null) at the position.
+func (s *Scanner) Literal(lit string) bool {
+	if !HasLiteral(s.data, s.pos, lit) {
 		return false
 	}
 	s.pos += len(lit)
 	return true
 }
 
-// number reads -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func (s *Scanner) number() bool {
-	d, i := s.data, s.pos
-	if i < len(d) && d[i] == '-' {
+// HasLiteral reports whether b[i:] starts with lit.
+func HasLiteral(b []byte, i int, lit string) bool {
+	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
+}
+
+// ScanNumber checks the JSON number at b[i] and returns the index after it (-1 if there is
+// none), and whether it is an integer (no fraction, no exponent).
+func ScanNumber(b []byte, i int) (end int, integer bool) {
+	if i < len(b) && b[i] == '-' {
 		i++
 	}
 	switch {
-	case i < len(d) && d[i] == '0':
+	case i < len(b) && b[i] == '0':
 		i++
-	case i < len(d) && '1' <= d[i] && d[i] <= '9':
-		for i++; i < len(d) && IsDigit(d[i]); i++ {
-		}
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		i = digits(b, i) // at least this one
 	default:
-		return false
+		return -1, false
 	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		if i >= len(d) || !IsDigit(d[i]) {
-			return false
-		}
-		for i++; i < len(d) && IsDigit(d[i]); i++ {
+	integer = true
+	if i < len(b) && b[i] == '.' {
+		integer = false
+		if i = digits(b, i+1); i < 0 {
+			return -1, false
 		}
 	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		integer = false
 		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if i >= len(d) || !IsDigit(d[i]) {
-			return false
-		}
-		for i++; i < len(d) && IsDigit(d[i]); i++ {
+		if i = digits(b, i); i < 0 {
+			return -1, false
 		}
 	}
-	s.pos = i
-	return true
+	return i, integer
 }
 
-// strPlain are the bytes that stand for themselves in a string: not ", \, a control character
-// or part of a multi-byte character.
-var strPlain = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
+// digits returns the index after the digits at b[i], -1 if there are none.
+func digits(b []byte, i int) int {
+	start := i
+	for i < len(b) && IsDigit(b[i]) {
+		i++
 	}
-	return t
-}()
+	if i == start {
+		return -1
+	}
+	return i
+}
 
 // Kind says what a string holds besides plain ASCII: 0 (nothing: its bytes between the quotes
 // are its value) or these bits.
@@ -264,46 +322,74 @@ const (
 // Str reads a string at the position (no white space before it). The string as written,
 // quotes included, is data[start:Pos()].
 func (s *Scanner) Str() (start int, kind Kind, ok bool) {
-	d, i := s.data, s.pos
-	if i >= len(d) || d[i] != '"' {
+	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
 		return 0, 0, false
 	}
-	start = i
-	for i++; i < len(d); i++ {
-		for i < len(d) && strPlain[d[i]] {
-			i++
+	end, kind := scanString(s.data, s.pos)
+	if end < 0 {
+		return 0, 0, false
+	}
+	start, s.pos = s.pos, end
+	s.kinds |= kind
+	return start, kind, true
+}
+
+// scanString checks the JSON string that starts at b[i] (a '"') and returns the index after
+// its closing quote and what it holds; end is -1 if it is not a valid JSON string:
+// unterminated, with a control character, or with an escape that JSON does not have. Invalid
+// UTF-8 is valid here, as it is to encoding/json.
+func scanString(b []byte, i int) (end int, kind Kind) {
+	i++
+	for {
+		// Eight bytes at a time, to the first quote, backslash or control character. The
+		// lowest byte flagged in stops is always one of those (the false positives of the
+		// arithmetic are above a true one); bytes >= 0x80 count below it only.
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if stops := quoteStops(x); stops != 0 {
+				if x&highs&(stops&-stops-1) != 0 { // the bytes below the lowest stop
+					kind |= High
+				}
+				i += bits.TrailingZeros64(stops) >> 3
+				break
+			}
+			if x&highs != 0 {
+				kind |= High
+			}
+			i += 8
 		}
-		if i >= len(d) {
-			break
+		if i >= len(b) {
+			return -1, 0
 		}
-		switch c := d[i]; {
+		switch c := b[i]; {
 		case c == '"':
-			s.pos = i + 1
-			return start, kind, true
+			return i + 1, kind
 		case c == '\\':
 			kind |= Escape
-			i++
-			if i >= len(d) {
-				return 0, 0, false
+			if i+1 >= len(b) {
+				return -1, 0
 			}
-			switch d[i] {
+			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
 			case 'u':
-				if len(d)-i <= 4 || !isHex(d[i+1]) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) {
-					return 0, 0, false
+				if Hex4(b[i+2:]) < 0 {
+					return -1, 0
 				}
 				kind |= UEscape
-				i += 4
+				i += 6
 			default:
-				return 0, 0, false
+				return -1, 0
 			}
 		case c < 0x20:
-			return 0, 0, false
-		default: // c >= utf8.RuneSelf
-			kind |= High
+			return -1, 0
+		default:
+			if c >= utf8.RuneSelf {
+				kind |= High
+			}
+			i++
 		}
 	}
-	return 0, 0, false
 }
 
 // Unquote is the value of the valid JSON string q (quotes included) of that kind, as

@@ -75,6 +75,17 @@ func check(t *testing.T, data []byte) {
 		}
 	}
 
+	// The Scanner's passes: SkipValue, and AppendCompact against json.Compact.
+	i := SkipSpace(data, 0)
+	if end := SkipValue(data, i, 0); (end >= 0 && SkipSpace(data, end) == len(data)) != valid {
+		t.Fatalf("SkipValue(%q) = %d, json.Valid %v", data, end, valid)
+	}
+	var compact bytes.Buffer
+	cerr := json.Compact(&compact, data)
+	if out, ok := AppendCompact([]byte("pre"), data); ok != (cerr == nil) || ok && string(out) != "pre"+compact.String() || !ok && string(out) != "pre" {
+		t.Fatalf("AppendCompact(%q) = %q %v, json.Compact %q %v", data, out, ok, compact.Bytes(), cerr)
+	}
+
 	// An object, member by member.
 	type member struct {
 		k string
@@ -203,4 +214,69 @@ func isASCII(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// TestLimit: a Scanner of NewLimit takes nesting to its limit and no deeper; New's is
+// encoding/json's.
+func TestLimit(t *testing.T) {
+	for _, c := range []struct {
+		limit, depth int
+		want         bool
+	}{{3, 3, true}, {3, 4, false}, {1, 1, true}, {1, 2, false}, {MaxDepth + 5, MaxDepth, true}, {MaxDepth + 5, MaxDepth + 1, false}} {
+		data := []byte(strings.Repeat(`{"a":[`, c.depth/2) + strings.Repeat("[", c.depth%2) + "1" +
+			strings.Repeat("]", c.depth%2) + strings.Repeat("]}", c.depth/2))
+		s := NewLimit(data, c.limit)
+		if got := s.Value(0) && s.Done(); got != c.want {
+			t.Errorf("limit %d, depth %d: %v, want %v", c.limit, c.depth, got, c.want)
+		}
+	}
+}
+
+// TestKinds: a string's Kind says exactly what it holds, whatever follows it; Kinds gathers
+// those of all the strings read, object keys included.
+func TestKinds(t *testing.T) {
+	for _, c := range []struct {
+		data  string
+		kind  Kind // of the first string
+		kinds Kind // of the whole value
+	}{
+		{`"ab"`, 0, 0},
+		{`"ab"` + "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 0, 0}, // bytes >= 0x80 in the same eight, past the quote
+		{`"abcdefghij"é`, 0, 0},
+		{`"aé"`, High, High},
+		{`"abcdefghé"`, High, High}, // in the second eight bytes
+		{`"a\n"`, Escape, Escape},
+		{`"a\u00e9"`, Escape | UEscape, Escape | UEscape},
+		{`["a",{"é":1},"\t"]`, 0, High | Escape},
+	} {
+		b := []byte(c.data)
+		if b[0] == '"' {
+			if end, flags := ScanString(b, 0); end < 0 || Kind(flags) != c.kind {
+				t.Errorf("ScanString(%q) = %d, %b, want kind %b", c.data, end, flags, c.kind)
+			}
+		}
+		s := New(b)
+		if !s.Value(0) || s.Kinds() != c.kinds {
+			t.Errorf("Value(%q): Kinds %b, want %b", c.data, s.Kinds(), c.kinds)
+		}
+	}
+}
+
+// TestSincePeek: Since is what was read from a position, Peek the byte next.
+func TestSincePeek(t *testing.T) {
+	s := New([]byte(`{"a": [1, 2]} `))
+	if s.Peek() != '{' {
+		t.Fatalf("Peek %q", s.Peek())
+	}
+	s.Begin('{')
+	s.Key()
+	start := s.Pos()
+	if !s.Value(1) || string(s.Since(start)) != "[1, 2]" || cap(s.Since(start)) != len("[1, 2]") {
+		t.Fatalf("Since %q", s.Since(start))
+	}
+	s.More('}')
+	s.SkipSpace()
+	if !s.Done() || s.Peek() != 0 {
+		t.Fatalf("at the end: Done %v, Peek %q", s.Done(), s.Peek())
+	}
 }
