@@ -145,6 +145,43 @@ func (s *Scanner) More(end byte) (more, ok bool) {
 	return false, false
 }
 
+// Members reads the object at the position (no white space before it), member by member:
+// member is called with the position at the member's value and the member's key as written,
+// data[start:end] (quotes included), of that kind (see Str). It must read the value; false
+// from it stops Members, which then returns false, as it does when the object is not valid.
+func (s *Scanner) Members(member func(start, end int, kind Kind) bool) bool {
+	empty, ok := s.Begin('{')
+	for ok && !empty {
+		var start, end int
+		var kind Kind
+		if start, end, kind, ok = s.Key(); !ok || !member(start, end, kind) {
+			return false
+		}
+		empty, ok = s.more('}')
+	}
+	return ok
+}
+
+// Items reads the array at the position (no white space before it), item by item: item is
+// called with the position at each item, and must read it; false from it stops Items, which
+// then returns false, as it does when the array is not valid.
+func (s *Scanner) Items(item func() bool) bool {
+	empty, ok := s.Begin('[')
+	for ok && !empty {
+		if !item() {
+			return false
+		}
+		empty, ok = s.more(']')
+	}
+	return ok
+}
+
+// more is More, saying whether the end came (done).
+func (s *Scanner) more(end byte) (done, ok bool) {
+	more, ok := s.More(end)
+	return !more, ok
+}
+
 // Value reads one value at the position (no white space before it), nested depth deep: 0
 // for a top-level value, 1 for a member or an item of a top-level object or array.
 func (s *Scanner) Value(depth int) bool {

@@ -1,8 +1,6 @@
 package dataset
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
@@ -31,292 +29,44 @@ type span struct {
 	esc, set   bool
 }
 
+// scanner is jsonfast's validating Scanner, its data at hand (b), with the readers of a row's
+// parts. Its strings are checked as encoding/json checks them, which lets invalid UTF-8
+// through: parseFast checks the row's UTF-8 once, when a string had a byte >= 0x80.
 type scanner struct {
+	jsonfast.Scanner
 	b []byte
-	i int
 }
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
+func newScanner(b []byte) *scanner {
+	return &scanner{Scanner: jsonfast.NewLimit(b, maxFastDepth), b: b}
 }
 
-// peek is the byte at s.i, or 0 at the end.
-func (s *scanner) peek() byte {
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-// str validates the string at s.i (a quote) as encoding/json and utf8.Valid would, and moves
-// past it.
+// str reads the string at the position.
 func (s *scanner) str() (span, bool) {
-	b := s.b
-	i := s.i + 1
-	sp := span{start: i, set: true}
-	for {
-		for i+8 <= len(b) {
-			if m := jsonfast.StringStops(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
-		}
-		if i >= len(b) {
-			return sp, false
-		}
-		switch c := b[i]; {
-		case c == '"':
-			sp.end = i
-			s.i = i + 1
-			return sp, true
-		case c == '\\':
-			sp.esc = true
-			if i+1 >= len(b) {
-				return sp, false
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if jsonfast.Hex4(b[i+2:]) < 0 {
-					return sp, false
-				}
-				i += 6
-			default:
-				return sp, false
-			}
-		case c < 0x20:
-			return sp, false
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := utf8.DecodeRune(b[i:])
-			if r == utf8.RuneError && size == 1 {
-				return sp, false
-			}
-			i += size
-		}
-	}
+	start, kind, ok := s.Str()
+	return span{start: start + 1, end: s.Pos() - 1, esc: kind&jsonfast.Escape != 0, set: true}, ok
 }
 
-func (s *scanner) literal(lit string) bool {
-	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
-		return false
-	}
-	s.i += len(lit)
-	return true
-}
-
-func (s *scanner) digits() {
-	for s.i < len(s.b) && jsonfast.IsDigit(s.b[s.i]) {
-		s.i++
-	}
-}
-
-// number validates a JSON number at s.i and moves past it.
-func (s *scanner) number() bool {
-	if s.peek() == '-' {
-		s.i++
-	}
-	switch c := s.peek(); {
-	case c == '0':
-		s.i++
-	case '1' <= c && c <= '9':
-		s.digits()
-	default:
-		return false
-	}
-	if s.peek() == '.' {
-		s.i++
-		if !jsonfast.IsDigit(s.peek()) {
-			return false
-		}
-		s.digits()
-	}
-	if c := s.peek(); c == 'e' || c == 'E' {
-		s.i++
-		if c := s.peek(); c == '+' || c == '-' {
-			s.i++
-		}
-		if !jsonfast.IsDigit(s.peek()) {
-			return false
-		}
-		s.digits()
-	}
-	return true
-}
-
-// key reads a member's key and its colon; s.i is then at the value.
-func (s *scanner) key() (span, bool) {
-	if s.peek() != '"' {
-		return span{}, false
-	}
-	k, ok := s.str()
-	if !ok {
-		return k, false
-	}
-	s.ws()
-	if s.peek() != ':' {
-		return k, false
-	}
-	s.i++
-	s.ws()
-	return k, true
-}
-
-// value validates the JSON value at s.i, inside depth containers, and moves past it.
-// Nesting is followed with a stack of closing brackets, not recursion.
-func (s *scanner) value(depth int) bool {
-	var stackArr [32]byte
-	stack := stackArr[:0]
-	for {
-		s.ws()
-		switch s.peek() {
-		case '{', '[':
-			if depth+len(stack) >= maxFastDepth {
-				return false
-			}
-			open := s.b[s.i]
-			s.i++
-			s.ws()
-			if c := s.peek(); c == open+2 { // '{'+2 is '}', '['+2 is ']'
-				s.i++
-				break
-			}
-			stack = append(stack, open+2)
-			if open == '{' {
-				if _, ok := s.key(); !ok {
-					return false
-				}
-			}
-			continue
-		case '"':
-			if _, ok := s.str(); !ok {
-				return false
-			}
-		case 't':
-			if !s.literal("true") {
-				return false
-			}
-		case 'f':
-			if !s.literal("false") {
-				return false
-			}
-		case 'n':
-			if !s.literal("null") {
-				return false
-			}
-		default:
-			if !s.number() {
-				return false
-			}
-		}
-		// After a value: commas and closing brackets until the next value.
-		for {
-			if len(stack) == 0 {
-				return true
-			}
-			s.ws()
-			c := s.peek()
-			if c == ',' {
-				s.i++
-				s.ws()
-				if stack[len(stack)-1] == '}' {
-					if _, ok := s.key(); !ok {
-						return false
-					}
-				}
-				break
-			}
-			if c != stack[len(stack)-1] {
-				return false
-			}
-			s.i++
-			stack = stack[:len(stack)-1]
-		}
-	}
-}
-
-// object reads the object at s.i (inside depth containers): for each member, member gets the
-// key (bytes without escapes: a key with escapes fails the object) with s.i at the value, and
+// object reads the object at the position: for each member, member gets the key (bytes
+// without escapes: a key with escapes fails the object) with the position at the value, and
 // must move past the value.
 func (s *scanner) object(member func(key []byte) bool) bool {
-	if s.peek() != '{' {
-		return false
-	}
-	s.i++
-	s.ws()
-	if s.peek() == '}' {
-		s.i++
-		return true
-	}
-	for {
-		k, ok := s.key()
-		if !ok || k.esc || !member(s.b[k.start:k.end]) {
-			return false
-		}
-		s.ws()
-		switch s.peek() {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// array reads the array at s.i: elem is called with s.i at each element, and must move past it.
-func (s *scanner) array(elem func(i int) bool) bool {
-	if s.peek() != '[' {
-		return false
-	}
-	s.i++
-	s.ws()
-	if s.peek() == ']' {
-		s.i++
-		return true
-	}
-	for n := 0; ; n++ {
-		if !elem(n) {
-			return false
-		}
-		s.ws()
-		switch s.peek() {
-		case ',':
-			s.i++
-			s.ws()
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
+	return s.Members(func(start, end int, kind jsonfast.Kind) bool {
+		return kind&jsonfast.Escape == 0 && member(s.b[start+1:end-1])
+	})
 }
 
 // optString reads a string or null (as encoding/json does into a *string: null is nil).
 // Another kind of value fails: encoding/json would give a type error.
 func (s *scanner) optString(dst *span) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case '"':
 		sp, ok := s.str()
 		*dst = sp
 		return ok
 	case 'n':
 		*dst = span{}
-		return s.literal("null")
+		return s.Literal("null")
 	}
 	return false
 }
@@ -385,8 +135,8 @@ func rowKey(k []byte) string {
 
 // parseFast is the single pass; see the top of this file.
 func (t *Task) parseFast() bool {
-	s := &scanner{b: t.Raw}
-	s.ws()
+	s := newScanner(t.Raw)
+	s.SkipSpace()
 	fields := make([]Field, 0, 8)
 	var seen map[string]bool
 	var params *Params
@@ -410,26 +160,29 @@ func (t *Task) parseFast() bool {
 			}
 			seen[key] = true
 		}
-		start := s.i
-		if key == rcp && s.peek() == '{' {
+		start := s.Pos()
+		if key == rcp && s.Peek() == '{' {
 			if params = s.params(); params == nil {
 				return false
 			}
-		} else if !s.value(1) {
+		} else if !s.Value(1) {
 			return false
 		}
-		fields = append(fields, Field{Key: key, Value: t.Raw[start:s.i:s.i]})
+		fields = append(fields, Field{Key: key, Value: s.Since(start)})
 		return true
 	})
-	if s.ws(); !ok || s.i != len(t.Raw) || params == nil {
+	if s.SkipSpace(); !ok || !s.Done() || params == nil {
 		return false
+	}
+	if s.Kinds()&jsonfast.High != 0 && !utf8.Valid(t.Raw) {
+		return false // encoding/json would take it, with U+FFFD: parseCareful words the error
 	}
 	for _, f := range fields {
 		switch f.Key {
 		case "id":
 			switch c := f.Value[0]; {
 			case c == '"':
-				t.ID = (&scanner{b: f.Value}).wholeText()
+				t.ID = newScanner(f.Value).wholeText()
 			case c == '-' || jsonfast.IsDigit(c):
 				t.ID = string(f.Value)
 			case c != 'n':
@@ -459,7 +212,7 @@ var agentRefKeys = []string{"type", "name"}
 
 // agentRef reads agent_ref, a valid object, as encoding/json does into AgentRef.
 func agentRef(raw []byte) (*AgentRef, bool) {
-	s := &scanner{b: raw}
+	s := newScanner(raw)
 	var typ, name span
 	var have uint16
 	ok := s.object(func(k []byte) bool {
@@ -469,7 +222,7 @@ func agentRef(raw []byte) (*AgentRef, bool) {
 		case "name":
 			return once(&have, 2) && s.optString(&name)
 		}
-		return !foldsTo(k, agentRefKeys) && s.value(2)
+		return !foldsTo(k, agentRefKeys) && s.Value(2)
 	})
 	if !ok || !name.set || name.start == name.end {
 		return nil, false
@@ -491,9 +244,9 @@ func once(have *uint16, bit uint16) bool {
 	return true
 }
 
-// params reads responses_create_params (s.i at its '{') as parseParams does.
+// params reads responses_create_params (the position at its '{') as parseParams does.
 func (s *scanner) params() *Params {
-	start := s.i
+	start := s.Pos()
 	var keys [32][]byte
 	nkeys := 0
 	box := &paramsBox{}
@@ -510,23 +263,23 @@ func (s *scanner) params() *Params {
 		}
 		keys[nkeys] = k
 		nkeys++
-		vs := s.i
+		vs := s.Pos()
 		var ok bool
 		switch string(k) {
 		case "input":
 			ok = s.input(p)
-			input = s.b[vs:s.i]
+			input = s.Since(vs)
 		case "tools":
 			ok = s.tools(p)
-			tools = s.b[vs:s.i:s.i]
+			tools = s.Since(vs)
 		case "instructions":
 			var sp span
 			if ok = s.optString(&sp); ok && sp.set {
 				p.Instructions = s.text(sp)
 			}
 		default:
-			ok = s.value(2)
-			v := s.b[vs:s.i:s.i]
+			ok = s.Value(2)
+			v := s.Since(vs)
 			switch string(k) {
 			case "temperature":
 				temperature = v
@@ -545,7 +298,7 @@ func (s *scanner) params() *Params {
 	if !ok {
 		return nil
 	}
-	p.Raw = s.b[start:s.i:s.i]
+	p.Raw = s.Since(start)
 	if input == nil || input[0] == 'n' {
 		return nil
 	}
@@ -617,7 +370,7 @@ var toolChoiceKeys = []string{"type", "name"}
 
 // toolChoiceOK says whether tool_choice (valid, not null) is accepted as checkToolChoice does.
 func toolChoiceOK(v []byte) bool {
-	s := &scanner{b: v}
+	s := newScanner(v)
 	switch v[0] {
 	case '"':
 		switch s.wholeText() {
@@ -635,7 +388,7 @@ func toolChoiceOK(v []byte) bool {
 			case "name":
 				return once(&have, 2) && s.optString(&name)
 			}
-			return !foldsTo(k, toolChoiceKeys) && s.value(3)
+			return !foldsTo(k, toolChoiceKeys) && s.Value(3)
 		})
 		return ok && typ.set && s.is(typ, "function") && name.set && name.start != name.end
 	}
@@ -644,9 +397,9 @@ func toolChoiceOK(v []byte) bool {
 
 var itemKeys = []string{"type", "role", "content", "name", "arguments", "call_id", "output"}
 
-// input reads responses_create_params.input (s.i at its value) as parseInput does.
+// input reads responses_create_params.input (the position at its value) as parseInput does.
 func (s *scanner) input(p *Params) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case '"':
 		sp, ok := s.str()
 		if ok {
@@ -659,7 +412,7 @@ func (s *scanner) input(p *Params) bool {
 	}
 	items := make([]Item, 0, 4)
 	n := 0
-	ok := s.array(func(int) bool {
+	ok := s.Items(func() bool {
 		n++
 		it, keep, ok := s.item()
 		if ok && keep {
@@ -704,14 +457,14 @@ func (s *scanner) item() (it Item, keep, ok bool) {
 			if !once(&have, 16) {
 				return false
 			}
-			switch s.peek() {
+			switch s.Peek() {
 			case '"':
 				var ok bool
 				content, ok = s.str()
 				contentKind = contentString
 				return ok
 			case 'n':
-				return s.literal("null")
+				return s.Literal("null")
 			case '[':
 				var ok bool
 				parts, ok = s.parts()
@@ -722,7 +475,7 @@ func (s *scanner) item() (it Item, keep, ok bool) {
 				return ok
 			}
 			contentKind = contentOther
-			return s.value(4)
+			return s.Value(4)
 		case "arguments":
 			if !once(&have, 32) {
 				return false
@@ -734,7 +487,7 @@ func (s *scanner) item() (it Item, keep, ok bool) {
 			}
 			return s.rawString(&output, &outputNull, &outputOther)
 		}
-		return !foldsTo(k, itemKeys) && s.value(4)
+		return !foldsTo(k, itemKeys) && s.Value(4)
 	})
 	if !ok {
 		return it, false, false
@@ -785,17 +538,17 @@ func (s *scanner) item() (it Item, keep, ok bool) {
 // rawString reads a value that must be a string where it is used (arguments, output): a
 // string goes to sp, null sets *null, anything else *other.
 func (s *scanner) rawString(sp *span, null, other *bool) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case '"':
 		v, ok := s.str()
 		*sp = v
 		return ok
 	case 'n':
 		*null = true
-		return s.literal("null")
+		return s.Literal("null")
 	}
 	*other = true
-	return s.value(4)
+	return s.Value(4)
 }
 
 // roleName is a message role as a constant string, or "" when it is not one.
@@ -812,15 +565,15 @@ var roleNames = []string{"system", "developer", "user", "assistant"}
 
 var partKeys = []string{"type", "text"}
 
-// parts reads a content list at s.i. It returns the parts' text spans, or nil (with ok true)
+// parts reads a content list at the position. It returns the parts' text spans, or nil (with ok true)
 // when the list is valid JSON but not all text parts: an error for a message only.
 func (s *scanner) parts() (texts []span, ok bool) {
 	good := true
 	texts = make([]span, 0, 2)
-	ok = s.array(func(int) bool {
-		if !good || s.peek() != '{' {
+	ok = s.Items(func() bool {
+		if !good || s.Peek() != '{' {
 			good = false
-			return s.value(5)
+			return s.Value(5)
 		}
 		var typ, text span
 		var have uint16
@@ -831,7 +584,7 @@ func (s *scanner) parts() (texts []span, ok bool) {
 			case "text":
 				return once(&have, 2) && s.optString(&text)
 			}
-			return !foldsTo(k, partKeys) && s.value(6)
+			return !foldsTo(k, partKeys) && s.Value(6)
 		})
 		if !ok || !typ.set || !text.set || !(s.is(typ, "input_text") || s.is(typ, "output_text") || s.is(typ, "text")) {
 			return false
@@ -862,18 +615,18 @@ func (s *scanner) joinText(parts []span) string {
 
 var toolKeys = []string{"type", "name", "description", "parameters", "strict", "function"}
 
-// tools reads responses_create_params.tools (s.i at its value) as parseTools does.
+// tools reads responses_create_params.tools (the position at its value) as parseTools does.
 func (s *scanner) tools(p *Params) bool {
-	switch s.peek() {
+	switch s.Peek() {
 	case 'n':
-		return s.literal("null")
+		return s.Literal("null")
 	case '[':
 	default:
 		return false
 	}
 	tools := make([]Tool, 0, 4)
 	var names map[string]bool
-	ok := s.array(func(int) bool {
+	ok := s.Items(func() bool {
 		var typ, name, desc span
 		var params []byte
 		var strict *bool
@@ -887,33 +640,33 @@ func (s *scanner) tools(p *Params) bool {
 			case "description":
 				return once(&have, 4) && s.optString(&desc)
 			case "parameters":
-				vs := s.i
-				if !once(&have, 8) || !s.value(4) {
+				vs := s.Pos()
+				if !once(&have, 8) || !s.Value(4) {
 					return false
 				}
-				params = s.b[vs:s.i:s.i]
+				params = s.Since(vs)
 				return true
 			case "strict":
 				if !once(&have, 16) {
 					return false
 				}
-				switch s.peek() {
+				switch s.Peek() {
 				case 't':
 					v := true
 					strict = &v
-					return s.literal("true")
+					return s.Literal("true")
 				case 'f':
 					v := false
 					strict = &v
-					return s.literal("false")
+					return s.Literal("false")
 				case 'n':
-					return s.literal("null")
+					return s.Literal("null")
 				}
 				return false
 			case "function":
-				return once(&have, 32) && s.value(4)
+				return once(&have, 32) && s.Value(4)
 			}
-			return !foldsTo(k, toolKeys) && s.value(4)
+			return !foldsTo(k, toolKeys) && s.Value(4)
 		})
 		if !ok || !typ.set || !s.is(typ, "function") || !name.set || name.start == name.end {
 			return false
