@@ -208,22 +208,15 @@ func (s *scanner) wholeText() string {
 	return s.text(sp)
 }
 
-var agentRefKeys = []string{"type", "name"}
+// typeName are the members of agent_ref and of a tool_choice object.
+var typeName = []string{"type", "name"}
 
 // agentRef reads agent_ref, a valid object, as encoding/json does into AgentRef.
 func agentRef(raw []byte) (*AgentRef, bool) {
 	s := newScanner(raw)
-	var typ, name span
-	var have uint16
-	ok := s.object(func(k []byte) bool {
-		switch string(k) {
-		case "type":
-			return once(&have, 1) && s.optString(&typ)
-		case "name":
-			return once(&have, 2) && s.optString(&name)
-		}
-		return !foldsTo(k, agentRefKeys) && s.Value(2)
-	})
+	var m [2]span
+	ok := s.stringMembers(typeName, m[:], 2)
+	typ, name := m[0], m[1]
 	if !ok || !name.set || name.start == name.end {
 		return nil, false
 	}
@@ -232,6 +225,30 @@ func agentRef(raw []byte) (*AgentRef, bool) {
 		ref.Type = s.text(typ)
 	}
 	return ref, true
+}
+
+// stringMembers reads the object at the position whose members named names are strings or
+// null, each into spans[i] for names[i] (a name twice fails: see once); it skips the other
+// members, values inside depth containers (a key that encoding/json would take for one of
+// names fails: see foldsTo).
+func (s *scanner) stringMembers(names []string, spans []span, depth int) bool {
+	var have uint16
+	return s.object(func(k []byte) bool {
+		if i := matchKey(k, names); i >= 0 {
+			return once(&have, 1<<i) && s.optString(&spans[i])
+		}
+		return !foldsTo(k, names) && s.Value(depth)
+	})
+}
+
+// matchKey is the index of key in names, -1 when it is none of them.
+func matchKey(key []byte, names []string) int {
+	for i, n := range names {
+		if string(key) == n {
+			return i
+		}
+	}
+	return -1
 }
 
 // once marks bit in *have and says whether it was clear: a known member seen twice sends the
@@ -366,8 +383,6 @@ func optFloat(v []byte, lo, hi float64, f *float64, dst **float64) bool {
 	return true
 }
 
-var toolChoiceKeys = []string{"type", "name"}
-
 // toolChoiceOK says whether tool_choice (valid, not null) is accepted as checkToolChoice does.
 func toolChoiceOK(v []byte) bool {
 	s := newScanner(v)
@@ -379,17 +394,9 @@ func toolChoiceOK(v []byte) bool {
 		}
 		return false
 	case '{':
-		var typ, name span
-		var have uint16
-		ok := s.object(func(k []byte) bool {
-			switch string(k) {
-			case "type":
-				return once(&have, 1) && s.optString(&typ)
-			case "name":
-				return once(&have, 2) && s.optString(&name)
-			}
-			return !foldsTo(k, toolChoiceKeys) && s.Value(3)
-		})
+		var m [2]span
+		ok := s.stringMembers(typeName, m[:], 3)
+		typ, name := m[0], m[1]
 		return ok && typ.set && s.is(typ, "function") && name.set && name.start != name.end
 	}
 	return false
@@ -575,17 +582,9 @@ func (s *scanner) parts() (texts []span, ok bool) {
 			good = false
 			return s.Value(5)
 		}
-		var typ, text span
-		var have uint16
-		ok := s.object(func(k []byte) bool {
-			switch string(k) {
-			case "type":
-				return once(&have, 1) && s.optString(&typ)
-			case "text":
-				return once(&have, 2) && s.optString(&text)
-			}
-			return !foldsTo(k, partKeys) && s.Value(6)
-		})
+		var m [2]span
+		ok := s.stringMembers(partKeys, m[:], 6)
+		typ, text := m[0], m[1]
 		if !ok || !typ.set || !text.set || !(s.is(typ, "input_text") || s.is(typ, "output_text") || s.is(typ, "text")) {
 			return false
 		}
