@@ -144,6 +144,35 @@ func check(t *testing.T, data []byte) {
 		}
 	}
 
+	// The same object through Members, which stops when member says so.
+	s = New(data)
+	s.SkipSpace()
+	var viaMembers []member
+	ok = s.Members(func(kstart, kend int, kind Kind) bool {
+		vstart := s.Pos()
+		if !s.Value(1) {
+			return false
+		}
+		viaMembers = append(viaMembers, member{Unquote(data[kstart:kend], kind), s.Since(vstart)})
+		return true
+	})
+	if s.SkipSpace(); (ok && s.Done()) != isObject || ok && isObject && len(viaMembers) != len(got) {
+		t.Fatalf("Members(%q) = %v, %d members, want %v, %d", data, ok, len(viaMembers), isObject, len(got))
+	}
+	for i := range viaMembers {
+		if isObject && (viaMembers[i].k != got[i].k || !bytes.Equal(viaMembers[i].v, got[i].v)) {
+			t.Fatalf("Members(%q) member %d = %q: %s, want %q: %s", data, i, viaMembers[i].k, viaMembers[i].v, got[i].k, got[i].v)
+		}
+	}
+	if isObject && len(got) > 0 {
+		s = New(data)
+		s.SkipSpace()
+		calls := 0
+		if s.Members(func(int, int, Kind) bool { calls++; return false }) || calls != 1 {
+			t.Fatalf("Members(%q) went on after its member said stop: %d calls", data, calls)
+		}
+	}
+
 	// An array, item by item.
 	var items []json.RawMessage
 	s = New(data)
@@ -181,6 +210,28 @@ func check(t *testing.T, data []byte) {
 			if !bytes.Equal(items[i], wantItems[i]) {
 				t.Fatalf("array %q[%d] = %s, want %s", data, i, items[i], wantItems[i])
 			}
+		}
+	}
+
+	// The same array through Items.
+	s = New(data)
+	s.SkipSpace()
+	var viaItems [][]byte
+	okItems := s.Items(func() bool {
+		start := s.Pos()
+		viaItems = append(viaItems, nil)
+		if !s.Value(1) {
+			return false
+		}
+		viaItems[len(viaItems)-1] = s.Since(start)
+		return true
+	})
+	if s.SkipSpace(); (okItems && s.Done()) != ok || ok && len(viaItems) != len(items) {
+		t.Fatalf("Items(%q) = %v, %d items, want %v, %d", data, okItems, len(viaItems), ok, len(items))
+	}
+	for i := range items {
+		if !bytes.Equal(viaItems[i], items[i]) {
+			t.Fatalf("Items(%q)[%d] = %s, want %s", data, i, viaItems[i], items[i])
 		}
 	}
 

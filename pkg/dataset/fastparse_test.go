@@ -111,6 +111,10 @@ var fastRows = []string{
 	"{\"responses_create_params\":{\"input\":\"x\x01\"}}",
 	"{\"responses_create_params\":{\"input\":\"x\x7f\xc3\xa9\"}}",
 	"{\"responses_create_params\":{\"input\":\"x\xc3\"}}",
+	"{\"responses_create_params\":{\"input\":\"x\"},\"n\":[\"\xc3\"]}",                                                                    // invalid UTF-8 in a skipped value
+	"{\"responses_create_params\":{\"input\":\"x\"},\"n\":{\"k\xff\":1}}",                                                                 // in a skipped key
+	"{\"responses_create_params\":{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"description\":\"\xed\xa0\x80\"}]}}", // a surrogate
+	"{\"responses_create_params\":{\"input\":\"x\"},\"n\":[\"\xc3\xa9\",{\"\xe2\x82\xac\":1}]}",                                           // valid UTF-8 there
 	`{"responses_create_params":{"input":"x"},"n":[01]}`,
 	`{"responses_create_params":{"input":"x"},"n":[1.]}`,
 	`{"responses_create_params":{"input":"x"},"n":[-]}`,
