@@ -66,6 +66,12 @@ func (s *Scanner) Peek() byte {
 	return 0
 }
 
+// AtEnd skips the white space at the position and reports whether the data ends there.
+func (s *Scanner) AtEnd() bool {
+	s.SkipSpace()
+	return s.Done()
+}
+
 // Done reports whether the whole of the data has been read.
 func (s *Scanner) Done() bool { return s.pos == len(s.data) }
 
@@ -160,6 +166,20 @@ func (s *Scanner) Members(member func(start, end int, kind Kind) bool) bool {
 		empty, ok = s.more('}')
 	}
 	return ok
+}
+
+// MemberValues is Members that reads the values too, for a top-level object (its values
+// nested one deep): member gets each member's key as written (quotes included), of that
+// kind, and its value, with compact true when the value has no white space in it.
+func (s *Scanner) MemberValues(member func(key []byte, kind Kind, value []byte, compact bool)) bool {
+	return s.Members(func(start, end int, kind Kind) bool {
+		vstart, spaces := s.pos, s.spaces
+		if !s.Value(1) {
+			return false
+		}
+		member(s.data[start:end], kind, s.Since(vstart), s.spaces == spaces)
+		return true
+	})
 }
 
 // Items reads the array at the position (no white space before it), item by item: item is

@@ -3,6 +3,7 @@ package jsonfast
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -163,6 +164,20 @@ func check(t *testing.T, data []byte) {
 		if isObject && (viaMembers[i].k != got[i].k || !bytes.Equal(viaMembers[i].v, got[i].v)) {
 			t.Fatalf("Members(%q) member %d = %q: %s, want %q: %s", data, i, viaMembers[i].k, viaMembers[i].v, got[i].k, got[i].v)
 		}
+	}
+	s = New(data)
+	s.SkipSpace()
+	var values []member
+	ok = s.MemberValues(func(k []byte, kind Kind, v []byte, compact bool) {
+		var c bytes.Buffer
+		_ = json.Compact(&c, v)
+		if compact != bytes.Equal(c.Bytes(), v) {
+			t.Fatalf("MemberValues(%q): %s compact %v, json.Compact %s", data, v, compact, c.Bytes())
+		}
+		values = append(values, member{Unquote(k, kind), v})
+	})
+	if (ok && s.AtEnd()) != isObject || isObject && fmt.Sprint(values) != fmt.Sprint(got) {
+		t.Fatalf("MemberValues(%q) = %v %q, want %v %q", data, ok, values, isObject, got)
 	}
 	if isObject && len(got) > 0 {
 		s = New(data)

@@ -72,35 +72,13 @@ var interned = func() map[string]string {
 func scanObject(data []byte) (*Object, bool) {
 	s := jsonfast.New(data)
 	s.SkipSpace()
-	empty, ok := s.Begin('{')
-	if !ok {
-		return nil, false
-	}
 	obj := &Object{}
-	if !empty {
-		obj.Members = make([]Member, 0, 8)
-		for {
-			start, end, kind, ok := s.Key()
-			if !ok {
-				return nil, false
-			}
-			vstart, spaces := s.Pos(), s.Spaces()
-			if !s.Value(1) {
-				return nil, false
-			}
-			vend := s.Pos()
-			obj.add(unquote(data[start:end], kind), json.RawMessage(data[vstart:vend:vend]), s.Spaces() == spaces)
-			more, ok := s.More('}')
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
+	if !s.MemberValues(func(key []byte, kind jsonfast.Kind, value []byte, compact bool) {
+		if obj.Members == nil {
+			obj.Members = make([]Member, 0, 8)
 		}
-	}
-	s.SkipSpace()
-	if !s.Done() {
+		obj.add(unquote(key, kind), json.RawMessage(value), compact)
+	}) || !s.AtEnd() {
 		return nil, false
 	}
 	obj.buildIndex()
@@ -151,30 +129,15 @@ func (o *Object) buildIndex() {
 func scanArray(data []byte) ([]json.RawMessage, bool) {
 	s := jsonfast.New(data)
 	s.SkipSpace()
-	empty, ok := s.Begin('[')
-	if !ok {
-		return nil, false
-	}
 	items := []json.RawMessage{}
-	if !empty {
-		for {
-			start := s.Pos()
-			if !s.Value(1) {
-				return nil, false
-			}
-			end := s.Pos()
-			items = append(items, json.RawMessage(data[start:end:end]))
-			more, ok := s.More(']')
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
+	if !s.Items(func() bool {
+		start := s.Pos()
+		if !s.Value(1) {
+			return false
 		}
-	}
-	s.SkipSpace()
-	if !s.Done() {
+		items = append(items, json.RawMessage(s.Since(start)))
+		return true
+	}) || !s.AtEnd() {
 		return nil, false
 	}
 	return items, true
@@ -190,8 +153,7 @@ func scanString(data []byte) (string, bool) {
 		return "", false
 	}
 	end := s.Pos()
-	s.SkipSpace()
-	if !s.Done() {
+	if !s.AtEnd() {
 		return "", false
 	}
 	return unquote(data[start:end], kind), true
