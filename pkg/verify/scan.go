@@ -44,33 +44,10 @@ func (k key) String() string {
 
 // scanMembers calls fn with each member of the object at s's position (no white space before it);
 // false when it is not a valid object.
-func scanMembers(s *jsonfast.Scanner, data []byte, fn func(k key, v []byte)) bool {
-	empty, ok := s.Begin('{')
-	if !ok {
-		return false
-	}
-	if empty {
-		return true
-	}
-	for {
-		start, end, kind, ok := s.Key()
-		if !ok {
-			return false
-		}
-		vstart := s.Pos()
-		if !s.Value(1) {
-			return false
-		}
-		vend := s.Pos()
-		fn(key{data[start:end], kind == 0}, data[vstart:vend:vend])
-		more, ok := s.More('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+func scanMembers(s *jsonfast.Scanner, fn func(k key, v []byte)) bool {
+	return s.MemberValues(func(k []byte, kind jsonfast.Kind, v []byte, _ bool) {
+		fn(key{k, kind == 0}, v)
+	})
 }
 
 // number reads a JSON number as encoding/json reads it into a float64 (ok false where
@@ -105,7 +82,7 @@ func parseFast(answer []byte, rowKeys []string) (*Result, error) {
 	rewards := 0
 	var reward, rc []byte
 	var comps map[string]float64
-	if !scanMembers(&s, answer, func(k key, v []byte) {
+	if !scanMembers(&s, func(k key, v []byte) {
 		switch {
 		case k.is("reward"):
 			rewards++
@@ -129,11 +106,7 @@ func parseFast(answer []byte, rowKeys []string) (*Result, error) {
 				delete(comps, k.String())
 			}
 		}
-	}) {
-		return nil, errNotRead
-	}
-	s.SkipSpace()
-	if !s.Done() {
+	}) || !s.AtEnd() {
 		return nil, errNotRead
 	}
 
@@ -159,7 +132,7 @@ func parseFast(answer []byte, rowKeys []string) (*Result, error) {
 		}
 		var members []member
 		sub := jsonfast.New(rc)
-		scanMembers(&sub, rc, func(k key, v []byte) {
+		scanMembers(&sub, func(k key, v []byte) {
 			ks := k.String()
 			for i := range members {
 				if members[i].k == ks {
