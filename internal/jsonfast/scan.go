@@ -488,6 +488,28 @@ func Unquote(q []byte, kind Kind) string {
 	return s
 }
 
+// TypeName names the JSON type of a valid value (white space around it allowed), for error
+// messages: "an object", "an array", "a string", "a boolean", "null" or "a number"; "empty"
+// when there is no value.
+func TypeName(v []byte) string {
+	if i := SkipSpace(v, 0); i < len(v) {
+		switch v[i] {
+		case '{':
+			return "an object"
+		case '[':
+			return "an array"
+		case '"':
+			return "a string"
+		case 't', 'f':
+			return "a boolean"
+		case 'n':
+			return "null"
+		}
+		return "a number"
+	}
+	return "empty"
+}
+
 // Valid reports whether data is one JSON value with optional white space around it. false
 // may also mean a value it does not take; encoding/json is to tell.
 func Valid(data []byte) bool {

@@ -346,3 +346,14 @@ func TestSincePeek(t *testing.T) {
 		t.Fatalf("at the end: Done %v, Peek %q", s.Done(), s.Peek())
 	}
 }
+
+func TestTypeName(t *testing.T) {
+	for _, c := range []struct{ v, want string }{
+		{`{"a":1}`, "an object"}, {" [1]", "an array"}, {`"x"`, "a string"}, {"true", "a boolean"},
+		{"\tfalse ", "a boolean"}, {"null", "null"}, {"-1.5", "a number"}, {"0", "a number"}, {"", "empty"}, {" \n", "empty"},
+	} {
+		if got := TypeName([]byte(c.v)); got != c.want {
+			t.Errorf("TypeName(%q) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // Params is the parsed responses_create_params of a row: an OpenAI
@@ -83,7 +85,7 @@ const rcp = "responses_create_params"
 
 // ParseParams validates and parses a responses_create_params object.
 func ParseParams(raw json.RawMessage) (*Params, error) {
-	if !isNull(raw) && kindOf(raw) == "an object" && !json.Valid(raw) {
+	if !isNull(raw) && jsonfast.TypeName(raw) == "an object" && !json.Valid(raw) {
 		return nil, errf(rcp, "%v", syntaxError(raw))
 	}
 	return parseParams(raw)
@@ -96,8 +98,8 @@ func parseParams(raw json.RawMessage) (*Params, error) {
 	if isNull(raw) {
 		return nil, errf(rcp, "missing: every row needs responses_create_params")
 	}
-	if kindOf(raw) != "an object" {
-		return nil, errf(rcp, "is %s, want an object", kindOf(raw))
+	if jsonfast.TypeName(raw) != "an object" {
+		return nil, errf(rcp, "is %s, want an object", jsonfast.TypeName(raw))
 	}
 	fields, ferr := objectFields(raw, rcp)
 	if ferr != nil {
@@ -119,8 +121,8 @@ func parseParams(raw json.RawMessage) (*Params, error) {
 		return nil, err
 	}
 	if !isNull(rp.Instructions) {
-		if kindOf(rp.Instructions) != "a string" || json.Unmarshal(rp.Instructions, &p.Instructions) != nil {
-			return nil, errf(rcp+".instructions", "is %s, want a string", kindOf(rp.Instructions))
+		if jsonfast.TypeName(rp.Instructions) != "a string" || json.Unmarshal(rp.Instructions, &p.Instructions) != nil {
+			return nil, errf(rcp+".instructions", "is %s, want a string", jsonfast.TypeName(rp.Instructions))
 		}
 	}
 	if p.Tools, err = parseTools(rp.Tools); err != nil {
@@ -137,8 +139,8 @@ func parseParams(raw json.RawMessage) (*Params, error) {
 	}
 	if !isNull(rp.MaxOutputTokens) {
 		var n int
-		if kindOf(rp.MaxOutputTokens) != "a number" {
-			return nil, errf(rcp+".max_output_tokens", "is %s, want a positive integer", kindOf(rp.MaxOutputTokens))
+		if jsonfast.TypeName(rp.MaxOutputTokens) != "a number" {
+			return nil, errf(rcp+".max_output_tokens", "is %s, want a positive integer", jsonfast.TypeName(rp.MaxOutputTokens))
 		}
 		if err := json.Unmarshal(rp.MaxOutputTokens, &n); err != nil || n <= 0 {
 			return nil, errf(rcp+".max_output_tokens", "is %s, want a positive integer", clip(rp.MaxOutputTokens))
@@ -147,8 +149,8 @@ func parseParams(raw json.RawMessage) (*Params, error) {
 	}
 	if !isNull(rp.ParallelToolCalls) {
 		var b bool
-		if kindOf(rp.ParallelToolCalls) != "a boolean" || json.Unmarshal(rp.ParallelToolCalls, &b) != nil {
-			return nil, errf(rcp+".parallel_tool_calls", "is %s, want a boolean", kindOf(rp.ParallelToolCalls))
+		if jsonfast.TypeName(rp.ParallelToolCalls) != "a boolean" || json.Unmarshal(rp.ParallelToolCalls, &b) != nil {
+			return nil, errf(rcp+".parallel_tool_calls", "is %s, want a boolean", jsonfast.TypeName(rp.ParallelToolCalls))
 		}
 		p.ParallelToolCalls = &b
 	}
@@ -175,8 +177,8 @@ func optNumber(raw json.RawMessage, name string, lo, hi float64) (*float64, erro
 		return nil, nil
 	}
 	var f float64
-	if kindOf(raw) != "a number" {
-		return nil, errf(rcp+"."+name, "is %s, want a number", kindOf(raw))
+	if jsonfast.TypeName(raw) != "a number" {
+		return nil, errf(rcp+"."+name, "is %s, want a number", jsonfast.TypeName(raw))
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, errf(rcp+"."+name, "is %s, want a number in [%g, %g]", clip(raw), lo, hi)
@@ -190,10 +192,10 @@ func optNumber(raw json.RawMessage, name string, lo, hi float64) (*float64, erro
 func checkToolChoice(raw json.RawMessage) error {
 	const field = rcp + ".tool_choice"
 	var s string
-	switch kindOf(raw) {
+	switch jsonfast.TypeName(raw) {
 	case "a string", "an object":
 	default:
-		return errf(field, "is %s, want auto, none, required or {\"type\":\"function\",\"name\":...}", kindOf(raw))
+		return errf(field, "is %s, want auto, none, required or {\"type\":\"function\",\"name\":...}", jsonfast.TypeName(raw))
 	}
 	if json.Unmarshal(raw, &s) == nil {
 		switch s {
@@ -229,7 +231,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 	if isNull(raw) {
 		return nil, errf(field, "missing: want a string or a list of messages")
 	}
-	switch kindOf(raw) {
+	switch jsonfast.TypeName(raw) {
 	case "a string":
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -238,7 +240,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 		return []Item{{Type: ItemMessage, Role: "user", Content: s}}, nil
 	case "an array":
 	default:
-		return nil, errf(field, "is %s, want a string or a list of messages", kindOf(raw))
+		return nil, errf(field, "is %s, want a string or a list of messages", jsonfast.TypeName(raw))
 	}
 	elems := elements(raw)
 	if len(elems) == 0 {
@@ -247,8 +249,8 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 	items := make([]Item, 0, len(elems))
 	for i, e := range elems {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if kindOf(e) != "an object" {
-			return nil, errf(f, "is %s, want an object", kindOf(e))
+		if jsonfast.TypeName(e) != "an object" {
+			return nil, errf(f, "is %s, want an object", jsonfast.TypeName(e))
 		}
 		var ri rawItem
 		if err := json.Unmarshal(e, &ri); err != nil {
@@ -280,7 +282,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 			}
 			var args string
 			if err := json.Unmarshal(ri.Arguments, &args); err != nil {
-				return nil, errf(f+".arguments", "is %s, want a JSON string", kindOf(ri.Arguments))
+				return nil, errf(f+".arguments", "is %s, want a JSON string", jsonfast.TypeName(ri.Arguments))
 			}
 			items = append(items, Item{Type: typ, Name: *ri.Name, CallID: *ri.CallID, Arguments: args})
 		case ItemFunctionCallOutput:
@@ -289,7 +291,7 @@ func parseInput(raw json.RawMessage) ([]Item, error) {
 			}
 			var out string
 			if err := json.Unmarshal(ri.Output, &out); err != nil {
-				return nil, errf(f+".output", "is %s, want a string", kindOf(ri.Output))
+				return nil, errf(f+".output", "is %s, want a string", jsonfast.TypeName(ri.Output))
 			}
 			items = append(items, Item{Type: typ, CallID: *ri.CallID, Output: out})
 		case "reasoning":
@@ -308,20 +310,20 @@ func contentText(raw json.RawMessage, field string) (string, error) {
 	if isNull(raw) {
 		return "", errf(field, "missing")
 	}
-	switch kindOf(raw) {
+	switch jsonfast.TypeName(raw) {
 	case "a string":
 		var s string
 		err := json.Unmarshal(raw, &s)
 		return s, err
 	case "an array":
 	default:
-		return "", errf(field, "is %s, want a string or a list of text parts", kindOf(raw))
+		return "", errf(field, "is %s, want a string or a list of text parts", jsonfast.TypeName(raw))
 	}
 	var b strings.Builder
 	for i, e := range elements(raw) {
 		pf := fmt.Sprintf("%s[%d]", field, i)
-		if kindOf(e) != "an object" {
-			return "", errf(pf, "is %s, want a text part {\"type\": \"input_text\", \"text\": ...}", kindOf(e))
+		if jsonfast.TypeName(e) != "an object" {
+			return "", errf(pf, "is %s, want a text part {\"type\": \"input_text\", \"text\": ...}", jsonfast.TypeName(e))
 		}
 		var p struct {
 			Type *string `json:"type"`
@@ -360,16 +362,16 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	if kindOf(raw) != "an array" {
-		return nil, errf(field, "is %s, want a list of function tools", kindOf(raw))
+	if jsonfast.TypeName(raw) != "an array" {
+		return nil, errf(field, "is %s, want a list of function tools", jsonfast.TypeName(raw))
 	}
 	elems := elements(raw)
 	tools := make([]Tool, 0, len(elems))
 	seen := make(map[string]bool, len(elems))
 	for i, e := range elems {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if kindOf(e) != "an object" {
-			return nil, errf(f, "is %s, want an object", kindOf(e))
+		if jsonfast.TypeName(e) != "an object" {
+			return nil, errf(f, "is %s, want an object", jsonfast.TypeName(e))
 		}
 		var rt rawTool
 		if err := json.Unmarshal(e, &rt); err != nil {
@@ -397,8 +399,8 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 			t.Description = *rt.Description
 		}
 		if !isNull(rt.Parameters) {
-			if kindOf(rt.Parameters) != "an object" {
-				return nil, errf(f+".parameters", "is %s, want a JSON Schema object", kindOf(rt.Parameters))
+			if jsonfast.TypeName(rt.Parameters) != "an object" {
+				return nil, errf(f+".parameters", "is %s, want a JSON Schema object", jsonfast.TypeName(rt.Parameters))
 			}
 			t.Parameters = rt.Parameters
 		}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 )
 
 // DefaultMaxLineBytes caps one row. A longer line becomes a bad_task record
@@ -207,19 +209,19 @@ func (t *Task) parseCareful() *fieldError {
 	}
 	t.Fields = fields
 	if raw := t.Field("id"); !isNull(raw) {
-		switch kindOf(raw) {
+		switch jsonfast.TypeName(raw) {
 		case "a string":
 			_ = json.Unmarshal(raw, &t.ID)
 		case "a number":
 			t.ID = string(raw)
 		default:
-			return errf("id", "is %s, want a string or a number", kindOf(raw))
+			return errf("id", "is %s, want a string or a number", jsonfast.TypeName(raw))
 		}
 	}
 	if raw := t.Field("agent_ref"); !isNull(raw) {
 		var ref AgentRef
-		if kindOf(raw) != "an object" {
-			return errf("agent_ref", "is %s, want {\"type\":..., \"name\":...}", kindOf(raw))
+		if jsonfast.TypeName(raw) != "an object" {
+			return errf("agent_ref", "is %s, want {\"type\":..., \"name\":...}", jsonfast.TypeName(raw))
 		}
 		if err := json.Unmarshal(raw, &ref); err != nil {
 			return typeErr("agent_ref", err)

@@ -50,7 +50,7 @@ func splitRow(raw []byte) ([]Field, *fieldError) {
 	}
 	i := jsonfast.SkipSpace(raw, 0)
 	if raw[i] != '{' {
-		return nil, errf("", "not a JSON object: the row is %s", kindOf(raw[i:]))
+		return nil, errf("", "not a JSON object: the row is %s", jsonfast.TypeName(raw[i:]))
 	}
 	fields, dup, err := members(raw[i:])
 	if err != nil {

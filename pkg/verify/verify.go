@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/rollout-dev/rollout/internal/jsonfast"
+
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -109,7 +111,7 @@ func parseSlow(answer []byte, rowKeys []string) (*Result, error) {
 	if !json.Valid(answer) {
 		return nil, &Error{Msg: fmt.Sprintf("the answer is not valid JSON (%s): %s", syntaxError(answer), snippet(answer))}
 	}
-	if k := kind(answer); k != "an object" {
+	if k := jsonfast.TypeName(answer); k != "an object" {
 		return nil, &Error{Msg: fmt.Sprintf("the answer is %s, not a JSON object: %s", k, snippet(answer))}
 	}
 	var fields map[string]json.RawMessage
@@ -201,24 +203,6 @@ func syntaxError(answer []byte) string {
 		return "truncated: unexpected end of JSON input"
 	}
 	return fmt.Sprintf("%s at byte %d", msg, max(se.Offset-1, 0))
-}
-
-// kind names the JSON type of a valid value.
-func kind(v []byte) string {
-	v = bytes.TrimSpace(v)
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 // countKey counts the top-level members named key of a valid JSON object.
