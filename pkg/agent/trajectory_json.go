@@ -59,34 +59,12 @@ func (t *Trajectory) sizeHint() int {
 // appendJSON is the fast encoder; ok is false when it cannot take the trajectory on.
 func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 	b = append(b, `{"messages":`...)
-	if t.Messages == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range t.Messages {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, ok = appendMessage(b, &t.Messages[i]); !ok {
-				return b, false
-			}
-		}
-		b = append(b, ']')
+	if b, ok = appendList(b, t.Messages, appendMessage); !ok {
+		return b, false
 	}
 	b = append(b, `,"rounds":`...)
-	if t.Rounds == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range t.Rounds {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, ok = appendRound(b, &t.Rounds[i]); !ok {
-				return b, false
-			}
-		}
-		b = append(b, ']')
+	if b, ok = appendList(b, t.Rounds, appendRound); !ok {
+		return b, false
 	}
 	b = append(b, `,"usage":`...)
 	b = appendUsage(b, &t.Usage)
@@ -108,6 +86,24 @@ func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 		b = strconv.AppendInt(b, int64(t.InvalidAnswers), 10)
 	}
 	return append(b, '}'), true
+}
+
+// appendList encodes xs as encoding/json encodes a slice (null when nil), each element by
+// appendOne; ok is false as soon as appendOne's is.
+func appendList[T any](b []byte, xs []T, appendOne func([]byte, *T) ([]byte, bool)) (_ []byte, ok bool) {
+	if xs == nil {
+		return append(b, "null"...), true
+	}
+	b = append(b, '[')
+	for i := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, ok = appendOne(b, &xs[i]); !ok {
+			return b, false
+		}
+	}
+	return append(b, ']'), true
 }
 
 // appendMessage encodes a chat message as go-openai's MarshalJSON does, for a message of
