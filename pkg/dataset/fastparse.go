@@ -142,23 +142,8 @@ func (t *Task) parseFast() bool {
 	var params *Params
 	ok := s.object(func(kb []byte) bool {
 		key := rowKey(kb)
-		if len(fields) < 16 {
-			for _, f := range fields {
-				if f.Key == key {
-					return false
-				}
-			}
-		} else {
-			if seen == nil {
-				seen = make(map[string]bool, 32)
-				for _, f := range fields {
-					seen[f.Key] = true
-				}
-			}
-			if seen[key] {
-				return false
-			}
-			seen[key] = true
+		if repeated(fields, &seen, key) {
+			return false
 		}
 		start := s.Pos()
 		if key == rcp && s.Peek() == '{' {
@@ -171,7 +156,7 @@ func (t *Task) parseFast() bool {
 		fields = append(fields, Field{Key: key, Value: s.Since(start)})
 		return true
 	})
-	if s.SkipSpace(); !ok || !s.Done() || params == nil {
+	if !ok || !s.AtEnd() || params == nil {
 		return false
 	}
 	if s.Kinds()&jsonfast.High != 0 && !utf8.Valid(t.Raw) {

@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -178,4 +179,28 @@ func FuzzParseFast(f *testing.F) {
 	f.Fuzz(func(t *testing.T, row []byte) {
 		fastAgrees(t, row)
 	})
+}
+
+// repeated finds a key among the fields so far, by a linear search up to 16 fields and by
+// the map past them, whichever way the key came before.
+func TestRepeated(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 40} {
+		var fields []Field
+		var seen map[string]bool
+		for i := range n {
+			k := fmt.Sprint("k", i)
+			if repeated(fields, &seen, k) {
+				t.Fatalf("%d fields: %s reported repeated the first time", n, k)
+			}
+			fields = append(fields, Field{Key: k})
+		}
+		for i := range n {
+			if k := fmt.Sprint("k", i); !repeated(fields, &seen, k) {
+				t.Errorf("%d fields: %s not found", n, k)
+			}
+		}
+		if repeated(fields, &seen, "new") {
+			t.Errorf("%d fields: a new key reported repeated", n)
+		}
+	}
 }

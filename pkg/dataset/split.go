@@ -80,23 +80,8 @@ func members(raw []byte) (fields []Field, dup string, err error) {
 		i = jsonfast.SkipSpace(raw, end)
 		i = jsonfast.SkipSpace(raw, i+1) // the colon
 		vend := jsonfast.SkipValid(raw, i)
-		if len(fields) < 16 {
-			for _, f := range fields {
-				if f.Key == key {
-					return nil, key, nil
-				}
-			}
-		} else {
-			if seen == nil {
-				seen = make(map[string]bool, 32)
-				for _, f := range fields {
-					seen[f.Key] = true
-				}
-			}
-			if seen[key] {
-				return nil, key, nil
-			}
-			seen[key] = true
+		if repeated(fields, &seen, key) {
+			return nil, key, nil
 		}
 		fields = append(fields, Field{Key: key, Value: raw[i:vend:vend]})
 		i = jsonfast.SkipSpace(raw, vend)
@@ -105,6 +90,30 @@ func members(raw []byte) (fields []Field, dup string, err error) {
 		}
 		i = jsonfast.SkipSpace(raw, i+1) // the comma
 	}
+}
+
+// repeated reports whether key is the key of one of fields (the members so far), and notes
+// it in *seen once there are many: a linear search for the first 16 members, a map after.
+func repeated(fields []Field, seen *map[string]bool, key string) bool {
+	if len(fields) < 16 {
+		for _, f := range fields {
+			if f.Key == key {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]bool, 32)
+		for _, f := range fields {
+			(*seen)[f.Key] = true
+		}
+	}
+	if (*seen)[key] {
+		return true
+	}
+	(*seen)[key] = true
+	return false
 }
 
 // elements splits a valid JSON array (raw starts with '[') into its elements, as sub-slices.
