@@ -25,6 +25,17 @@ var (
 
 // go test ./internal/jsonfast -run '^$' -bench . -benchmem
 func BenchmarkValid(b *testing.B) {
+	benchDocs(b, func(b *testing.B, data []byte) {
+		for b.Loop() {
+			if !Valid(data) {
+				b.Fatal("not valid")
+			}
+		}
+	})
+}
+
+// benchDocs runs bench on the compact answer and on the indented one.
+func benchDocs(b *testing.B, bench func(b *testing.B, data []byte)) {
 	for _, c := range []struct {
 		name string
 		data []byte
@@ -32,11 +43,7 @@ func BenchmarkValid(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.data)))
 			b.ReportAllocs()
-			for b.Loop() {
-				if !Valid(c.data) {
-					b.Fatal("not valid")
-				}
-			}
+			bench(b, c.data)
 		})
 	}
 }
@@ -52,20 +59,13 @@ func BenchmarkSkipValue(b *testing.B) {
 }
 
 func BenchmarkAppendCompact(b *testing.B) {
-	for _, c := range []struct {
-		name string
-		data []byte
-	}{{"compact", benchAnswer}, {"indented", benchIndented}} {
-		b.Run(c.name, func(b *testing.B) {
-			b.SetBytes(int64(len(c.data)))
-			b.ReportAllocs()
-			dst := make([]byte, 0, len(c.data))
-			for b.Loop() {
-				var ok bool
-				if dst, ok = AppendCompact(dst[:0], c.data); !ok || len(dst) != len(benchAnswer) {
-					b.Fatal("not compacted")
-				}
+	benchDocs(b, func(b *testing.B, data []byte) {
+		dst := make([]byte, 0, len(data))
+		for b.Loop() {
+			var ok bool
+			if dst, ok = AppendCompact(dst[:0], data); !ok || len(dst) != len(benchAnswer) {
+				b.Fatal("not compacted")
 			}
-		})
-	}
+		}
+	})
 }
