@@ -131,46 +131,44 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 		b = jsonfast.AppendStringHTML(b, m.ReasoningContent)
 	}
 	if len(m.ToolCalls) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i := range m.ToolCalls {
-			tc := &m.ToolCalls[i]
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '{')
-			if tc.Index != nil {
-				b = append(b, `"index":`...)
-				b = strconv.AppendInt(b, int64(*tc.Index), 10)
-				b = append(b, ',')
-			}
-			if tc.ID != "" {
-				b = append(b, `"id":`...)
-				b = jsonfast.AppendStringHTML(b, tc.ID)
-				b = append(b, ',')
-			}
-			b = append(b, `"type":`...)
-			b = jsonfast.AppendStringHTML(b, string(tc.Type))
-			b = append(b, `,"function":{`...)
-			if tc.Function.Name != "" {
-				b = append(b, `"name":`...)
-				b = jsonfast.AppendStringHTML(b, tc.Function.Name)
-			}
-			if tc.Function.Arguments != "" {
-				if tc.Function.Name != "" {
-					b = append(b, ',')
-				}
-				b = append(b, `"arguments":`...)
-				b = jsonfast.AppendStringHTML(b, tc.Function.Arguments)
-			}
-			b = append(b, "}}"...)
-		}
-		b = append(b, ']')
+		b = append(b, `,"tool_calls":`...)
+		b, _ = appendList(b, m.ToolCalls, appendToolCall)
 	}
 	if m.ToolCallID != "" {
 		b = append(b, `,"tool_call_id":`...)
 		b = jsonfast.AppendStringHTML(b, m.ToolCallID)
 	}
 	return append(b, '}'), true
+}
+
+// appendToolCall encodes a tool call of a chat message as go-openai's MarshalJSON does.
+func appendToolCall(b []byte, tc *openai.ToolCall) ([]byte, bool) {
+	b = append(b, '{')
+	if tc.Index != nil {
+		b = append(b, `"index":`...)
+		b = strconv.AppendInt(b, int64(*tc.Index), 10)
+		b = append(b, ',')
+	}
+	if tc.ID != "" {
+		b = append(b, `"id":`...)
+		b = jsonfast.AppendStringHTML(b, tc.ID)
+		b = append(b, ',')
+	}
+	b = append(b, `"type":`...)
+	b = jsonfast.AppendStringHTML(b, string(tc.Type))
+	b = append(b, `,"function":{`...)
+	if tc.Function.Name != "" {
+		b = append(b, `"name":`...)
+		b = jsonfast.AppendStringHTML(b, tc.Function.Name)
+	}
+	if tc.Function.Arguments != "" {
+		if tc.Function.Name != "" {
+			b = append(b, ',')
+		}
+		b = append(b, `"arguments":`...)
+		b = jsonfast.AppendStringHTML(b, tc.Function.Arguments)
+	}
+	return append(b, "}}"...), true
 }
 
 func appendRound(b []byte, r *Round) ([]byte, bool) {
@@ -186,36 +184,37 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 	b = append(b, `,"finish_reason":`...)
 	b = jsonfast.AppendStringHTML(b, r.FinishReason)
 	if len(r.ToolCalls) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i := range r.ToolCalls {
-			c := &r.ToolCalls[i]
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"call_id":`...)
-			b = jsonfast.AppendStringHTML(b, c.CallID)
-			b = append(b, `,"name":`...)
-			b = jsonfast.AppendStringHTML(b, c.Name)
-			if c.Status != 0 {
-				b = append(b, `,"status":`...)
-				b = strconv.AppendInt(b, int64(c.Status), 10)
-			}
-			if c.Failed {
-				b = append(b, `,"failed":true`...)
-			}
-			if c.Unreachable {
-				b = append(b, `,"unreachable":true`...)
-			}
-			if c.TimedOut {
-				b = append(b, `,"timed_out":true`...)
-			}
-			b = append(b, `,"latency_ms":`...)
-			if b, ok = jsonfast.AppendFloat(b, c.LatencyMs); !ok {
-				return b, false
-			}
-			b = append(b, '}')
+		b = append(b, `,"tool_calls":`...)
+		if b, ok = appendList(b, r.ToolCalls, appendRoundCall); !ok {
+			return b, false
 		}
-		b = append(b, ']')
+	}
+	return append(b, '}'), true
+}
+
+// appendRoundCall encodes a tool call of a round.
+func appendRoundCall(b []byte, c *ToolCall) ([]byte, bool) {
+	b = append(b, `{"call_id":`...)
+	b = jsonfast.AppendStringHTML(b, c.CallID)
+	b = append(b, `,"name":`...)
+	b = jsonfast.AppendStringHTML(b, c.Name)
+	if c.Status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(c.Status), 10)
+	}
+	if c.Failed {
+		b = append(b, `,"failed":true`...)
+	}
+	if c.Unreachable {
+		b = append(b, `,"unreachable":true`...)
+	}
+	if c.TimedOut {
+		b = append(b, `,"timed_out":true`...)
+	}
+	b = append(b, `,"latency_ms":`...)
+	var ok bool
+	if b, ok = jsonfast.AppendFloat(b, c.LatencyMs); !ok {
+		return b, false
 	}
 	if r.Endpoint != "" {
 		b = append(b, `,"endpoint":`...)
