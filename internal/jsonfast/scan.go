@@ -452,39 +452,11 @@ func scanString(b []byte, i int) (end int, kind Kind) {
 // Unquote is the value of the valid JSON string q (quotes included) of that kind, as
 // encoding/json reads it.
 func Unquote(q []byte, kind Kind) string {
-	body := q[1 : len(q)-1]
-	switch {
-	case kind&UEscape != 0 || kind&High != 0 && !utf8.Valid(body):
-		// encoding/json decodes \u escapes and surrogate pairs and replaces invalid UTF-8
-	case kind&Escape == 0:
-		return string(body)
-	default:
-		b := make([]byte, 0, len(body))
-		for i := 0; i < len(body); i++ {
-			c := body[i]
-			if c != '\\' {
-				b = append(b, c)
-				continue
-			}
-			i++
-			switch c = body[i]; c {
-			case 'b':
-				c = '\b'
-			case 'f':
-				c = '\f'
-			case 'n':
-				c = '\n'
-			case 'r':
-				c = '\r'
-			case 't':
-				c = '\t'
-			}
-			b = append(b, c) // ", \ and / stand for themselves
-		}
-		return string(b)
+	if raw, ok := UnquoteFast(q, 0, len(q), int(kind), nil); ok {
+		return string(raw)
 	}
 	var s string
-	_ = json.Unmarshal(q, &s)
+	_ = json.Unmarshal(q, &s) // invalid UTF-8, which encoding/json replaces
 	return s
 }
 
