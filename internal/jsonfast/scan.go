@@ -213,8 +213,9 @@ func (s *Scanner) Value(depth int) bool {
 	return true
 }
 
-// value reads the value at d[i] (d is the data) and returns the index after it, -1 if it is not one. It is
-// Value with Begin, Key, More and Str written out, the position in a variable: the hot path.
+// value reads the value at d[i] (d is the data) and returns the index after it, -1 if it is
+// not one. It is Value with Begin, Key, More and Str written out and the position in a
+// variable: the hot path.
 func (s *Scanner) value(d []byte, i, depth int) int {
 	if i >= len(d) {
 		return -1
@@ -452,12 +453,16 @@ func scanString(b []byte, i int) (end int, kind Kind) {
 // Unquote is the value of the valid JSON string q (quotes included) of that kind, as
 // encoding/json reads it.
 func Unquote(q []byte, kind Kind) string {
-	if raw, ok := UnquoteFast(q, 0, len(q), int(kind), nil); ok {
-		return string(raw)
+	body := q[1 : len(q)-1]
+	switch {
+	case kind&High != 0 && !utf8.Valid(body):
+		var s string
+		_ = json.Unmarshal(q, &s) // invalid UTF-8, which encoding/json replaces
+		return s
+	case kind&Escape == 0:
+		return string(body)
 	}
-	var s string
-	_ = json.Unmarshal(q, &s) // invalid UTF-8, which encoding/json replaces
-	return s
+	return string(AppendUnquoted(make([]byte, 0, len(body)), body))
 }
 
 // TypeName names the JSON type of a valid value (white space around it allowed), for error

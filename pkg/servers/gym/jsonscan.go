@@ -129,7 +129,7 @@ func (o *Object) buildIndex() {
 func scanArray(data []byte) ([]json.RawMessage, bool) {
 	s := jsonfast.New(data)
 	s.SkipSpace()
-	items := []json.RawMessage{}
+	items := make([]json.RawMessage, 0, 2) // the first append is in the closure: no stack buffer for it
 	if !s.Items(func() bool {
 		start := s.Pos()
 		if !s.Value(1) {
