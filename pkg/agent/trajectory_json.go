@@ -70,14 +70,8 @@ func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 	b = appendUsage(b, &t.Usage)
 	b = append(b, `,"termination":`...)
 	b = jsonfast.AppendStringHTML(b, string(t.Termination))
-	if t.FailureClass != "" {
-		b = append(b, `,"failure_class":`...)
-		b = jsonfast.AppendStringHTML(b, string(t.FailureClass))
-	}
-	if t.Error != "" {
-		b = append(b, `,"error":`...)
-		b = jsonfast.AppendStringHTML(b, t.Error)
-	}
+	b = appendOmitEmpty(b, `,"failure_class":`, string(t.FailureClass))
+	b = appendOmitEmpty(b, `,"error":`, t.Error)
 	if len(t.Steps) > 0 {
 		return b, false // the workflow policy's record: encoding/json's
 	}
@@ -114,31 +108,25 @@ func appendMessage(b []byte, m *openai.ChatCompletionMessage) ([]byte, bool) {
 	}
 	b = append(b, `{"role":`...)
 	b = jsonfast.AppendStringHTML(b, m.Role)
-	if m.Content != "" {
-		b = append(b, `,"content":`...)
-		b = jsonfast.AppendStringHTML(b, m.Content)
-	}
-	if m.Refusal != "" {
-		b = append(b, `,"refusal":`...)
-		b = jsonfast.AppendStringHTML(b, m.Refusal)
-	}
-	if m.Name != "" {
-		b = append(b, `,"name":`...)
-		b = jsonfast.AppendStringHTML(b, m.Name)
-	}
-	if m.ReasoningContent != "" {
-		b = append(b, `,"reasoning_content":`...)
-		b = jsonfast.AppendStringHTML(b, m.ReasoningContent)
-	}
+	b = appendOmitEmpty(b, `,"content":`, m.Content)
+	b = appendOmitEmpty(b, `,"refusal":`, m.Refusal)
+	b = appendOmitEmpty(b, `,"name":`, m.Name)
+	b = appendOmitEmpty(b, `,"reasoning_content":`, m.ReasoningContent)
 	if len(m.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":`...)
 		b, _ = appendList(b, m.ToolCalls, appendToolCall)
 	}
-	if m.ToolCallID != "" {
-		b = append(b, `,"tool_call_id":`...)
-		b = jsonfast.AppendStringHTML(b, m.ToolCallID)
-	}
+	b = appendOmitEmpty(b, `,"tool_call_id":`, m.ToolCallID)
 	return append(b, '}'), true
+}
+
+// appendOmitEmpty appends key (`,"name":`) and the string v, unless v is empty: a string
+// field tagged omitempty.
+func appendOmitEmpty(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return jsonfast.AppendStringHTML(append(b, key...), v)
 }
 
 // appendToolCall encodes a tool call of a chat message as go-openai's MarshalJSON does.
