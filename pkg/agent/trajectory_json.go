@@ -177,6 +177,10 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 			return b, false
 		}
 	}
+	if r.Endpoint != "" {
+		b = append(b, `,"endpoint":`...)
+		b = jsonfast.AppendStringHTML(b, r.Endpoint)
+	}
 	return append(b, '}'), true
 }
 
@@ -203,10 +207,6 @@ func appendRoundCall(b []byte, c *ToolCall) ([]byte, bool) {
 	var ok bool
 	if b, ok = jsonfast.AppendFloat(b, c.LatencyMs); !ok {
 		return b, false
-	}
-	if r.Endpoint != "" {
-		b = append(b, `,"endpoint":`...)
-		b = jsonfast.AppendStringHTML(b, r.Endpoint)
 	}
 	return append(b, '}'), true
 }
