@@ -28,7 +28,8 @@ type Finished struct {
 
 // Finish ends a run in dir: from the journal, the truth, over every record of the run (resumed
 // ones included), it derives in one pass the Parquet file, summary.json and the evaluation
-// (written to evaluation.json), then the NeMo Gym file when asked.
+// (written to evaluation.json), then the offset index of trajectories.jsonl (trajectories.idx),
+// then the NeMo Gym file when asked.
 func Finish(dir string, o FinishOptions) (Finished, error) {
 	var fin Finished
 	var err error
@@ -40,6 +41,9 @@ func Finish(dir string, o FinishOptions) (Finished, error) {
 		return fin, err
 	}
 	if err := durable.WriteFileAtomic(join(dir, EvaluationFile), b.Bytes(), 0o644); err != nil {
+		return fin, err
+	}
+	if _, err := WriteTrajIndex(dir); err != nil {
 		return fin, err
 	}
 	if o.NemoGym != "" {

@@ -17,7 +17,7 @@ import (
 const EvaluationFile = "evaluation.json"
 
 // runFiles are the files a run writes in its directory.
-var runFiles = []string{ManifestFile, JournalFile, TrajectoriesFile, ParquetFile, ParquetFile + ".tmp", SummaryFile, EvaluationFile, NemoGymFile}
+var runFiles = []string{ManifestFile, JournalFile, TrajectoriesFile, ParquetFile, ParquetFile + ".tmp", SummaryFile, EvaluationFile, NemoGymFile, TrajIndexFile}
 
 // PrepareOptions say how Prepare readies a run's directory.
 type PrepareOptions struct {

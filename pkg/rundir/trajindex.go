@@ -1,0 +1,299 @@
+package rundir
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/jsonfast"
+	"github.com/rollout-dev/rollout/internal/lines"
+)
+
+// TrajIndexFile is the offset index of trajectories.jsonl: where each rollout's line starts,
+// so that one trajectory is read without scanning the file.
+const TrajIndexFile = "trajectories.idx"
+
+// trajIndexMagic starts an index file; the version is its last byte before the newline.
+const trajIndexMagic = "rollout-trajectories-index 1\n"
+
+// TrajIndex maps a rollout's key to the offset of its line in trajectories.jsonl. The file is
+// binary, little-endian: the magic line, the length of trajectories.jsonl it covers (uint64),
+// the arm names (uint32 count, then each as uint32 length and bytes), the entries (uint64
+// count, then each as task index int64, rollout index int64, arm number uint32 and offset
+// uint64), sorted by key. A later line of the same key (a resumed run's) wins.
+type TrajIndex struct {
+	covered int64 // the length of trajectories.jsonl the index was built from
+	arms    []string
+	entries []trajEntry
+}
+
+type trajEntry struct {
+	task, rollout int64
+	arm           uint32
+	offset        int64
+}
+
+const trajEntrySize = 8 + 8 + 4 + 8
+
+// Len is the number of rollouts indexed.
+func (x *TrajIndex) Len() int { return len(x.entries) }
+
+// lookup returns the offset of the line of (task, rollout, arm).
+func (x *TrajIndex) lookup(task, rollout int64, arm string) (int64, bool) {
+	a := slices.Index(x.arms, arm)
+	if a < 0 {
+		return 0, false
+	}
+	i, ok := slices.BinarySearchFunc(x.entries, trajEntry{task: task, rollout: rollout, arm: uint32(a)}, compareTrajEntry)
+	if !ok {
+		return 0, false
+	}
+	return x.entries[i].offset, true
+}
+
+func compareTrajEntry(a, b trajEntry) int {
+	return cmp.Or(cmp.Compare(a.task, b.task), cmp.Compare(a.rollout, b.rollout), cmp.Compare(a.arm, b.arm))
+}
+
+// BuildTrajIndex scans dir's trajectories.jsonl once and returns its index (empty when the
+// file does not exist). A line whose key cannot be read is an error naming its line.
+func BuildTrajIndex(dir string) (*TrajIndex, error) {
+	path := join(dir, TrajectoriesFile)
+	x := &TrajIndex{}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return x, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type keyLine struct {
+		task, rollout int64
+		arm           []byte
+		ok            bool
+	}
+	armOf := map[string]uint32{}
+	var offset int64
+	complete, err := lines.Scan(f, lines.Workers(), func(_ int, line []byte, res *keyLine) {
+		res.task, res.rollout, res.arm, _, res.ok = jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
+	}, func(line []byte, n int, res *keyLine) error {
+		at := offset
+		offset += int64(len(line)) + 1
+		task, rollout, arm := res.task, res.rollout, string(res.arm)
+		if !res.ok {
+			var k struct {
+				Task    int64  `json:"task_index"`
+				Rollout int64  `json:"rollout_index"`
+				Arm     string `json:"arm"`
+			}
+			if err := json.Unmarshal(line, &k); err != nil {
+				return fmt.Errorf("%s:%d: not a trajectory line: %v", path, n, err)
+			}
+			task, rollout, arm = k.Task, k.Rollout, k.Arm
+		}
+		a, ok := armOf[arm]
+		if !ok {
+			a = uint32(len(x.arms))
+			armOf[arm] = a
+			x.arms = append(x.arms, arm)
+		}
+		x.entries = append(x.entries, trajEntry{task: task, rollout: rollout, arm: a, offset: at})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	x.covered = complete
+	// Stable, so that of lines with one key the last (a resumed run's) ends the run of equals.
+	slices.SortStableFunc(x.entries, compareTrajEntry)
+	kept := x.entries[:0]
+	for i, e := range x.entries {
+		if i+1 < len(x.entries) && compareTrajEntry(e, x.entries[i+1]) == 0 {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	x.entries = slices.Clip(kept)
+	return x, nil
+}
+
+// WriteTrajIndex builds the index of dir's trajectories.jsonl and writes it to dir's
+// trajectories.idx (atomically): Finish calls it at the end of a run.
+func WriteTrajIndex(dir string) (*TrajIndex, error) {
+	x, err := BuildTrajIndex(dir)
+	if err != nil {
+		return nil, fmt.Errorf("trajectory index: %w", err)
+	}
+	if err := durable.WriteFileAtomic(join(dir, TrajIndexFile), x.encode(), 0o644); err != nil {
+		return nil, fmt.Errorf("trajectory index: %w", err)
+	}
+	return x, nil
+}
+
+func (x *TrajIndex) encode() []byte {
+	b := make([]byte, 0, len(trajIndexMagic)+16+len(x.entries)*trajEntrySize)
+	b = append(b, trajIndexMagic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(x.covered))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(x.arms)))
+	for _, a := range x.arms {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(a)))
+		b = append(b, a...)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(x.entries)))
+	for _, e := range x.entries {
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.task))
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.rollout))
+		b = binary.LittleEndian.AppendUint32(b, e.arm)
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.offset))
+	}
+	return b
+}
+
+// decodeTrajIndex reads an index file's bytes; an error says what is wrong with them.
+func decodeTrajIndex(b []byte) (*TrajIndex, error) {
+	if !bytes.HasPrefix(b, []byte(trajIndexMagic)) {
+		return nil, errors.New("not a trajectory index (or another version)")
+	}
+	b = b[len(trajIndexMagic):]
+	short := errors.New("truncated")
+	if len(b) < 12 {
+		return nil, short
+	}
+	x := &TrajIndex{covered: int64(binary.LittleEndian.Uint64(b))}
+	narms := binary.LittleEndian.Uint32(b[8:])
+	b = b[12:]
+	for range narms {
+		if len(b) < 4 {
+			return nil, short
+		}
+		n := binary.LittleEndian.Uint32(b)
+		if uint64(len(b)-4) < uint64(n) {
+			return nil, short
+		}
+		x.arms = append(x.arms, string(b[4:4+n]))
+		b = b[4+n:]
+	}
+	if len(b) < 8 {
+		return nil, short
+	}
+	n := binary.LittleEndian.Uint64(b)
+	b = b[8:]
+	if uint64(len(b)) != n*trajEntrySize {
+		return nil, fmt.Errorf("%d entries in %d bytes", n, len(b))
+	}
+	x.entries = make([]trajEntry, n)
+	for i := range x.entries {
+		e := b[i*trajEntrySize:]
+		x.entries[i] = trajEntry{
+			task: int64(binary.LittleEndian.Uint64(e)), rollout: int64(binary.LittleEndian.Uint64(e[8:])),
+			arm: binary.LittleEndian.Uint32(e[16:]), offset: int64(binary.LittleEndian.Uint64(e[20:])),
+		}
+		if x.entries[i].arm >= narms {
+			return nil, fmt.Errorf("entry %d: arm %d of %d", i, x.entries[i].arm, narms)
+		}
+	}
+	return x, nil
+}
+
+// Trajectories reads single trajectory lines of a run directory through its offset index.
+type Trajectories struct {
+	dir   string
+	index *TrajIndex
+}
+
+// OpenTrajectories returns the reader of dir's trajectories: the index in trajectories.idx
+// when it covers the whole of trajectories.jsonl, else one built now by a scan of the file and
+// written for next time (when the directory is writable; a read-only one keeps it in memory).
+func OpenTrajectories(dir string) (*Trajectories, error) {
+	t := &Trajectories{dir: dir}
+	return t, t.load(false)
+}
+
+// load reads the index file when it covers trajectories.jsonl (unless rebuild), else builds it.
+func (t *Trajectories) load(rebuild bool) error {
+	size := int64(-1)
+	if st, err := os.Stat(join(t.dir, TrajectoriesFile)); err == nil {
+		size = st.Size()
+	}
+	if b, err := os.ReadFile(join(t.dir, TrajIndexFile)); err == nil && !rebuild {
+		if x, err := decodeTrajIndex(b); err == nil && x.covered == max(size, 0) {
+			t.index = x
+			return nil
+		}
+	}
+	x, err := BuildTrajIndex(t.dir)
+	if err != nil {
+		return fmt.Errorf("trajectory index: %w", err)
+	}
+	t.index = x
+	if size >= 0 {
+		_ = durable.WriteFileAtomic(join(t.dir, TrajIndexFile), x.encode(), 0o644) // best effort: the index is a cache
+	}
+	return nil
+}
+
+// Len is the number of rollouts with a trajectory line.
+func (t *Trajectories) Len() int { return t.index.Len() }
+
+// Line returns the trajectory line of (task, rollout, arm), without its newline; ok is false
+// when the run has none. A line at the indexed offset that is not that rollout's (the file
+// was rewritten since) makes the index be built again, once.
+func (t *Trajectories) Line(task, rollout int64, arm string) (line []byte, ok bool, err error) {
+	for attempt := 0; ; attempt++ {
+		off, found := t.index.lookup(task, rollout, arm)
+		if !found {
+			return nil, false, nil
+		}
+		line, err := readLineAt(join(t.dir, TrajectoriesFile), off)
+		if err != nil {
+			return nil, false, err
+		}
+		gt, gr, ga, _, ok := jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
+		if !ok {
+			var k struct {
+				Task    int64  `json:"task_index"`
+				Rollout int64  `json:"rollout_index"`
+				Arm     string `json:"arm"`
+			}
+			if json.Unmarshal(line, &k) == nil {
+				gt, gr, ga, ok = k.Task, k.Rollout, []byte(k.Arm), true
+			}
+		}
+		if ok && gt == task && gr == rollout && string(ga) == arm {
+			return line, true, nil
+		}
+		if attempt > 0 {
+			return nil, false, fmt.Errorf("%s at offset %d: not the line of task %d rollout %d arm %q", join(t.dir, TrajectoriesFile), off, task, rollout, arm)
+		}
+		if err := t.load(true); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// readLineAt reads the line that starts at off.
+func readLineAt(path string, off int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReaderSize(f, 64<<10).ReadBytes('\n')
+	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+		return nil, fmt.Errorf("%s at offset %s: %w", path, strconv.FormatInt(off, 10), err)
+	}
+	return bytes.TrimSuffix(line, []byte{'\n'}), nil
+}

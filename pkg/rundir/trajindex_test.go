@@ -1,0 +1,177 @@
+package rundir
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
+)
+
+// writeTrajLines appends one trajectory line per key through the TrajectoryWriter, each
+// trajectory naming its key, so that a read can be checked against what was written.
+func writeTrajLines(t *testing.T, dir string, keys []record.Key) {
+	t.Helper()
+	w, err := NewTrajectoryWriter(filepath.Join(dir, TrajectoriesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		content, _ := json.Marshal(fmt.Sprintf("task %d rollout %d arm %s", k.Task, k.Rollout, k.Arm))
+		traj := fmt.Sprintf(`{"messages":[{"role":"user","content":%s}]}`, content)
+		if err := w.Write(&record.Result{Record: record.Record{TaskIndex: k.Task, RolloutIndex: k.Rollout, Arm: k.Arm}, Trajectory: []byte(traj)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readTraj(t *testing.T, tr *Trajectories, k record.Key) (string, bool) {
+	t.Helper()
+	line, ok, err := tr.Line(k.Task, k.Rollout, k.Arm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return "", false
+	}
+	var l struct {
+		Trajectory struct {
+			Messages []struct{ Content string } `json:"messages"`
+		} `json:"trajectory"`
+	}
+	if err := json.Unmarshal(line, &l); err != nil {
+		t.Fatalf("line %q: %v", line, err)
+	}
+	return l.Trajectory.Messages[0].Content, true
+}
+
+func TestTrajectoriesIndex(t *testing.T) {
+	dir := t.TempDir()
+	var keys []record.Key
+	for task := int64(9); task >= 0; task-- { // out of key order, as rollouts finish
+		for _, arm := range []string{"single", "multi", `a "quoted" \ arm`} {
+			keys = append(keys, record.Key{Task: task, Rollout: task % 3, Arm: arm})
+		}
+	}
+	writeTrajLines(t, dir, keys)
+	x, err := WriteTrajIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Len() != len(keys) {
+		t.Fatalf("index has %d entries, want %d", x.Len(), len(keys))
+	}
+	tr, err := OpenTrajectories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		got, ok := readTraj(t, tr, k)
+		want := fmt.Sprintf("task %d rollout %d arm %s", k.Task, k.Rollout, k.Arm)
+		if !ok || got != want {
+			t.Fatalf("%v: got %q %v, want %q", k, got, ok, want)
+		}
+	}
+	for _, k := range []record.Key{{Task: 3, Rollout: 1, Arm: "single"}, {Task: 0, Rollout: 0, Arm: "nope"}, {Task: 99, Arm: "multi"}} {
+		if _, ok := readTraj(t, tr, k); ok {
+			t.Errorf("%v: found a line for a rollout that has none", k)
+		}
+	}
+
+	// A resumed run appends: the index no longer covers the file and is rebuilt; the later
+	// line of a key wins.
+	extra := []record.Key{{Task: 100, Rollout: 0, Arm: "multi"}}
+	writeTrajLines(t, dir, extra)
+	w, _ := NewTrajectoryWriter(filepath.Join(dir, TrajectoriesFile))
+	if err := w.Write(&record.Result{Record: record.Record{TaskIndex: 0, RolloutIndex: 0, Arm: "single"}, Trajectory: []byte(`{"messages":[{"role":"user","content":"again"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	tr, err = OpenTrajectories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := readTraj(t, tr, extra[0]); !ok || got != "task 100 rollout 0 arm multi" {
+		t.Errorf("appended line: got %q %v", got, ok)
+	}
+	if got, _ := readTraj(t, tr, record.Key{Task: 0, Rollout: 0, Arm: "single"}); got != "again" {
+		t.Errorf("a key written twice: got %q, want the later line", got)
+	}
+	if tr.Len() != len(keys)+1 {
+		t.Errorf("Len %d, want %d", tr.Len(), len(keys)+1)
+	}
+	// The rebuilt index was written: a fresh open reads it and finds the same.
+	b, err := os.ReadFile(filepath.Join(dir, TrajIndexFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, err := decodeTrajIndex(b); err != nil || x.Len() != len(keys)+1 {
+		t.Fatalf("rewritten index: %v", err)
+	}
+}
+
+// An index that is not one, or is cut short, or points at the wrong lines (the file was
+// rewritten with the same length) is not trusted: the reader rebuilds it.
+func TestTrajectoriesIndexDamaged(t *testing.T) {
+	keys := []record.Key{{Task: 0, Arm: "a"}, {Task: 1, Arm: "a"}, {Task: 2, Arm: "a"}}
+	for name, damage := range map[string]func(dir string, idx []byte) []byte{
+		"garbage":   func(string, []byte) []byte { return []byte("hello\n") },
+		"truncated": func(_ string, idx []byte) []byte { return idx[:len(idx)-5] },
+		"empty":     func(string, []byte) []byte { return nil },
+		"stale offsets": func(dir string, idx []byte) []byte {
+			// The same lines in another order: same length, other offsets.
+			p := filepath.Join(dir, TrajectoriesFile)
+			b, _ := os.ReadFile(p)
+			l := strings.SplitAfter(string(b), "\n")
+			os.WriteFile(p, []byte(l[2]+l[1]+l[0]), 0o644)
+			return idx
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeTrajLines(t, dir, keys)
+			if _, err := WriteTrajIndex(dir); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, TrajIndexFile)
+			idx, _ := os.ReadFile(p)
+			if err := os.WriteFile(p, damage(dir, idx), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			tr, err := OpenTrajectories(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				if got, ok := readTraj(t, tr, k); !ok || got != fmt.Sprintf("task %d rollout 0 arm a", k.Task) {
+					t.Errorf("%v: got %q %v", k, got, ok)
+				}
+			}
+		})
+	}
+}
+
+func TestTrajectoriesIndexErrors(t *testing.T) {
+	dir := t.TempDir()
+	// No trajectories file: an empty index, nothing found, no error.
+	tr, err := OpenTrajectories(dir)
+	if err != nil || tr.Len() != 0 {
+		t.Fatalf("no file: %v, %d", err, tr.Len())
+	}
+	if _, err := os.Stat(filepath.Join(dir, TrajIndexFile)); err == nil {
+		t.Error("an index was written for a run without trajectories")
+	}
+	// A line that is not a trajectory line: the error names the file and line.
+	p := filepath.Join(dir, TrajectoriesFile)
+	os.WriteFile(p, []byte(`{"task_index":0,"rollout_index":0,"arm":"a","trajectory":null}`+"\nnot json\n"), 0o644)
+	_, err = OpenTrajectories(dir)
+	if err == nil || !strings.Contains(err.Error(), p+":2:") {
+		t.Fatalf("got %v, want an error naming %s:2", err, p)
+	}
+}
