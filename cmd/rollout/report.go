@@ -13,6 +13,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/rundir"
+	"github.com/rollout-dev/rollout/pkg/view"
 )
 
 // cmdReport prints the statistics of one or more runs' records: the statistics of docs/ARCHITECTURE.md, "Statistics".
@@ -26,10 +27,16 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n"+
 			"The shard directories of one sharded run (rollout run --shard I/N) are one run: every shard must\n"+
 			"be there and finished, of the same input and config (rollout merge --partial merges what is there).\n\n")
-		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n\n")
+		fmt.Fprintf(w, "With --html FILE it writes instead one HTML file that opens offline: the overview and the\n"+
+			"comparisons of rollout view, and the transcripts of every failed rollout and of the first few of\n"+
+			"each arm (DIRs only).\n\n")
+		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n  rollout report out/extraction --html report.html\n\n")
 	})
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
 	options := statsFlags(fs)
+	htmlFile := fs.String("html", "", "write the overview, comparisons and sample transcripts to this HTML `FILE` instead")
+	perArm := fs.Int("html-per-arm", 3, "with --html: the transcripts of the first `N` rollouts of each arm")
+	maxFailed := fs.Int("html-failed", 200, "with --html: the transcripts of the failed rollouts, at most `N`")
 	paths, err := parsePaths(fs, args, e)
 	if err != nil {
 		return err
@@ -42,6 +49,24 @@ func cmdReport(_ context.Context, args []string, e env) error {
 		return err
 	}
 	o.GroupBy = *groupBy
+	if *htmlFile != "" {
+		if *perArm < 0 || *maxFailed < 0 {
+			return badUsage("report: --html-per-arm and --html-failed: want 0 or more")
+		}
+		statsSet := false
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "html", "html-per-arm", "html-failed", "format":
+			default:
+				statsSet = true
+			}
+		})
+		if err := writeHTMLReport(paths, o, statsSet, *htmlFile, view.ReportOptions{PerArm: *perArm, MaxFailed: *maxFailed}); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "rollout: wrote %s\n", *htmlFile)
+		return nil
+	}
 
 	runs, err := runArgs(paths)
 	if err != nil {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/view"
+)
+
+// cmdView serves the web pages of one or more runs on a local address (pkg/view).
+func cmdView(ctx context.Context, args []string, e env) error {
+	fs := newFlagSet("rollout view", e, func(w io.Writer) {
+		fmt.Fprint(w, "Usage: rollout view DIR [DIR...] [--addr 127.0.0.1:8080] [--group-by FIELD]\n\n"+
+			"Serves a local web app over the runs in the DIRs (several runs, or the shards of one, are read in\n"+
+			"turn): an overview (mean reward with its 95% CI per arm, pass@k and pass^k, terminations and\n"+
+			"failure classes, histograms, the settings), the rollouts table (sorted, filtered and paged on the\n"+
+			"server), each rollout's transcript, and the comparison of two arms or runs. It prints the URL and\n"+
+			"opens nothing; Ctrl-C stops it. The pages need no network and run no script. It listens on\n"+
+			"loopback unless --addr names another address, and answers GET only.\n\n"+
+			"Examples:\n  rollout view out/extraction\n  rollout view out/extraction out/workflow --addr 127.0.0.1:9090\n\n")
+	})
+	addr := fs.String("addr", "127.0.0.1:8080", "listen on `HOST:PORT` (a port of 0 picks a free one)")
+	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (as rollout report)")
+	paths, err := parsePaths(fs, args, e)
+	if err != nil {
+		return err
+	}
+	if len(paths) == 0 {
+		return badUsage("view: which run directory? rollout view DIR")
+	}
+	o := view.Options{Stats: report.StatsOptions{GroupBy: *groupBy}, StatsSet: *groupBy != ""}
+	start := time.Now()
+	d, err := view.Load(paths, o)
+	if err != nil {
+		return usageError{fmt.Errorf("view: %w", err)}
+	}
+	h, err := view.NewHandler(d)
+	if err != nil {
+		return fmt.Errorf("view: %w", err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return badUsage("view: %v", err)
+	}
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		h.Hosts = view.LoopbackHosts(ln.Addr().String())
+	} else {
+		fmt.Fprintf(e.stderr, "rollout: warning: view listens on %s, not loopback: anyone who reaches it sees the transcripts\n", ln.Addr())
+	}
+	fmt.Fprintf(e.stderr, "rollout: %d rollouts of %d run(s) read in %.1f s\n", d.Rollouts(), len(paths), time.Since(start).Seconds())
+	fmt.Fprintf(e.stdout, "http://%s/\n", ln.Addr())
+	fmt.Fprintf(e.stderr, "rollout: view on http://%s/ (Ctrl-C to stop)\n", ln.Addr())
+	return serveUntilDone(ctx, ln, h)
+}
+
+// writeHTMLReport writes the one-file report of rollout report --html.
+func writeHTMLReport(paths []string, o report.StatsOptions, statsSet bool, file string, ro view.ReportOptions) error {
+	d, err := view.Load(paths, view.Options{Stats: o, StatsSet: statsSet})
+	if err != nil {
+		return usageError{fmt.Errorf("report: %w", err)}
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return usageError{fmt.Errorf("report: --html: %w", err)}
+	}
+	if err := view.WriteHTML(f, d, ro); err != nil {
+		f.Close()
+		return fmt.Errorf("report: --html %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("report: --html: %w", err)
+	}
+	return nil
+}

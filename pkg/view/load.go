@@ -1,0 +1,312 @@
+package view
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
+)
+
+// Run is one run directory as the pages show it: its manifest, its rollouts as a compact
+// table, and its trajectories through their offset index.
+type Run struct {
+	Dir      string
+	Manifest map[string]any // manifest.json (nil when absent)
+	trajs    *rundir.Trajectories
+}
+
+// row is what the pages need of one record: 80 bytes, strings interned (see strs).
+type row struct {
+	task, rollout     int64
+	reward            float64
+	latencyMs         float64
+	prompt, compl     int64
+	rounds, toolCalls int32
+	toolErrors        int32
+	run               uint16
+	hasReward         bool
+	id, hash, arm     uint32 // interned strings
+	term, fail, src   uint32
+	fields            uint32 // task fields: an index into Data.fields
+	comps             uint32 // reward components, as interned text
+	err               uint32
+}
+
+// strs interns strings: one copy of each, rows hold its number.
+type strs struct {
+	list  []string
+	index map[string]uint32
+}
+
+func (s *strs) intern(v string) uint32 {
+	if i, ok := s.index[v]; ok {
+		return i
+	}
+	if s.index == nil {
+		s.index = map[string]uint32{}
+	}
+	i := uint32(len(s.list))
+	s.list = append(s.list, v)
+	s.index[v] = i
+	return i
+}
+
+func (s *strs) get(i uint32) string { return s.list[i] }
+
+// pqRow is the subset of rollouts.parquet's columns the viewer reads: the other columns
+// (the error text aside, tool names, timestamps) are never decoded.
+type pqRow struct {
+	TaskIndex        int64              `parquet:"task_index"`
+	RolloutIndex     int64              `parquet:"rollout_index"`
+	TaskID           string             `parquet:"task_id"`
+	TaskHash         string             `parquet:"task_hash"`
+	Arm              string             `parquet:"arm"`
+	Reward           float64            `parquet:"reward"`
+	HasReward        bool               `parquet:"has_reward"`
+	RewardComponents map[string]float64 `parquet:"reward_components"`
+	Rounds           int32              `parquet:"rounds"`
+	ToolCalls        int32              `parquet:"tool_calls"`
+	ToolErrors       int32              `parquet:"tool_errors"`
+	PromptTokens     int64              `parquet:"prompt_tokens"`
+	CompletionTokens int64              `parquet:"completion_tokens"`
+	LatencyMs        float64            `parquet:"latency_ms"`
+	Termination      string             `parquet:"termination"`
+	FailureClass     string             `parquet:"failure_class"`
+	Error            string             `parquet:"error"`
+	SourceFile       string             `parquet:"source_file"`
+	TaskFields       map[string]string  `parquet:"task_fields"`
+}
+
+// Options say how runs are read and scored.
+type Options struct {
+	// Stats are the statistics' settings (group-by, threshold, bootstrap). With one run and
+	// no GroupBy, the run's own evaluation.json is shown when it exists.
+	Stats report.StatsOptions
+	// StatsSet says Stats was given (flags), so that evaluation.json is not used as is.
+	StatsSet bool
+}
+
+// Data is everything the pages show: the runs, their rollouts, the evaluation over them.
+type Data struct {
+	Runs       []*Run
+	rows       []row
+	s          strs
+	Evaluation *report.Evaluation
+	EvalSource string // where the evaluation comes from: a file, or "computed"
+	opts       Options
+	arms       []string // sorted, over all runs
+	fields     []map[string]string
+	fieldsOf   map[string]uint32 // fields by their text
+	sel        selector
+	lazy
+	groupField string
+}
+
+// Load reads the run directories in turn. A directory's records come from rollouts.parquet
+// (by column), or from journal.jsonl while it has none; an error names the file.
+func Load(dirs []string, o Options) (*Data, error) {
+	if len(dirs) == 0 {
+		return nil, errors.New("no run directory")
+	}
+	if len(dirs) > 1<<16 {
+		return nil, fmt.Errorf("%d run directories: at most %d", len(dirs), 1<<16)
+	}
+	d := &Data{opts: o, groupField: o.Stats.GroupBy}
+	d.s.intern("")
+	ev := report.NewEvaluator(o.Stats)
+	for i, dir := range dirs {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("%s: not a directory (rollout view reads run directories)", dir)
+		}
+		r := &Run{Dir: dir}
+		if b, err := os.ReadFile(filepath.Join(dir, rundir.ManifestFile)); err == nil {
+			if err := json.Unmarshal(b, &r.Manifest); err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, rundir.ManifestFile), err)
+			}
+		}
+		if err := d.loadRecords(dir, uint16(i), ev); err != nil {
+			return nil, err
+		}
+		if r.trajs, err = rundir.OpenTrajectories(dir); err != nil {
+			return nil, err
+		}
+		d.Runs = append(d.Runs, r)
+	}
+	armSet := map[string]bool{}
+	for i := range d.rows {
+		armSet[d.s.get(d.rows[i].arm)] = true
+	}
+	d.arms = slices.Sorted(maps.Keys(armSet))
+	d.Evaluation, d.EvalSource = ev.Evaluation(), "computed from the records"
+	if len(dirs) == 1 && !o.StatsSet {
+		p := filepath.Join(dirs[0], rundir.EvaluationFile)
+		if b, err := os.ReadFile(p); err == nil {
+			var e report.Evaluation
+			if err := json.Unmarshal(b, &e); err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			d.Evaluation, d.EvalSource = &e, p
+			d.groupField = e.Options.GroupBy
+		}
+	}
+	return d, nil
+}
+
+// loadRecords adds the records of one run directory to the table and the evaluator.
+func (d *Data) loadRecords(dir string, run uint16, ev *report.Evaluator) error {
+	pq := filepath.Join(dir, rundir.ParquetFile)
+	if _, err := os.Stat(pq); err == nil {
+		return d.loadParquet(pq, run, ev)
+	}
+	j := filepath.Join(dir, rundir.JournalFile)
+	if _, err := os.Stat(j); err != nil {
+		return fmt.Errorf("%s: no %s or %s: not a run's output directory", dir, rundir.ParquetFile, rundir.JournalFile)
+	}
+	line := 0
+	err := record.ScanJSONL(j, func(r *record.Record) error {
+		line++
+		if r.StartedAt.IsZero() {
+			return fmt.Errorf("%s:%d: not a rollout record (no started_at): is this a journal?", j, line)
+		}
+		d.add(r, run, ev)
+		return nil
+	})
+	if err != nil && !strings.Contains(err.Error(), j) {
+		err = fmt.Errorf("%s: %w", j, err)
+	}
+	return err
+}
+
+func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		return fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	rd := parquet.NewGenericReader[pqRow](pf)
+	defer rd.Close()
+	d.rows = slices.Grow(d.rows, int(rd.NumRows()))
+	ev.Reserve(int(rd.NumRows()))
+	batch := make([]pqRow, 1024)
+	var rec record.Record
+	for {
+		n, err := rd.Read(batch)
+		for i := range batch[:n] {
+			p := &batch[i]
+			rec = record.Record{
+				TaskIndex: p.TaskIndex, RolloutIndex: p.RolloutIndex, TaskID: p.TaskID, TaskHash: p.TaskHash, Arm: p.Arm,
+				Reward: p.Reward, HasReward: p.HasReward, RewardComponents: p.RewardComponents, Rounds: p.Rounds,
+				ToolCalls: p.ToolCalls, ToolErrors: p.ToolErrors, PromptTokens: p.PromptTokens, CompletionTokens: p.CompletionTokens,
+				LatencyMs: p.LatencyMs, Termination: p.Termination, FailureClass: record.FailureClass(p.FailureClass),
+				Error: p.Error, SourceFile: p.SourceFile, TaskFields: p.TaskFields,
+			}
+			d.add(&rec, run, ev)
+		}
+		clear(batch[:n])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read parquet %s: %w", path, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("read parquet %s: reader made no progress", path)
+		}
+	}
+}
+
+// add puts one record in the table and the evaluator.
+func (d *Data) add(r *record.Record, run uint16, ev *report.Evaluator) {
+	ev.Add(r)
+	d.rows = append(d.rows, row{
+		task: r.TaskIndex, rollout: r.RolloutIndex, reward: r.Reward, latencyMs: r.LatencyMs,
+		prompt: r.PromptTokens, compl: r.CompletionTokens, rounds: r.Rounds, toolCalls: r.ToolCalls, toolErrors: r.ToolErrors,
+		run: run, hasReward: r.HasReward,
+		id: d.s.intern(r.TaskID), hash: d.s.intern(r.TaskHash), arm: d.s.intern(r.Arm),
+		term: d.s.intern(r.Termination), fail: d.s.intern(string(r.FailureClass)), src: d.s.intern(r.SourceFile),
+		fields: d.internFields(r.TaskFields),
+		comps:  d.s.intern(pairs(r.RewardComponents, func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) })),
+		err:    d.s.intern(r.Error),
+	})
+}
+
+// pairs writes a map as "k=v, k=v" in key order ("" when empty).
+func pairs[V any](m map[string]V, str func(V) string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(str(m[k]))
+	}
+	return b.String()
+}
+
+// internFields returns the number of a record's task fields in d.fields.
+func (d *Data) internFields(m map[string]string) uint32 {
+	text := pairs(m, func(v string) string { return strconv.Quote(v) })
+	if i, ok := d.fieldsOf[text]; ok {
+		return i
+	}
+	if d.fieldsOf == nil {
+		d.fieldsOf = map[string]uint32{}
+	}
+	i := uint32(len(d.fields))
+	d.fields = append(d.fields, m)
+	d.fieldsOf[text] = i
+	return i
+}
+
+// group is row i's value of the group-by field (report.NoGroup when it has none).
+func (d *Data) group(i int) string {
+	if v, ok := d.fields[d.rows[i].fields][d.groupField]; ok {
+		return v
+	}
+	return report.NoGroup
+}
+
+// Rollouts is the number of records over all runs.
+func (d *Data) Rollouts() int { return len(d.rows) }
+
+// Arms are the arm names over all runs, sorted.
+func (d *Data) Arms() []string { return d.arms }
+
+// record rebuilds the fields of a record the pages and the statistics use from row i.
+func (d *Data) record(i int) record.Record {
+	r := &d.rows[i]
+	return record.Record{
+		TaskIndex: r.task, RolloutIndex: r.rollout, TaskID: d.s.get(r.id), TaskHash: d.s.get(r.hash), Arm: d.s.get(r.arm),
+		Reward: r.reward, HasReward: r.hasReward, Rounds: r.rounds, ToolCalls: r.toolCalls, ToolErrors: r.toolErrors,
+		PromptTokens: r.prompt, CompletionTokens: r.compl, LatencyMs: r.latencyMs, Termination: d.s.get(r.term),
+		FailureClass: record.FailureClass(d.s.get(r.fail)), SourceFile: d.s.get(r.src), Error: d.s.get(r.err),
+	}
+}

@@ -1,0 +1,665 @@
+package view
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/report"
+)
+
+// linker makes the pages' links: URLs of the server, or anchors of the one-file report
+// ("" when the target is not in it).
+type linker interface {
+	rollouts(q Query) string
+	trajectory(k Key) string
+	compare(a, b Side) string
+	pair(a, b Key) string
+}
+
+// Key names one rollout of the loaded runs.
+type Key struct {
+	Run     int
+	Task    int64
+	Rollout int64
+	Arm     string
+}
+
+// Setting is one line of a run's manifest.
+type Setting struct{ Name, Value string }
+
+// RunInfo is a run as the overview lists it.
+type RunInfo struct {
+	Index    int
+	Dir      string
+	Settings []Setting
+}
+
+// ArmRow is one line of the overview's score table.
+type ArmRow struct {
+	Scope, Mean, CI, StdErr string
+	Scored, Rollouts, Fail  int
+	Link                    string // its rollouts
+}
+
+// Overview is the overview page's data.
+type Overview struct {
+	Runs                 []RunInfo
+	EvalSource           string
+	Rollouts             int
+	Overall              ArmRow
+	Arms                 []ArmRow
+	Groups               []ArmRow
+	GroupBy              string
+	ArmCI, GroupCI       *CIChart
+	ArmGroupCI           *CIChart
+	PassAt, PassHat      *LineChart
+	Terminations         *StackChart
+	Failures             *StackChart
+	Hists                []*Histogram
+	Compares             []Link
+	FailedLink, AllLinks string
+}
+
+// Link is a labelled URL.
+type Link struct{ Label, URL string }
+
+func scoreRow(s *report.Scores, link string) ArmRow {
+	r := ArmRow{Scope: s.Scope, Scored: s.Scored, Rollouts: s.Rollouts, Fail: s.Failed, Link: link, Mean: "-", CI: "-", StdErr: "-"}
+	if s.Scored > 0 {
+		r.Mean, r.StdErr = num(s.MeanReward), num(s.StdErr)
+		if s.CI95 != nil {
+			r.CI = fmt.Sprintf("%s to %s", num(s.CI95.Low), num(s.CI95.High))
+		}
+	}
+	return r
+}
+
+// overview computes the overview (once: its histograms go over every rollout).
+func (d *Data) overview(l linker) *Overview {
+	e := d.Evaluation
+	o := &Overview{EvalSource: d.EvalSource, Rollouts: len(d.rows), GroupBy: e.Options.GroupBy}
+	for i, r := range d.Runs {
+		ri := RunInfo{Index: i, Dir: r.Dir}
+		for _, k := range slices.Sorted(maps.Keys(r.Manifest)) {
+			b, _ := json.Marshal(r.Manifest[k])
+			v := string(b)
+			if s, ok := r.Manifest[k].(string); ok {
+				v = s
+			}
+			ri.Settings = append(ri.Settings, Setting{k, v})
+		}
+		o.Runs = append(o.Runs, ri)
+	}
+	o.Overall = scoreRow(&e.Overall, l.rollouts(Query{Run: -1, Sort: "task"}))
+	o.Overall.Scope = "all"
+	for i := range e.ByArm {
+		o.Arms = append(o.Arms, scoreRow(&e.ByArm[i], l.rollouts(Query{Run: -1, Arm: e.ByArm[i].Arm, Sort: "task"})))
+	}
+	for i := range e.ByGroup {
+		o.Groups = append(o.Groups, scoreRow(&e.ByGroup[i], l.rollouts(Query{Run: -1, Group: e.ByGroup[i].Group, Sort: "task"})))
+	}
+	armLabel := func(s *report.Scores) string { return s.Scope }
+	o.ArmCI = newCIChart("ci-arms", e.ByArm, armLabel)
+	if len(e.ByGroup) > 0 {
+		o.GroupCI = newCIChart("ci-groups", e.ByGroup, armLabel)
+		o.ArmGroupCI = newCIChart("ci-arm-groups", e.ByArmGroup, armLabel)
+	}
+	o.PassAt = newPassChart("pass-at-k", "pass@k", e.ByArm, false)
+	o.PassHat = newPassChart("pass-hat-k", "pass^k", e.ByArm, true)
+	o.Terminations = newStackChart("terminations", e.ByArm, func(s *report.Scores) map[string]int { return s.Terminations }, "no terminations recorded")
+	o.Failures = newStackChart("failures", e.ByArm, func(s *report.Scores) map[string]int {
+		m := maps.Clone(s.FailuresByClass)
+		if ok := s.Rollouts - s.Failed; ok > 0 {
+			if m == nil {
+				m = map[string]int{}
+			}
+			m["(no failure)"] = ok
+		}
+		return m
+	}, "no rollouts")
+	cols := []struct {
+		id, title string
+		whole     bool
+		v         func(r *row) float64
+	}{
+		{"hist-rounds", "rounds", true, func(r *row) float64 { return float64(r.rounds) }},
+		{"hist-tool-calls", "tool calls", true, func(r *row) float64 { return float64(r.toolCalls) }},
+		{"hist-tokens", "tokens", true, func(r *row) float64 { return float64(r.prompt + r.compl) }},
+		{"hist-latency", "latency (ms)", false, func(r *row) float64 { return r.latencyMs }},
+	}
+	vals := make([]float64, len(d.rows))
+	for _, c := range cols {
+		for i := range d.rows {
+			vals[i] = c.v(&d.rows[i])
+		}
+		o.Hists = append(o.Hists, newHistogram(c.id, c.title, vals, c.whole))
+	}
+	o.FailedLink = l.rollouts(Query{Run: -1, Sort: "failure", Desc: true})
+	for _, p := range d.defaultPairs() {
+		if u := l.compare(p[0], p[1]); u != "" {
+			o.Compares = append(o.Compares, Link{Label: d.sideName(p[0]) + " vs " + d.sideName(p[1]), URL: u})
+		}
+	}
+	return o
+}
+
+// Side is one side of a comparison: a run, and one arm of it or all ("").
+type Side struct {
+	Run int
+	Arm string
+}
+
+func (s Side) String() string {
+	if s.Arm == "" {
+		return strconv.Itoa(s.Run)
+	}
+	return strconv.Itoa(s.Run) + ":" + s.Arm
+}
+
+// parseSide reads "RUN" or "RUN:ARM".
+func parseSide(s string, runs int) (Side, error) {
+	r, arm, _ := strings.Cut(s, ":")
+	n, err := strconv.Atoi(r)
+	if err != nil || n < 0 || n >= runs {
+		return Side{}, fmt.Errorf("%q: want RUN or RUN:ARM, RUN from 0 to %d", s, runs-1)
+	}
+	return Side{Run: n, Arm: arm}, nil
+}
+
+func (d *Data) sideName(s Side) string {
+	name := s.Arm
+	if len(d.Runs) > 1 {
+		name = d.Runs[s.Run].Dir
+		if s.Arm != "" {
+			name += " " + s.Arm
+		}
+	}
+	if name == "" {
+		name = "all"
+	}
+	return name
+}
+
+// runArms are the arms of one run, sorted.
+func (d *Data) runArms(run int) []string {
+	set := map[uint32]bool{}
+	for i := range d.rows {
+		if int(d.rows[i].run) == run {
+			set[d.rows[i].arm] = true
+		}
+	}
+	var out []string
+	for a := range set {
+		out = append(out, d.s.get(a))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// defaultPairs are the comparisons the overview offers: each later arm of a run against its
+// first, and each later run against the first (arm by arm when they share arms).
+func (d *Data) defaultPairs() [][2]Side {
+	var out [][2]Side
+	first := d.runArms(0)
+	for run := range d.Runs {
+		arms := d.runArms(run)
+		for _, a := range arms[min(1, len(arms)):] {
+			out = append(out, [2]Side{{run, arms[0]}, {run, a}})
+		}
+		if run == 0 {
+			continue
+		}
+		shared := 0
+		for _, a := range arms {
+			if slices.Contains(first, a) {
+				out = append(out, [2]Side{{0, a}, {run, a}})
+				shared++
+			}
+		}
+		if shared == 0 {
+			out = append(out, [2]Side{{0, ""}, {run, ""}})
+		}
+	}
+	return out
+}
+
+// keyOrder sorts the rows by key once, for lookups of one rollout or one task.
+func (d *Data) keyOrder() []int32 {
+	d.keysOnce.Do(func() {
+		d.keys = make([]int32, len(d.rows))
+		for i := range d.keys {
+			d.keys[i] = int32(i)
+		}
+		slices.SortFunc(d.keys, func(i, j int32) int {
+			a, b := &d.rows[i], &d.rows[j]
+			return cmp.Or(cmp.Compare(a.run, b.run), cmp.Compare(a.task, b.task), cmp.Compare(a.rollout, b.rollout),
+				strings.Compare(d.s.get(a.arm), d.s.get(b.arm)), cmp.Compare(i, j))
+		})
+	})
+	return d.keys
+}
+
+// taskRows are the rows of one task of one run, in key order.
+func (d *Data) taskRows(run int, task int64) []int32 {
+	keys := d.keyOrder()
+	lo := sort.Search(len(keys), func(i int) bool {
+		r := &d.rows[keys[i]]
+		return int(r.run) > run || int(r.run) == run && r.task >= task
+	})
+	hi := lo
+	for hi < len(keys) && int(d.rows[keys[hi]].run) == run && d.rows[keys[hi]].task == task {
+		hi++
+	}
+	return keys[lo:hi]
+}
+
+// find returns the row of a rollout (-1 when there is none).
+func (d *Data) find(k Key) int {
+	for _, i := range d.taskRows(k.Run, k.Task) {
+		if r := &d.rows[i]; r.rollout == k.Rollout && d.s.get(r.arm) == k.Arm {
+			return int(i)
+		}
+	}
+	return -1
+}
+
+func (d *Data) key(i int) Key {
+	r := &d.rows[i]
+	return Key{Run: int(r.run), Task: r.task, Rollout: r.rollout, Arm: d.s.get(r.arm)}
+}
+
+// TableRow is a row of the rollouts table.
+type TableRow struct {
+	Key                       Key
+	TaskID, Arm, Run          string
+	Reward, Term, Fail, Group string
+	Rounds, ToolCalls         int32
+	Tokens                    int64
+	Latency                   string
+	Link                      string
+	Failed, Scored, Positive  bool
+}
+
+func (d *Data) tableRow(i int, l linker) TableRow {
+	r := &d.rows[i]
+	t := TableRow{Key: d.key(i), TaskID: d.s.get(r.id), Arm: d.s.get(r.arm), Run: strconv.Itoa(int(r.run)), Reward: "-",
+		Term: d.s.get(r.term), Fail: d.s.get(r.fail), Rounds: r.rounds, ToolCalls: r.toolCalls, Tokens: r.prompt + r.compl,
+		Latency: strconv.FormatFloat(r.latencyMs, 'f', 0, 64)}
+	if t.TaskID == "" {
+		t.TaskID = "#" + strconv.FormatInt(r.task, 10)
+	}
+	if d.groupField != "" {
+		t.Group = d.group(i)
+	}
+	if r.hasReward && t.Fail == "" {
+		t.Reward, t.Scored, t.Positive = num(r.reward), true, r.reward > 0
+	}
+	t.Failed = t.Fail != ""
+	t.Link = l.trajectory(t.Key)
+	return t
+}
+
+// Transcript is one rollout's page: its record and its messages.
+type Transcript struct {
+	Key                    Key
+	Found                  bool // the record exists
+	TaskID, Source         string
+	Reward, Components     string
+	Scored                 bool
+	Term, Fail, Error      string
+	Rounds, ToolCalls      int32
+	Prompt, Completion     int64
+	Latency                string
+	Messages               []Message
+	NoTrajectory           string // why there is no transcript
+	TrajError, TrajFailure string
+	Siblings               []Link
+	SiblingsOfTask         string
+	Anchor                 string // the report's anchor of this transcript
+}
+
+// Message is one message of a transcript.
+type Message struct {
+	N          int
+	Role       string
+	Name       string
+	Content    string
+	Folded     bool   // long: shown folded
+	Head       string // the start of a folded content
+	Reasoning  string
+	Calls      []Call
+	Round      string // the round's latency and usage, for an assistant message
+	ToolStatus string // a tool message's call: status and latency
+}
+
+// Call is a tool call an assistant message asked for.
+type Call struct{ ID, Name, Arguments string }
+
+// foldAt is the length past which a message is folded.
+const foldAt = 1200
+
+func fold(s string) (head string, folded bool) {
+	if len(s) <= foldAt && strings.Count(s, "\n") <= 24 {
+		return "", false
+	}
+	h := s
+	if i := strings.IndexByte(h, '\n'); i > 0 && i < 300 {
+		h = h[:i]
+	}
+	return record.Clip(h, 300), true
+}
+
+// transcript reads one rollout's page; a trajectory that cannot be read is said on the page.
+func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
+	t := &Transcript{Key: k}
+	i := d.find(k)
+	if i < 0 {
+		return t, nil
+	}
+	r := &d.rows[i]
+	t.Found, t.TaskID, t.Source = true, d.s.get(r.id), d.s.get(r.src)
+	t.Term, t.Fail, t.Error = d.s.get(r.term), d.s.get(r.fail), d.s.get(r.err)
+	t.Rounds, t.ToolCalls, t.Prompt, t.Completion = r.rounds, r.toolCalls, r.prompt, r.compl
+	t.Latency = strconv.FormatFloat(r.latencyMs, 'f', 1, 64)
+	t.Reward, t.Components = "-", d.s.get(r.comps)
+	if r.hasReward && t.Fail == "" {
+		t.Reward, t.Scored = exact(r.reward), true
+	}
+	t.SiblingsOfTask = t.TaskID
+	for _, j := range d.taskRows(k.Run, k.Task) {
+		if int(j) == i {
+			continue
+		}
+		sk := d.key(int(j))
+		if u := l.trajectory(sk); u != "" {
+			label := fmt.Sprintf("repeat %d · %s", sk.Rollout, sk.Arm)
+			if d.rows[j].hasReward && d.s.get(d.rows[j].fail) == "" {
+				label += " · reward " + num(d.rows[j].reward)
+			} else {
+				label += " · " + d.s.get(d.rows[j].fail)
+			}
+			t.Siblings = append(t.Siblings, Link{Label: label, URL: u})
+		}
+	}
+	line, ok, err := d.Runs[k.Run].trajs.Line(k.Task, k.Rollout, k.Arm)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		t.NoTrajectory = "the rollout has no line in trajectories.jsonl"
+		return t, nil
+	}
+	var tl struct {
+		Trajectory *agent.Trajectory `json:"trajectory"`
+	}
+	if err := json.Unmarshal(line, &tl); err != nil {
+		t.NoTrajectory = fmt.Sprintf("its line in trajectories.jsonl cannot be read: %v", err)
+		return t, nil
+	}
+	if tl.Trajectory == nil {
+		t.NoTrajectory = "the rollout ended before it had a transcript"
+		return t, nil
+	}
+	tr := tl.Trajectory
+	t.TrajError, t.TrajFailure = tr.Error, string(tr.FailureClass)
+	calls := map[string]agent.ToolCall{}
+	for _, rd := range tr.Rounds {
+		for _, c := range rd.ToolCalls {
+			calls[c.CallID] = c
+		}
+	}
+	assistant := 0
+	for n, m := range tr.Messages {
+		msg := Message{N: n, Role: m.Role, Name: m.Name, Content: m.Content, Reasoning: m.ReasoningContent}
+		for _, p := range m.MultiContent {
+			if p.Text != "" {
+				if msg.Content != "" {
+					msg.Content += "\n"
+				}
+				msg.Content += p.Text
+			}
+		}
+		msg.Head, msg.Folded = fold(msg.Content)
+		for _, c := range m.ToolCalls {
+			msg.Calls = append(msg.Calls, Call{ID: c.ID, Name: c.Function.Name, Arguments: prettyJSON(c.Function.Arguments)})
+		}
+		switch m.Role {
+		case "assistant":
+			if assistant < len(tr.Rounds) {
+				rd := tr.Rounds[assistant]
+				msg.Round = fmt.Sprintf("round %d · model %.1f ms · %d prompt + %d completion tokens · finish %s",
+					rd.Index+1, rd.ModelLatencyMs, rd.Usage.PromptTokens, rd.Usage.CompletionTokens, orDash(rd.FinishReason))
+			}
+			assistant++
+		case "tool":
+			if c, ok := calls[m.ToolCallID]; ok {
+				msg.Name = c.Name
+				msg.ToolStatus = fmt.Sprintf("%s · %.1f ms", callStatus(c), c.LatencyMs)
+			}
+		}
+		t.Messages = append(t.Messages, msg)
+	}
+	return t, nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// prettyJSON indents a JSON text (arguments), or returns it as it is.
+func prettyJSON(s string) string {
+	var b bytes.Buffer
+	if json.Indent(&b, []byte(s), "", "  ") != nil {
+		return s
+	}
+	return b.String()
+}
+
+func callStatus(c agent.ToolCall) string {
+	switch {
+	case c.TimedOut:
+		return "timed out"
+	case c.Unreachable:
+		return "unreachable"
+	case c.Status != 0 && c.Failed:
+		return fmt.Sprintf("HTTP %d, failed", c.Status)
+	case c.Status != 0:
+		return fmt.Sprintf("HTTP %d", c.Status)
+	case c.Failed:
+		return "failed"
+	}
+	return "ok"
+}
+
+// Comparison is the compare page's data.
+type Comparison struct {
+	A, B             Side
+	NameA, NameB     string
+	C                *report.Comparison
+	Diff, CI, StdErr string
+	Scatter          *Scatter
+	Flipped          []Flip
+	FlippedMore      int
+	Sides            []Link // other comparisons
+	JSON             string
+	Anchor           string // the report's anchor of this comparison
+}
+
+// Flip is a task whose mean reward differs between the sides.
+type Flip struct {
+	Task         string
+	A, B, Diff   string
+	Won          bool
+	Link         string
+	LinkA, LinkB string
+}
+
+// Scatter plots each task's mean reward on side A (x) against side B (y).
+type Scatter struct {
+	Width, Height, Left, Right, Top, Bottom float64
+	Points                                  []Mark
+	Ticks                                   []Tick
+	YTicks                                  []Tick
+	Diag                                    [4]float64
+	Shown, Tasks                            int
+}
+
+// maxFlips and maxPoints bound the compare page at scale.
+const maxFlips, maxPoints = 500, 5000
+
+// sideRows are the row numbers of one side.
+func (d *Data) sideRows(s Side) []int {
+	var out []int
+	for i := range d.rows {
+		if int(d.rows[i].run) == s.Run && (s.Arm == "" || d.s.get(d.rows[i].arm) == s.Arm) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (d *Data) comparison(a, b Side, l linker) *Comparison {
+	o := d.Evaluation.Options
+	rows := [2][]int{d.sideRows(a), d.sideRows(b)}
+	var recs [2][]record.Record
+	for s := range rows {
+		recs[s] = make([]record.Record, len(rows[s]))
+		for j, i := range rows[s] {
+			recs[s][j] = d.record(i)
+		}
+	}
+	c := &Comparison{A: a, B: b, NameA: d.sideName(a), NameB: d.sideName(b)}
+	c.C = report.Compare(recs[0], recs[1], c.NameA, c.NameB, o)
+	c.Diff, c.StdErr, c.CI = num(c.C.MeanDiff), num(c.C.StdErr), "-"
+	if c.C.CI95 != nil {
+		c.CI = num(c.C.CI95.Low) + " to " + num(c.C.CI95.High)
+	}
+	var js bytes.Buffer
+	if c.C.WriteJSON(&js) == nil {
+		c.JSON = js.String()
+	}
+	// Each task's paired rewards, as Compare pairs them: by task key and repeat, the first
+	// scored record of each.
+	byIndex := c.C.PairedBy == "task index"
+	type pairKey struct {
+		task    string
+		rollout int64
+	}
+	type scoredRow struct {
+		reward float64
+		row    int
+	}
+	var scored [2]map[pairKey]scoredRow
+	for s := range recs {
+		scored[s] = map[pairKey]scoredRow{}
+		for j := range recs[s] {
+			r := &recs[s][j]
+			v, ok := r.Reward, r.FailureClass == "" && r.HasReward
+			if r.FailureClass != "" && o.ScoreFailuresAsZero {
+				v, ok = 0, true
+			}
+			k := pairKey{report.TaskKey(r, byIndex), r.RolloutIndex}
+			if _, dup := scored[s][k]; ok && !dup {
+				scored[s][k] = scoredRow{v, rows[s][j]}
+			}
+		}
+	}
+	type task struct {
+		n          int
+		sumA, sumB float64
+		first      [2]int // rows of the first pair
+		firstRep   int64
+	}
+	tasks := map[string]*task{}
+	for k, va := range scored[0] {
+		vb, ok := scored[1][k]
+		if !ok {
+			continue
+		}
+		t := tasks[k.task]
+		if t == nil {
+			t = &task{firstRep: math.MaxInt64}
+			tasks[k.task] = t
+		}
+		t.n++
+		t.sumA += va.reward
+		t.sumB += vb.reward
+		if k.rollout < t.firstRep {
+			t.firstRep, t.first = k.rollout, [2]int{va.row, vb.row}
+		}
+	}
+	names := slices.Sorted(maps.Keys(tasks))
+	sc := &Scatter{Width: 360, Height: 360, Left: 44, Right: 344, Top: 12, Bottom: 312, Tasks: len(names)}
+	lo, hi := 0.0, 1.0
+	for _, n := range names {
+		t := tasks[n]
+		lo = min(lo, t.sumA/float64(t.n), t.sumB/float64(t.n))
+		hi = max(hi, t.sumA/float64(t.n), t.sumB/float64(t.n))
+	}
+	x := linear{lo, hi, sc.Left, sc.Right}
+	y := linear{lo, hi, sc.Bottom, sc.Top}
+	sc.Ticks, sc.YTicks = x.ticks(5), y.ticks(5)
+	sc.Diag = [4]float64{x.at(lo), y.at(lo), x.at(hi), y.at(hi)}
+	var flips []Flip
+	for _, n := range names {
+		t := tasks[n]
+		ma, mb := t.sumA/float64(t.n), t.sumB/float64(t.n)
+		if len(sc.Points) < maxPoints {
+			sc.Points = append(sc.Points, Mark{X: x.at(ma), Y: y.at(mb), Title: fmt.Sprintf("%s: %s %s, %s %s (%d pairs)", display(n), c.NameA, num(ma), c.NameB, num(mb), t.n)})
+		}
+		if ma == mb {
+			continue
+		}
+		ka, kb := d.key(t.first[0]), d.key(t.first[1])
+		flips = append(flips, Flip{Task: display(n), A: num(ma), B: num(mb), Diff: num(mb - ma), Won: mb > ma,
+			Link: l.pair(ka, kb), LinkA: l.trajectory(ka), LinkB: l.trajectory(kb)})
+	}
+	sc.Shown = len(sc.Points)
+	c.Scatter = sc
+	slices.SortStableFunc(flips, func(p, q Flip) int {
+		a, _ := strconv.ParseFloat(p.Diff, 64)
+		b, _ := strconv.ParseFloat(q.Diff, 64)
+		return cmp.Compare(math.Abs(b), math.Abs(a))
+	})
+	if len(flips) > maxFlips {
+		c.FlippedMore = len(flips) - maxFlips
+		flips = flips[:maxFlips]
+	}
+	c.Flipped = flips
+	for _, p := range d.defaultPairs() {
+		if p[0] != a || p[1] != b {
+			if u := l.compare(p[0], p[1]); u != "" {
+				c.Sides = append(c.Sides, Link{Label: d.sideName(p[0]) + " vs " + d.sideName(p[1]), URL: u})
+			}
+		}
+	}
+	return c
+}
+
+// display is a task key for people: the id, else what it is.
+func display(key string) string {
+	if id, ok := strings.CutPrefix(key, "id:"); ok {
+		return id
+	}
+	return key
+}
+
+// lazy holds what is computed once per Data.
+type lazy struct {
+	keysOnce sync.Once
+	keys     []int32
+}
