@@ -143,6 +143,8 @@ type Series struct {
 // Mark is a point with its tooltip.
 type Mark struct {
 	X, Y  float64
+	R     float64 // radius, for a scatter's dot
+	N     int     // how many it stands for
 	Title string
 	Value string // exact, for data-*
 }

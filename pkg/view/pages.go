@@ -97,6 +97,13 @@ func (d *Data) overview(l linker) *Overview {
 			if s, ok := r.Manifest[k].(string); ok {
 				v = s
 			}
+			if m, ok := r.Manifest[k].(map[string]any); ok { // one level down: config's settings
+				for _, k2 := range slices.Sorted(maps.Keys(m)) {
+					b, _ := json.Marshal(m[k2])
+					ri.Settings = append(ri.Settings, Setting{k + "." + k2, string(b)})
+				}
+				continue
+			}
 			ri.Settings = append(ri.Settings, Setting{k, v})
 		}
 		o.Runs = append(o.Runs, ri)
@@ -109,7 +116,12 @@ func (d *Data) overview(l linker) *Overview {
 	for i := range e.ByGroup {
 		o.Groups = append(o.Groups, scoreRow(&e.ByGroup[i], l.rollouts(Query{Run: -1, Group: e.ByGroup[i].Group, Sort: "task"})))
 	}
-	armLabel := func(s *report.Scores) string { return s.Scope }
+	armLabel := func(s *report.Scores) string {
+		if s.Arm != "" && s.Group == "" {
+			return s.Arm
+		}
+		return s.Scope
+	}
 	o.ArmCI = newCIChart("ci-arms", e.ByArm, armLabel)
 	if len(e.ByGroup) > 0 {
 		o.GroupCI = newCIChart("ci-groups", e.ByGroup, armLabel)
@@ -519,7 +531,7 @@ type Scatter struct {
 }
 
 // maxFlips and maxPoints bound the compare page at scale.
-const maxFlips, maxPoints = 500, 5000
+const maxFlips, maxPoints = 200, 5000
 
 // sideRows are the row numbers of one side.
 func (d *Data) sideRows(s Side) []int {
@@ -615,12 +627,19 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 	sc.Ticks, sc.YTicks = x.ticks(5), y.ticks(5)
 	sc.Diag = [4]float64{x.at(lo), y.at(lo), x.at(hi), y.at(hi)}
 	var flips []Flip
+	// Tasks at the same point (rewards of 0 and 1 make few points) are one dot, sized by
+	// their number.
+	type at struct{ a, b float64 }
+	dots := map[at]int{}
+	var order []at
 	for _, n := range names {
 		t := tasks[n]
 		ma, mb := t.sumA/float64(t.n), t.sumB/float64(t.n)
-		if len(sc.Points) < maxPoints {
-			sc.Points = append(sc.Points, Mark{X: x.at(ma), Y: y.at(mb), Title: fmt.Sprintf("%s: %s %s, %s %s (%d pairs)", display(n), c.NameA, num(ma), c.NameB, num(mb), t.n)})
+		p := at{ma, mb}
+		if dots[p] == 0 {
+			order = append(order, p)
 		}
+		dots[p]++
 		if ma == mb {
 			continue
 		}
@@ -628,7 +647,15 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 		flips = append(flips, Flip{Task: display(n), A: num(ma), B: num(mb), Diff: num(mb - ma), Won: mb > ma,
 			Link: l.pair(ka, kb), LinkA: l.trajectory(ka), LinkB: l.trajectory(kb)})
 	}
-	sc.Shown = len(sc.Points)
+	for _, p := range order {
+		if len(sc.Points) == maxPoints {
+			break
+		}
+		n := dots[p]
+		sc.Points = append(sc.Points, Mark{X: x.at(p.a), Y: y.at(p.b), R: 3 + 2*math.Sqrt(float64(n)), N: n,
+			Title: fmt.Sprintf("%d task(s): %s %s, %s %s", n, c.NameA, num(p.a), c.NameB, num(p.b))})
+		sc.Shown += n
+	}
 	c.Scatter = sc
 	slices.SortStableFunc(flips, func(p, q Flip) int {
 		a, _ := strconv.ParseFloat(p.Diff, 64)

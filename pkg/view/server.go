@@ -25,7 +25,8 @@ var assets embed.FS
 
 // csp allows the pages nothing but their own inline styles, data: images (the favicon) and
 // forms to the same origin: no script runs, whatever a transcript holds.
-const csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+// The header adds frame-ancestors, which a <meta> cannot carry.
+const csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'"
 
 var (
 	pagesOnce sync.Once
@@ -116,7 +117,7 @@ func LoopbackHosts(addr string) []string {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Security-Policy", csp)
+	w.Header().Set("Content-Security-Policy", csp+"; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
