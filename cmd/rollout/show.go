@@ -170,7 +170,7 @@ func printRollout(w io.Writer, r *record.Record, tr *agent.Trajectory, max int) 
 			c, ok := calls[m.ToolCallID]
 			head := "tool " + m.Name
 			if ok {
-				head = fmt.Sprintf("tool %s → %s, %.1f ms", c.Name, callStatus(c), c.LatencyMs)
+				head = fmt.Sprintf("tool %s → %s, %.1f ms", c.Name, c.StatusText(), c.LatencyMs)
 			}
 			fmt.Fprintf(bw, "[%s]\n%s\n\n", head, indent(clip(m.Content)))
 		default:
@@ -198,22 +198,6 @@ func printRollout(w io.Writer, r *record.Record, tr *agent.Trajectory, max int) 
 	}
 	fmt.Fprintln(bw)
 	return bw.Flush()
-}
-
-func callStatus(c agent.ToolCall) string {
-	switch {
-	case c.TimedOut:
-		return "timed out"
-	case c.Unreachable:
-		return "unreachable"
-	case c.Status != 0 && c.Failed:
-		return fmt.Sprintf("HTTP %d, failed", c.Status)
-	case c.Status != 0:
-		return fmt.Sprintf("HTTP %d", c.Status)
-	case c.Failed:
-		return "failed"
-	}
-	return "ok"
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(s, "\n", "\n  ") }

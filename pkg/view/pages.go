@@ -457,7 +457,7 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 		case "tool":
 			if c, ok := calls[m.ToolCallID]; ok {
 				msg.Name = c.Name
-				msg.ToolStatus = fmt.Sprintf("%s · %.1f ms", callStatus(c), c.LatencyMs)
+				msg.ToolStatus = fmt.Sprintf("%s · %.1f ms", c.StatusText(), c.LatencyMs)
 			}
 		}
 		t.Messages = append(t.Messages, msg)
@@ -479,22 +479,6 @@ func prettyJSON(s string) string {
 		return s
 	}
 	return b.String()
-}
-
-func callStatus(c agent.ToolCall) string {
-	switch {
-	case c.TimedOut:
-		return "timed out"
-	case c.Unreachable:
-		return "unreachable"
-	case c.Status != 0 && c.Failed:
-		return fmt.Sprintf("HTTP %d, failed", c.Status)
-	case c.Status != 0:
-		return fmt.Sprintf("HTTP %d", c.Status)
-	case c.Failed:
-		return "failed"
-	}
-	return "ok"
 }
 
 // Comparison is the compare page's data.
