@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet fuzz soak interop scale-demo clean
+.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet fuzz soak interop scale-demo screenshots clean
 
 all: build
 
@@ -38,7 +38,8 @@ run: build
 	echo "== workflow: data/workflow.jsonl -> out/workflow"; cat out/workflow.txt; echo; \
 	[ $$status -eq 0 ] || exit $$status; \
 	echo "== single-step vs multi-step on the extraction tasks"; $(BIN) compare out/extraction --arms single,multi; echo; \
-	echo "== multi-step vs workflow on the workflow tasks"; $(BIN) compare out/workflow --arms multi,workflow
+	echo "== multi-step vs workflow on the workflow tasks"; $(BIN) compare out/workflow --arms multi,workflow; echo; \
+	echo "== see them in a browser (local, offline; Ctrl-C stops it):"; echo "  $(BIN) view out/extraction out/workflow"
 
 # NeMo Gym compatibility: the 15 NeMo Gym example tasks against the built-in
 # Go re-implementations of NeMo Gym's three example resource servers, with the
@@ -160,6 +161,12 @@ interop:
 # "Running on Kubernetes".
 scale-demo:
 	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo$$' -v -count=1 -timeout 5m ./cmd/rollout
+
+# The README's screenshots of rollout view (docs/img/view-*.png), taken by the browser tests
+# (headless Chromium) from make run's output.
+screenshots: run
+	$(GO) test -count=1 -run TestScreenshots ./pkg/view -screenshots $(CURDIR)/docs/img \
+		-screenshot-runs $(CURDIR)/out/extraction,$(CURDIR)/out/workflow
 
 clean:
 	rm -rf bin out

@@ -125,7 +125,18 @@ func Load(dirs []string, o Options) (*Data, error) {
 	}
 	d := &Data{opts: o, groupField: o.Stats.GroupBy}
 	d.s.intern("")
-	ev := report.NewEvaluator(o.Stats)
+	// With one run and no settings of its own, the run's evaluation.json is shown: the
+	// records need not be evaluated again.
+	evalFile := ""
+	if p := filepath.Join(dirs[0], rundir.EvaluationFile); len(dirs) == 1 && !o.StatsSet {
+		if _, err := os.Stat(p); err == nil {
+			evalFile = p
+		}
+	}
+	var ev *report.Evaluator
+	if evalFile == "" {
+		ev = report.NewEvaluator(o.Stats)
+	}
 	for i, dir := range dirs {
 		st, err := os.Stat(dir)
 		if err != nil {
@@ -153,18 +164,20 @@ func Load(dirs []string, o Options) (*Data, error) {
 		armSet[d.s.get(d.rows[i].arm)] = true
 	}
 	d.arms = slices.Sorted(maps.Keys(armSet))
-	d.Evaluation, d.EvalSource = ev.Evaluation(), "computed from the records"
-	if len(dirs) == 1 && !o.StatsSet {
-		p := filepath.Join(dirs[0], rundir.EvaluationFile)
-		if b, err := os.ReadFile(p); err == nil {
-			var e report.Evaluation
-			if err := json.Unmarshal(b, &e); err != nil {
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			d.Evaluation, d.EvalSource = &e, p
-			d.groupField = e.Options.GroupBy
-		}
+	if evalFile == "" {
+		d.Evaluation, d.EvalSource = ev.Evaluation(), "computed from the records"
+		return d, nil
 	}
+	b, err := os.ReadFile(evalFile)
+	if err != nil {
+		return nil, err
+	}
+	var e report.Evaluation
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("%s: %w", evalFile, err)
+	}
+	d.Evaluation, d.EvalSource = &e, evalFile
+	d.groupField = e.Options.GroupBy
 	return d, nil
 }
 
@@ -210,7 +223,9 @@ func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error 
 	rd := parquet.NewGenericReader[pqRow](pf)
 	defer rd.Close()
 	d.rows = slices.Grow(d.rows, int(rd.NumRows()))
-	ev.Reserve(int(rd.NumRows()))
+	if ev != nil {
+		ev.Reserve(int(rd.NumRows()))
+	}
 	batch := make([]pqRow, 1024)
 	var rec record.Record
 	for {
@@ -241,7 +256,9 @@ func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error 
 
 // add puts one record in the table and the evaluator.
 func (d *Data) add(r *record.Record, run uint16, ev *report.Evaluator) {
-	ev.Add(r)
+	if ev != nil {
+		ev.Add(r)
+	}
 	d.rows = append(d.rows, row{
 		task: r.TaskIndex, rollout: r.RolloutIndex, reward: r.Reward, latencyMs: r.LatencyMs,
 		prompt: r.PromptTokens, compl: r.CompletionTokens, rounds: r.Rounds, toolCalls: r.ToolCalls, toolErrors: r.ToolErrors,
