@@ -636,7 +636,7 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 			break
 		}
 		n := dots[p]
-		sc.Points = append(sc.Points, Mark{X: x.at(p.a), Y: y.at(p.b), R: 3 + 2*math.Sqrt(float64(n)), N: n,
+		sc.Points = append(sc.Points, Mark{X: x.at(p.a), Y: y.at(p.b), R: min(3+2*math.Sqrt(float64(n)), 14), N: n,
 			Title: fmt.Sprintf("%d task(s): %s %s, %s %s", n, c.NameA, num(p.a), c.NameB, num(p.b))})
 		sc.Shown += n
 	}
