@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/parquet-go/parquet-go"
 
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
@@ -64,30 +61,6 @@ func (s *strs) intern(v string) uint32 {
 }
 
 func (s *strs) get(i uint32) string { return s.list[i] }
-
-// pqRow is the subset of rollouts.parquet's columns the viewer reads: the other columns
-// (the error text aside, tool names, timestamps) are never decoded.
-type pqRow struct {
-	TaskIndex        int64              `parquet:"task_index"`
-	RolloutIndex     int64              `parquet:"rollout_index"`
-	TaskID           string             `parquet:"task_id"`
-	TaskHash         string             `parquet:"task_hash"`
-	Arm              string             `parquet:"arm"`
-	Reward           float64            `parquet:"reward"`
-	HasReward        bool               `parquet:"has_reward"`
-	RewardComponents map[string]float64 `parquet:"reward_components"`
-	Rounds           int32              `parquet:"rounds"`
-	ToolCalls        int32              `parquet:"tool_calls"`
-	ToolErrors       int32              `parquet:"tool_errors"`
-	PromptTokens     int64              `parquet:"prompt_tokens"`
-	CompletionTokens int64              `parquet:"completion_tokens"`
-	LatencyMs        float64            `parquet:"latency_ms"`
-	Termination      string             `parquet:"termination"`
-	FailureClass     string             `parquet:"failure_class"`
-	Error            string             `parquet:"error"`
-	SourceFile       string             `parquet:"source_file"`
-	TaskFields       map[string]string  `parquet:"task_fields"`
-}
 
 // Options say how runs are read and scored.
 type Options struct {
@@ -206,54 +179,6 @@ func (d *Data) loadRecords(dir string, run uint16, ev *report.Evaluator) error {
 	return err
 }
 
-func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		return fmt.Errorf("read parquet %s: %w", path, err)
-	}
-	rd := parquet.NewGenericReader[pqRow](pf)
-	defer rd.Close()
-	d.rows = slices.Grow(d.rows, int(rd.NumRows()))
-	if ev != nil {
-		ev.Reserve(int(rd.NumRows()))
-	}
-	batch := make([]pqRow, 1024)
-	var rec record.Record
-	for {
-		n, err := rd.Read(batch)
-		for i := range batch[:n] {
-			p := &batch[i]
-			rec = record.Record{
-				TaskIndex: p.TaskIndex, RolloutIndex: p.RolloutIndex, TaskID: p.TaskID, TaskHash: p.TaskHash, Arm: p.Arm,
-				Reward: p.Reward, HasReward: p.HasReward, RewardComponents: p.RewardComponents, Rounds: p.Rounds,
-				ToolCalls: p.ToolCalls, ToolErrors: p.ToolErrors, PromptTokens: p.PromptTokens, CompletionTokens: p.CompletionTokens,
-				LatencyMs: p.LatencyMs, Termination: p.Termination, FailureClass: record.FailureClass(p.FailureClass),
-				Error: p.Error, SourceFile: p.SourceFile, TaskFields: p.TaskFields,
-			}
-			d.add(&rec, run, ev)
-		}
-		clear(batch[:n])
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read parquet %s: %w", path, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("read parquet %s: reader made no progress", path)
-		}
-	}
-}
-
 // add puts one record in the table and the evaluator.
 func (d *Data) add(r *record.Record, run uint16, ev *report.Evaluator) {
 	if ev != nil {
@@ -325,5 +250,6 @@ func (d *Data) record(i int) record.Record {
 		Reward: r.reward, HasReward: r.hasReward, Rounds: r.rounds, ToolCalls: r.toolCalls, ToolErrors: r.toolErrors,
 		PromptTokens: r.prompt, CompletionTokens: r.compl, LatencyMs: r.latencyMs, Termination: d.s.get(r.term),
 		FailureClass: record.FailureClass(d.s.get(r.fail)), SourceFile: d.s.get(r.src), Error: d.s.get(r.err),
+		TaskFields: d.fields[r.fields],
 	}
 }
