@@ -88,4 +88,3 @@ func TestParquetColumns(t *testing.T) {
 		t.Errorf("a broken Parquet file: %v", err)
 	}
 }
-
