@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -260,5 +261,46 @@ func TestReportSelfContained(t *testing.T) {
 	// The sample: 3 failed rollouts (of 5) and one of each arm.
 	if n := strings.Count(html, `<article class="transcript"`); n != 3+2 {
 		t.Errorf("%d transcripts, want 3 failed + 1 per arm", n)
+	}
+}
+
+// Several runs are read in turn; a run without rollouts.parquet (not finished) is read from
+// its journal; two runs of the same tasks compare task by task.
+func TestSeveralRuns(t *testing.T) {
+	dir := fixtureRun(t)
+	live := t.TempDir()
+	for _, name := range []string{rundir.JournalFile, rundir.TrajectoriesFile, rundir.ManifestFile} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(live, name), b, 0o644)
+	}
+	d, err := Load([]string{dir, live}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, _ := Load([]string{dir}, Options{})
+	if d.Rollouts() != 2*one.Rollouts() || d.EvalSource != "computed from the records" {
+		t.Fatalf("%d rollouts (%s), want twice %d, computed", d.Rollouts(), d.EvalSource, one.Rollouts())
+	}
+	if d.Evaluation.Duplicates != 0 && d.Evaluation.Overall.Rollouts != d.Rollouts() {
+		t.Errorf("evaluation over %d rollouts", d.Evaluation.Overall.Rollouts)
+	}
+	c := d.comparison(Side{0, "multi"}, Side{1, "multi"}, serverLinks{})
+	if c.C.MeanDiff != 0 || c.C.Won+c.C.Lost != 0 || c.C.Tied != c.C.Tasks || len(c.Flipped) != 0 || c.Scatter.Shown != c.C.Tasks {
+		t.Errorf("a run against its copy: diff %v, won %d lost %d tied %d of %d, %d flipped", c.C.MeanDiff, c.C.Won, c.C.Lost, c.C.Tied, c.C.Tasks, len(c.Flipped))
+	}
+	// The second run's transcripts are its own (its index was built on first use).
+	tr, err := d.transcript(Key{Run: 1, Task: hostileTask, Rollout: 0, Arm: "multi"}, serverLinks{})
+	if err != nil || !tr.Found || len(tr.Messages) != 5 {
+		t.Fatalf("run 1's hostile transcript: %v %+v", err, tr)
+	}
+	if _, err := os.Stat(filepath.Join(live, rundir.TrajIndexFile)); err != nil {
+		t.Errorf("no index written for the live run: %v", err)
+	}
+	q, _ := ParseQuery(url.Values{"run": {"1"}, "failure": {"rate_limited"}}, 2)
+	if n := len(d.Select(q)); n != 3 {
+		t.Errorf("run 1, rate_limited: %d rows, want 3", n)
 	}
 }
