@@ -79,22 +79,50 @@ func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error 
 				return err
 			}
 		}
-		// The maps: their keys and values, a row's entries in a run.
-		comps, err := c.mapColumn(col("reward_components", "key_value", "key"), col("reward_components", "key_value", "value"),
-			func(v parquet.Value) string { return strconv.FormatFloat(v.Double(), 'g', -1, 64) })
+		// The maps: each row's entries as text ("k=v, k=v" in key order), interned; a new
+		// task-fields text gets its map.
+		var text []byte
+		var sorted []kv
+		entries := func(e []kv, quote bool) string {
+			sorted = append(sorted[:0], e...)
+			slices.SortFunc(sorted, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+			text = text[:0]
+			for j, p := range sorted {
+				if j > 0 {
+					text = append(text, ", "...)
+				}
+				text = append(text, p.k...)
+				text = append(text, '=')
+				if quote {
+					text = strconv.AppendQuote(text, p.v)
+				} else {
+					text = append(text, p.v...)
+				}
+			}
+			return string(text)
+		}
+		err := c.mapRows(col("reward_components", "key_value", "key"), col("reward_components", "key_value", "value"),
+			func(v parquet.Value) string { return strconv.FormatFloat(v.Double(), 'g', -1, 64) },
+			func(i int, e []kv) { rows[i].comps = d.s.intern(entries(e, false)) })
 		if err != nil {
 			return err
 		}
-		fields, err := c.mapColumn(col("task_fields", "key_value", "key"), col("task_fields", "key_value", "value"),
-			func(v parquet.Value) string { return string(v.ByteArray()) })
+		err = c.mapRows(col("task_fields", "key_value", "key"), col("task_fields", "key_value", "value"),
+			func(v parquet.Value) string { return string(v.ByteArray()) },
+			func(i int, e []kv) {
+				t := entries(e, true)
+				if k, ok := d.fieldsOf[t]; ok {
+					rows[i].fields = k
+					return
+				}
+				m := make(map[string]string, len(e))
+				for _, p := range e {
+					m[p.k] = p.v
+				}
+				rows[i].fields = d.internFields(m)
+			})
 		if err != nil {
 			return err
-		}
-		var m map[string]string
-		for i := range rows {
-			rows[i].comps = d.s.intern(pairs(comps[i], func(v string) string { return v }))
-			m = fields[i]
-			rows[i].fields = d.internFields(m)
 		}
 		if ev != nil {
 			for i := range rows {
@@ -175,17 +203,30 @@ func (c *columnReader) scalar(col int, set func(i int, v parquet.Value)) error {
 	return err
 }
 
-// mapColumn reads a map column (its key and value leaves) into each row's entries.
-func (c *columnReader) mapColumn(keyCol, valCol int, str func(parquet.Value) string) ([]map[string]string, error) {
-	out := make([]map[string]string, c.n)
+// kv is a map entry.
+type kv struct{ k, v string }
+
+// mapRows reads a map column (its key and value leaves) and calls fn with each row that has
+// entries, in order. Keys and values that repeat share one string.
+func (c *columnReader) mapRows(keyCol, valCol int, str func(parquet.Value) string, fn func(row int, e []kv)) error {
 	if keyCol < 0 || valCol < 0 {
-		return out, nil
+		return nil
 	}
 	type entry struct {
-		row int
-		key string
+		row int32
+		kv
 	}
-	var keys []entry
+	var es []entry
+	seen := map[string]string{}
+	same := func(s string) string {
+		if t, ok := seen[s]; ok {
+			return t
+		}
+		if len(seen) < 1<<16 {
+			seen[s] = s
+		}
+		return s
+	}
 	i := -1
 	err := c.values(keyCol, func(v parquet.Value) error {
 		if v.RepetitionLevel() == 0 {
@@ -195,33 +236,47 @@ func (c *columnReader) mapColumn(keyCol, valCol int, str func(parquet.Value) str
 			return c.err(keyCol, fmt.Errorf("more rows than the row group's %d", c.n))
 		}
 		if v.DefinitionLevel() > 0 {
-			keys = append(keys, entry{i, string(v.ByteArray())})
+			k, ok := seen[string(v.ByteArray())]
+			if !ok {
+				k = same(string(v.ByteArray()))
+			}
+			es = append(es, entry{row: int32(i), kv: kv{k: k}})
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	j := 0
 	err = c.values(valCol, func(v parquet.Value) error {
 		if v.DefinitionLevel() == 0 {
 			return nil
 		}
-		if j >= len(keys) {
+		if j >= len(es) {
 			return c.err(valCol, errors.New("more values than keys"))
 		}
-		e := keys[j]
-		if out[e.row] == nil {
-			out[e.row] = map[string]string{}
-		}
-		out[e.row][e.key] = str(v)
+		es[j].v = same(str(v))
 		j++
 		return nil
 	})
-	if err == nil && j != len(keys) {
-		err = c.err(valCol, fmt.Errorf("%d values for %d keys", j, len(keys)))
+	if err == nil && j != len(es) {
+		err = c.err(valCol, fmt.Errorf("%d values for %d keys", j, len(es)))
 	}
-	return out, err
+	if err != nil {
+		return err
+	}
+	var row []kv
+	for a := 0; a < len(es); {
+		b := a
+		row = row[:0]
+		for b < len(es) && es[b].row == es[a].row {
+			row = append(row, es[b].kv)
+			b++
+		}
+		fn(int(es[a].row), row)
+		a = b
+	}
+	return nil
 }
 
 // internBytes interns b's text, copying it only when it is new.

@@ -97,7 +97,8 @@ func Load(dirs []string, o Options) (*Data, error) {
 		return nil, fmt.Errorf("%d run directories: at most %d", len(dirs), 1<<16)
 	}
 	d := &Data{opts: o, groupField: o.Stats.GroupBy}
-	d.s.intern("")
+	d.s.intern("")      // string 0 is ""
+	d.internFields(nil) // fields 0 are none
 	// With one run and no settings of its own, the run's evaluation.json is shown: the
 	// records need not be evaluated again.
 	evalFile := ""
@@ -215,7 +216,7 @@ func pairs[V any](m map[string]V, str func(V) string) string {
 
 // internFields returns the number of a record's task fields in d.fields.
 func (d *Data) internFields(m map[string]string) uint32 {
-	text := pairs(m, func(v string) string { return strconv.Quote(v) })
+	text := pairs(m, strconv.Quote)
 	if i, ok := d.fieldsOf[text]; ok {
 		return i
 	}
