@@ -131,21 +131,10 @@ func addParquet(add func(*record.Record), path string) error {
 }
 
 func addJournal(add func(*record.Record), path string) error {
-	line := 0
-	err := record.ScanJSONL(path, func(rec *record.Record) error {
-		line++
-		// Every record has a start time: a line without one is not a record (a task file,
-		// say, which would otherwise read as records without rewards).
-		if rec.StartedAt.IsZero() {
-			return fmt.Errorf("%s:%d: not a rollout record (no started_at): is this a journal?", path, line)
-		}
+	return rundir.ScanJournal(path, func(rec *record.Record) error {
 		add(rec)
 		return nil
 	})
-	if err != nil && !strings.Contains(err.Error(), path) {
-		err = fmt.Errorf("%s: %w", path, err)
-	}
-	return err
 }
 
 // statsFlags registers the flags rollout report and rollout compare share (how rewards are

@@ -165,19 +165,10 @@ func (d *Data) loadRecords(dir string, run uint16, ev *report.Evaluator) error {
 	if _, err := os.Stat(j); err != nil {
 		return fmt.Errorf("%s: no %s or %s: not a run's output directory", dir, rundir.ParquetFile, rundir.JournalFile)
 	}
-	line := 0
-	err := record.ScanJSONL(j, func(r *record.Record) error {
-		line++
-		if r.StartedAt.IsZero() {
-			return fmt.Errorf("%s:%d: not a rollout record (no started_at): is this a journal?", j, line)
-		}
+	return rundir.ScanJournal(j, func(r *record.Record) error {
 		d.add(r, run, ev)
 		return nil
 	})
-	if err != nil && !strings.Contains(err.Error(), j) {
-		err = fmt.Errorf("%s: %w", j, err)
-	}
-	return err
 }
 
 // add puts one record in the table and the evaluator.
