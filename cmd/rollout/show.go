@@ -82,45 +82,31 @@ func cmdShow(_ context.Context, args []string, e env) error {
 		return badUsage("show: task %s has no rollout with --repeat %d%s in %s (arms %s)", *task, *repeat, map[bool]string{true: " --arm " + *arm}[*arm != ""], dir,
 			strings.Join(slices.Sorted(maps.Keys(arms)), ", "))
 	}
-	traj, err := findTrajectory(filepath.Join(dir, rundir.TrajectoriesFile), rec)
+	traj, err := findTrajectory(dir, rec)
 	if err != nil {
 		return fmt.Errorf("show: %w", err)
 	}
 	return printRollout(e.stdout, rec, traj, *width)
 }
 
-// findTrajectory reads the trajectory of rec from the trajectories file (nil when it has none).
-func findTrajectory(path string, rec *record.Record) (*agent.Trajectory, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+// findTrajectory reads the trajectory of rec from the run's trajectories file, through its
+// offset index (nil when it has none).
+func findTrajectory(dir string, rec *record.Record) (*agent.Trajectory, error) {
+	trajs, err := rundir.OpenTrajectories(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<30)
-	for n := 1; sc.Scan(); n++ {
-		var line struct {
-			TaskIndex    int64             `json:"task_index"`
-			RolloutIndex int64             `json:"rollout_index"`
-			Arm          string            `json:"arm"`
-			Trajectory   *agent.Trajectory `json:"trajectory"`
-		}
-		// The key comes first on the line: a cheap check before the whole line is decoded.
-		prefix := fmt.Sprintf(`{"task_index":%d,"rollout_index":%d,`, rec.TaskIndex, rec.RolloutIndex)
-		if !strings.HasPrefix(sc.Text(), prefix) {
-			continue
-		}
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
-		}
-		if line.Arm == rec.Arm {
-			return line.Trajectory, nil
-		}
+	line, ok, err := trajs.Line(rec.TaskIndex, rec.RolloutIndex, rec.Arm)
+	if err != nil || !ok {
+		return nil, err
 	}
-	return nil, sc.Err()
+	var l struct {
+		Trajectory *agent.Trajectory `json:"trajectory"`
+	}
+	if err := json.Unmarshal(line, &l); err != nil {
+		return nil, fmt.Errorf("%s: task %d rollout %d arm %s: %v", filepath.Join(dir, rundir.TrajectoriesFile), rec.TaskIndex, rec.RolloutIndex, rec.Arm, err)
+	}
+	return l.Trajectory, nil
 }
 
 // printRollout writes a rollout for people: the record, then the transcript.

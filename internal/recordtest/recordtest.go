@@ -195,3 +195,22 @@ func Diff(got, want record.Record) string {
 	}
 	return ""
 }
+
+// WriteRealistic hands write n results: Realistic(i) with a trajectory of 300 to 500 bytes
+// (from a pool of 512), reusing one Result (write must not keep it).
+func WriteRealistic(n int, write func(*record.Result) error) error {
+	const pool = 512
+	trajs := make([]json.RawMessage, pool)
+	for i := range trajs {
+		trajs[i] = Trajectory(i, 300+i%200)
+	}
+	res := &record.Result{}
+	for i := range n {
+		res.Record = Realistic(i)
+		res.Trajectory = trajs[i%pool]
+		if err := write(res); err != nil {
+			return err
+		}
+	}
+	return nil
+}

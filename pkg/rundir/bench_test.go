@@ -10,7 +10,6 @@ package rundir
 // removed by TestMain.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -79,18 +78,8 @@ func cachedRun(b *testing.B, n int) *benchRun {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const pool = 512
-	trajs := make([]json.RawMessage, pool)
-	for i := range trajs {
-		trajs[i] = recordtest.Trajectory(i, 300+i%200)
-	}
-	res := &record.Result{}
-	for i := range n {
-		res.Record = recordtest.Realistic(i)
-		res.Trajectory = trajs[i%pool]
-		if err := s.Write(res); err != nil {
-			b.Fatal(err)
-		}
+	if err := recordtest.WriteRealistic(n, s.Write); err != nil {
+		b.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
