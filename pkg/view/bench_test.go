@@ -59,6 +59,8 @@ func bigRun(b *testing.B, n int) string {
 //   - first-trajectory: one transcript, through the offset index (no scan of
 //     trajectories.jsonl), with the table's key order, sorted once on the first lookup;
 //   - trajectory: another transcript;
+//   - compare: the compare page of the two arms (report.Compare over records rebuilt from the
+//     table, the per-task scatter and the changed tasks);
 //   - index-build: building the index by one scan of trajectories.jsonl, what the first view
 //     of a run without trajectories.idx pays once.
 func BenchmarkOpen(b *testing.B) {
@@ -98,6 +100,12 @@ func BenchmarkOpen(b *testing.B) {
 			b.Fatalf("transcript: %v", err)
 		}
 		traj := time.Since(t2)
+		t4 := time.Now()
+		c := d.comparison(Side{0, "single"}, Side{0, "multi"}, serverLinks{})
+		compare := time.Since(t4)
+		if c.C.Pairs == 0 {
+			b.Fatal("compare: no pairs")
+		}
 		peakHeap, peakRSS := heap(), rss()
 		t3 := time.Now()
 		if _, err := rundir.BuildTrajIndex(dir); err != nil {
@@ -110,6 +118,7 @@ func BenchmarkOpen(b *testing.B) {
 		b.ReportMetric(float64(first.Microseconds())/1000, "first-trajectory-ms")
 		b.ReportMetric(float64(traj.Microseconds())/1000, "trajectory-ms")
 		b.ReportMetric(build.Seconds(), "index-build-s")
+		b.ReportMetric(compare.Seconds(), "compare-s")
 		b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MB")
 		b.ReportMetric(float64(peakRSS)/(1<<20), "peak-rss-MB")
 		runtime.KeepAlive(d)

@@ -551,8 +551,33 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 	// Each task's paired rewards, as Compare pairs them: by task key and repeat, the first
 	// scored record of each.
 	byIndex := c.C.PairedBy == "task index"
+	// A task as report.TaskKey knows it, from the table's interned strings (no string made
+	// per rollout): its id, else its row hash, else (or byIndex) its index.
+	type taskKey struct {
+		kind uint8 // 0 id, 1 hash, 2 index
+		v    int64
+	}
+	keyOf := func(r *row) taskKey {
+		switch {
+		case byIndex:
+		case r.id != 0:
+			return taskKey{0, int64(r.id)}
+		case r.hash != 0:
+			return taskKey{1, int64(r.hash)}
+		}
+		return taskKey{2, r.task}
+	}
+	nameOf := func(k taskKey) string {
+		switch k.kind {
+		case 0:
+			return d.s.get(uint32(k.v))
+		case 1:
+			return "row:" + d.s.get(uint32(k.v))
+		}
+		return "index:" + strconv.FormatInt(k.v, 10)
+	}
 	type pairKey struct {
-		task    string
+		task    taskKey
 		rollout int64
 	}
 	type scoredRow struct {
@@ -560,17 +585,18 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 		row    int
 	}
 	var scored [2]map[pairKey]scoredRow
-	for s := range recs {
-		scored[s] = map[pairKey]scoredRow{}
-		for j := range recs[s] {
-			r := &recs[s][j]
-			v, ok := r.Reward, r.FailureClass == "" && r.HasReward
-			if r.FailureClass != "" && o.ScoreFailuresAsZero {
+	for s := range rows {
+		scored[s] = make(map[pairKey]scoredRow, len(rows[s]))
+		for _, i := range rows[s] {
+			r := &d.rows[i]
+			failed := r.fail != 0
+			v, ok := r.reward, !failed && r.hasReward
+			if failed && o.ScoreFailuresAsZero {
 				v, ok = 0, true
 			}
-			k := pairKey{report.TaskKey(r, byIndex), r.RolloutIndex}
+			k := pairKey{keyOf(r), r.rollout}
 			if _, dup := scored[s][k]; ok && !dup {
-				scored[s][k] = scoredRow{v, rows[s][j]}
+				scored[s][k] = scoredRow{v, i}
 			}
 		}
 	}
@@ -586,10 +612,11 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 		if !ok {
 			continue
 		}
-		t := tasks[k.task]
+		name := nameOf(k.task)
+		t := tasks[name]
 		if t == nil {
 			t = &task{firstRep: math.MaxInt64}
-			tasks[k.task] = t
+			tasks[name] = t
 		}
 		t.n++
 		t.sumA += va.reward

@@ -87,6 +87,10 @@ type Handler struct {
 	mux  *http.ServeMux
 	once sync.Once
 	ov   *Overview
+	// compared keeps the comparisons made (at most maxCompared): one of a 10^6-rollout run
+	// takes seconds.
+	mu       sync.Mutex
+	compared map[[2]Side]*Comparison
 	// Hosts, when set, are the Host header values the server answers (against DNS
 	// rebinding: a page of another site must not reach a loopback server by a name of its own).
 	Hosts []string
@@ -105,6 +109,9 @@ func NewHandler(d *Data) (*Handler, error) {
 	h.mux.HandleFunc("/pair", h.pair)
 	return h, nil
 }
+
+// maxCompared is how many comparisons a Handler keeps.
+const maxCompared = 16
 
 // LoopbackHosts are the Host values of a server on a loopback address.
 func LoopbackHosts(addr string) []string {
@@ -367,5 +374,17 @@ func (h *Handler) compare(w http.ResponseWriter, r *http.Request) {
 			sides[i] = s
 		}
 	}
-	h.render(w, r, http.StatusOK, Page{Title: "Compare", Kind: "compare", Data: h.d.comparison(sides[0], sides[1], serverLinks{})})
+	h.mu.Lock()
+	c := h.compared[sides]
+	h.mu.Unlock()
+	if c == nil {
+		c = h.d.comparison(sides[0], sides[1], serverLinks{})
+		h.mu.Lock()
+		if h.compared == nil || len(h.compared) >= maxCompared {
+			h.compared = map[[2]Side]*Comparison{}
+		}
+		h.compared[sides] = c
+		h.mu.Unlock()
+	}
+	h.render(w, r, http.StatusOK, Page{Title: "Compare", Kind: "compare", Data: c})
 }
