@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/view"
 )
 
@@ -32,6 +33,14 @@ func cmdView(ctx context.Context, args []string, e env) error {
 	}
 	if len(paths) == 0 {
 		return badUsage("view: which run directory? rollout view DIR")
+	}
+	// The shards of a sharded run must all be there and finished (as for rollout report); each
+	// directory is then read in turn.
+	if _, err := runArgs(paths); err != nil {
+		return badUsage("view: %v", err)
+	}
+	if paths, err = rundir.ExpandDirs(paths); err != nil {
+		return badUsage("view: %v", err)
 	}
 	o := view.Options{Stats: report.StatsOptions{GroupBy: *groupBy}, StatsSet: *groupBy != ""}
 	start := time.Now()
