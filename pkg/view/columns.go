@@ -110,16 +110,13 @@ func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error 
 		err = c.mapRows(col("task_fields", "key_value", "key"), col("task_fields", "key_value", "value"),
 			func(v parquet.Value) string { return string(v.ByteArray()) },
 			func(i int, e []kv) {
-				t := entries(e, true)
-				if k, ok := d.fieldsOf[t]; ok {
-					rows[i].fields = k
-					return
-				}
-				m := make(map[string]string, len(e))
-				for _, p := range e {
-					m[p.k] = p.v
-				}
-				rows[i].fields = d.internFields(m)
+				rows[i].fields = d.fields.add(entries(e, true), func() map[string]string {
+					m := make(map[string]string, len(e))
+					for _, p := range e {
+						m[p.k] = p.v
+					}
+					return m
+				})
 			})
 		if err != nil {
 			return err

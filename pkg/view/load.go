@@ -42,25 +42,31 @@ type row struct {
 }
 
 // strs interns strings: one copy of each, rows hold its number.
-type strs struct {
-	list  []string
-	index map[string]uint32
+type strs struct{ interned[string] }
+
+func (s *strs) intern(v string) uint32 { return s.add(v, func() string { return v }) }
+
+// interned numbers values by a text of theirs: one copy of each, rows hold its number.
+type interned[T any] struct {
+	list  []T
+	index map[string]uint32 // by text
 }
 
-func (s *strs) intern(v string) uint32 {
-	if i, ok := s.index[v]; ok {
+// add returns the number of the value of text key, made by value when it is new.
+func (t *interned[T]) add(key string, value func() T) uint32 {
+	if i, ok := t.index[key]; ok {
 		return i
 	}
-	if s.index == nil {
-		s.index = map[string]uint32{}
+	if t.index == nil {
+		t.index = map[string]uint32{}
 	}
-	i := uint32(len(s.list))
-	s.list = append(s.list, v)
-	s.index[v] = i
+	i := uint32(len(t.list))
+	t.list = append(t.list, value())
+	t.index[key] = i
 	return i
 }
 
-func (s *strs) get(i uint32) string { return s.list[i] }
+func (t *interned[T]) get(i uint32) T { return t.list[i] }
 
 // Options say how runs are read and scored.
 type Options struct {
@@ -79,9 +85,8 @@ type Data struct {
 	Evaluation *report.Evaluation
 	EvalSource string // where the evaluation comes from: a file, or "computed"
 	opts       Options
-	arms       []string // sorted, over all runs
-	fields     []map[string]string
-	fieldsOf   map[string]uint32 // fields by their text
+	arms       []string                    // sorted, over all runs
+	fields     interned[map[string]string] // task fields, by their text
 	sel        selector
 	lazy
 	groupField string
@@ -207,22 +212,12 @@ func pairs[V any](m map[string]V, str func(V) string) string {
 
 // internFields returns the number of a record's task fields in d.fields.
 func (d *Data) internFields(m map[string]string) uint32 {
-	text := pairs(m, strconv.Quote)
-	if i, ok := d.fieldsOf[text]; ok {
-		return i
-	}
-	if d.fieldsOf == nil {
-		d.fieldsOf = map[string]uint32{}
-	}
-	i := uint32(len(d.fields))
-	d.fields = append(d.fields, m)
-	d.fieldsOf[text] = i
-	return i
+	return d.fields.add(pairs(m, strconv.Quote), func() map[string]string { return m })
 }
 
 // group is row i's value of the group-by field (report.NoGroup when it has none).
 func (d *Data) group(i int) string {
-	if v, ok := d.fields[d.rows[i].fields][d.groupField]; ok {
+	if v, ok := d.fields.get(d.rows[i].fields)[d.groupField]; ok {
 		return v
 	}
 	return report.NoGroup
@@ -242,6 +237,6 @@ func (d *Data) record(i int) record.Record {
 		Reward: r.reward, HasReward: r.hasReward, Rounds: r.rounds, ToolCalls: r.toolCalls, ToolErrors: r.toolErrors,
 		PromptTokens: r.prompt, CompletionTokens: r.compl, LatencyMs: r.latencyMs, Termination: d.s.get(r.term),
 		FailureClass: record.FailureClass(d.s.get(r.fail)), SourceFile: d.s.get(r.src), Error: d.s.get(r.err),
-		TaskFields: d.fields[r.fields],
+		TaskFields: d.fields.get(r.fields),
 	}
 }
