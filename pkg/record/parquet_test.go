@@ -16,7 +16,7 @@ import (
 )
 
 var wantColumns = []string{
-	"task_index", "rollout_index", "task_id", "task_hash", "arm", "agent", "model",
+	"task_index", "rollout_index", "task_id", "task_hash", "arm", "agent", "model", "endpoint",
 	"reward", "has_reward", "reward_components", "rounds", "tool_calls",
 	"tool_names", "tool_errors", "prompt_tokens", "completion_tokens",
 	"latency_ms", "termination", "failure_class", "error", "attempts",
