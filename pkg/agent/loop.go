@@ -92,6 +92,13 @@ type Round struct {
 
 	// Endpoint names the endpoint of a pool that answered (EndpointHeader); "" with one endpoint.
 	Endpoint string `json:"endpoint,omitempty"`
+	// The call's tokens, with --capture-tokens (tokens.go): the prompt's ids, the generated
+	// ids and their log-probabilities under the sampling policy, NeMo Gym's names. TokenNote
+	// says what the endpoint did not return.
+	PromptTokenIDs     []int32   `json:"prompt_token_ids,omitempty"`
+	GenerationTokenIDs []int32   `json:"generation_token_ids,omitempty"`
+	GenerationLogProbs []float64 `json:"generation_log_probs,omitempty"`
+	TokenNote          string    `json:"token_note,omitempty"`
 }
 
 // Trajectory is the full history of a rollout: the chat messages, rounds
@@ -159,6 +166,11 @@ type Config struct {
 	Workflow *Workflow
 	// ToolMode is how tools reach the model: ToolModeNative ("" too) or ToolModeJSON (jsonmode.go).
 	ToolMode string
+	// CaptureTokens asks each model call for its token ids and log-probs and keeps them in
+	// the round (tokens.go). OnNoTokens, when set, is called with the reason each time a call
+	// comes back without any (the caller warns once).
+	CaptureTokens bool
+	OnNoTokens    func(reason string)
 }
 
 // Policies.
@@ -250,6 +262,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			return tr
 		}
 		rd := newRound(&resp, round, latency)
+		c.captureTokens(&rd, tap)
 		tr.Usage.add(rd.Usage)
 		msg := &resp.Choices[0].Message
 		hist := historyMessage(msg, round)
@@ -461,7 +474,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 		defer cancel()
 	}
 	req.Messages = sendable(req.Messages)
-	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature}
+	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature, capture: c.CaptureTokens}
 	ctx = context.WithValue(ctx, tapKey{}, tap)
 	start := time.Now()
 	resp, err := c.Model.CreateChatCompletion(ctx, req)

@@ -93,8 +93,17 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 		req.Header.Set(RolloutIDHeader, id)
 	}
 	t, _ := req.Context().Value(tapKey{}).(*answerTap)
-	if t != nil && t.zeros {
-		if err := literalZeros(req); err != nil {
+	if t != nil && (t.zeros || t.capture) {
+		if err := rewriteBody(req, func(body []byte) ([]byte, bool) {
+			changed := false
+			if t.zeros {
+				body, changed = zeroSampling(body)
+			}
+			if t.capture {
+				body, changed = askTokens(body), true // tokens.go
+			}
+			return body, changed
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -131,11 +140,14 @@ func WithRolloutID(ctx context.Context, id string) context.Context {
 }
 
 // answerTap holds the status and the first bytes of a model call's answer; zeros says that
-// the request has a temperature or top_p of zeroTemperature, for literalZeros to rewrite.
+// the request has a temperature or top_p of zeroTemperature, for zeroSampling to rewrite.
 type answerTap struct {
 	status int
 	prefix []byte
 	zeros  bool
+	// capture asks the endpoint for the call's tokens (tokens.go) and keeps the whole answer in body.
+	capture bool
+	body    []byte
 }
 
 type tapKey struct{}
@@ -171,13 +183,16 @@ func (b *answerBody) Read(p []byte) (int, error) {
 	if t := b.tap; t != nil && len(t.prefix) < tapBytes {
 		t.prefix = append(t.prefix, p[:min(n, tapBytes-len(t.prefix))]...)
 	}
+	if t := b.tap; t != nil && t.capture {
+		t.body = append(t.body, p[:n]...)
+	}
 	return n, err
 }
 
 // zeroTemperature is what a temperature or top_p of 0 is set to in the
 // request struct: go-openai drops a zero float32 (omitempty), and the server
 // would then use its default (often 1). On the wire it is a literal 0:
-// literalZeros rewrites it, because a server that takes 1e-45 as a positive
+// zeroSampling rewrites it, because a server that takes 1e-45 as a positive
 // temperature divides the logits by it (llama.cpp's sampler then picks the
 // least likely kept token instead of the most likely one).
 const zeroTemperature = math.SmallestNonzeroFloat32
@@ -185,12 +200,12 @@ const zeroTemperature = math.SmallestNonzeroFloat32
 // zeroTemperatureJSON is zeroTemperature as encoding/json writes a float32.
 const zeroTemperatureJSON = "1e-45"
 
-// literalZeros rewrites the top-level "temperature" and "top_p" of a JSON
-// request body from zeroTemperature to a literal 0, in place of the body and
-// of GetBody (for retries). Bodies without such a member are left as they are.
-// answerDoer calls it for the model calls that Config flags in their answerTap
-// (the others' bodies are not read).
-func literalZeros(req *http.Request) error {
+// rewriteBody replaces the JSON request body with what edit makes of it, in place of the body
+// and of GetBody (for retries); when edit reports no change the body is left as it is.
+// answerDoer calls it for the model calls that Config flags in their answerTap (the others'
+// bodies are not read): zeroSampling writes a temperature or top_p of zeroTemperature as a
+// literal 0, askTokens asks for the call's tokens.
+func rewriteBody(req *http.Request, edit func(body []byte) ([]byte, bool)) error {
 	if req.Body == nil || req.GetBody == nil || req.ContentLength <= 0 {
 		return nil
 	}
@@ -203,7 +218,7 @@ func literalZeros(req *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, changed := zeroSampling(body)
+	out, changed := edit(body)
 	if !changed {
 		return nil
 	}

@@ -48,7 +48,7 @@ func (t *Trajectory) sizeHint() int {
 		}
 	}
 	for i := range t.Rounds {
-		n += 160 + len(t.Rounds[i].FinishReason)
+		n += 160 + len(t.Rounds[i].FinishReason) + 8*len(t.Rounds[i].PromptTokenIDs) + 8*len(t.Rounds[i].GenerationTokenIDs) + 24*len(t.Rounds[i].GenerationLogProbs) + len(t.Rounds[i].TokenNote)
 		for j := range t.Rounds[i].ToolCalls {
 			n += 96 + len(t.Rounds[i].ToolCalls[j].CallID) + len(t.Rounds[i].ToolCalls[j].Name)
 		}
@@ -181,6 +181,9 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 		b = append(b, `,"endpoint":`...)
 		b = jsonfast.AppendStringHTML(b, r.Endpoint)
 	}
+	if b, ok = appendTokens(b, r); !ok {
+		return b, false
+	}
 	return append(b, '}'), true
 }
 
@@ -209,6 +212,43 @@ func appendRoundCall(b []byte, c *ToolCall) ([]byte, bool) {
 		return b, false
 	}
 	return append(b, '}'), true
+}
+
+// appendTokens appends a round's token members (tokens.go), each when not empty.
+func appendTokens(b []byte, r *Round) ([]byte, bool) {
+	ints := func(b []byte, key string, v []int32) []byte {
+		if len(v) == 0 {
+			return b
+		}
+		b = append(b, key...)
+		for i, x := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(x), 10)
+		}
+		return append(b, ']')
+	}
+	b = ints(b, `,"prompt_token_ids":[`, r.PromptTokenIDs)
+	b = ints(b, `,"generation_token_ids":[`, r.GenerationTokenIDs)
+	if len(r.GenerationLogProbs) > 0 {
+		b = append(b, `,"generation_log_probs":[`...)
+		for i, x := range r.GenerationLogProbs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = jsonfast.AppendFloat(b, x); !ok {
+				return b, false
+			}
+		}
+		b = append(b, ']')
+	}
+	if r.TokenNote != "" {
+		b = append(b, `,"token_note":`...)
+		b = jsonfast.AppendStringHTML(b, r.TokenNote)
+	}
+	return b, true
 }
 
 func appendUsage(b []byte, u *Usage) []byte {

@@ -20,6 +20,11 @@ type chatRequest struct {
 	Seed              *int64          `json:"seed"`
 	Stream            *bool           `json:"stream"`
 	N                 *int            `json:"n"`
+	// Token capture (tokens.go): OpenAI's logprobs, vLLM's return_token_ids and
+	// return_tokens_as_token_ids.
+	Logprobs               bool `json:"logprobs"`
+	ReturnTokenIDs         bool `json:"return_token_ids"`
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
 
 	choice string // auto, none, required or function
 	forced string // the tool of tool_choice {"type":"function",...}

@@ -348,11 +348,13 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 	completion = max(completion/4, 1)
 	prompt4 := req.promptBytes() / 4
 	id := mix(fnvUint(fnvUint(binary.LittleEndian.Uint64(fp[:8]), uint64(s.opt.Seed)), uint64(attempt)))
-	writeJSON(w, http.StatusOK, chatCompletion{
+	out := chatCompletion{
 		ID: fmt.Sprintf("chatcmpl-sim-%016x", id), Object: "chat.completion", Created: s.now().Unix(), Model: model,
 		Choices: []chatChoice{{Index: 0, Message: msg, FinishReason: ans.finish}},
 		Usage:   chatUsage{PromptTokens: prompt4, CompletionTokens: completion, TotalTokens: prompt4 + completion},
-	})
+	}
+	addTokens(&out, req, &ans, prompt4, completion) // tokens.go
+	writeJSON(w, http.StatusOK, out)
 }
 
 // attempt numbers the requests with this fingerprint: 0 the first time.
@@ -554,6 +556,8 @@ type chatCompletion struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   chatUsage    `json:"usage"`
+	// PromptTokenIDs is vLLM's answer to return_token_ids (tokens.go).
+	PromptTokenIDs []int32 `json:"prompt_token_ids,omitempty"`
 }
 
 type chatChoice struct {
@@ -561,6 +565,7 @@ type chatChoice struct {
 	Message      outMessage `json:"message"`
 	Logprobs     any        `json:"logprobs"`
 	FinishReason string     `json:"finish_reason"`
+	TokenIDs     []int32    `json:"token_ids,omitempty"`
 }
 
 type outMessage struct {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// trajectoryRounds reads every round of every trajectory in dir's trajectories.jsonl.
+type capturedRound struct {
+	Usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Prompt    []int32   `json:"prompt_token_ids"`
+	Gen       []int32   `json:"generation_token_ids"`
+	LogProbs  []float64 `json:"generation_log_probs"`
+	TokenNote string    `json:"token_note"`
+}
+
+func trajectoryRounds(t *testing.T, dir string) []capturedRound {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "trajectories.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []capturedRound
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var line struct {
+			Trajectory struct {
+				Rounds []capturedRound `json:"rounds"`
+			} `json:"trajectory"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, line.Trajectory.Rounds...)
+	}
+	return out
+}
+
+// A simulated run with --capture-tokens: every model call of every rollout has token arrays
+// whose lengths are the usage counts of the call, and no warning is given.
+func TestRunCaptureTokensSim(t *testing.T) {
+	input := headLines(t, extractionData, 6)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
+		"--sim-profile", "realistic", "--sim-seed", "1", "--server", "builtin:extraction", "--arms", "single,multi",
+		"--num-repeats", "2", "--capture-tokens", "--quiet")
+	if r.code != 0 && r.code != 3 {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "capture-tokens") {
+		t.Errorf("warning against the simulator: %s", r.stderr)
+	}
+	rounds := trajectoryRounds(t, dir)
+	if len(rounds) < 24 {
+		t.Fatalf("%d rounds in 24 rollouts", len(rounds))
+	}
+	for i, rd := range rounds {
+		if len(rd.Prompt) != rd.Usage.PromptTokens || len(rd.Gen) != rd.Usage.CompletionTokens || len(rd.LogProbs) != len(rd.Gen) || rd.TokenNote != "" {
+			t.Errorf("round %d: %d prompt ids (usage %d), %d generation ids (usage %d), %d log-probs, note %q",
+				i, len(rd.Prompt), rd.Usage.PromptTokens, len(rd.Gen), rd.Usage.CompletionTokens, len(rd.LogProbs), rd.TokenNote)
+		}
+	}
+}
+
+// An endpoint that ignores the options: the run succeeds, one warning names why, and each
+// call is recorded without tokens, with the reason.
+func TestRunCaptureTokensIgnored(t *testing.T) {
+	m := newFakeModel(t, weatherModel)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, ""), "--out", dir,
+		"--model-url", m.URL+"/v1", "--model", "m", "--server", "builtin:example_single_tool_call", "--capture-tokens", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "warning: --capture-tokens"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, r.stderr)
+	}
+	rounds := trajectoryRounds(t, dir)
+	if len(rounds) != 6 {
+		t.Fatalf("%d rounds, want 6", len(rounds))
+	}
+	for i, rd := range rounds {
+		if rd.Prompt != nil || rd.Gen != nil || !strings.Contains(rd.TokenNote, "no token ids") {
+			t.Errorf("round %d: %+v", i, rd)
+		}
+	}
+	for _, rec := range readRecords(t, dir) {
+		if !rec.HasReward || rec.Reward != 1 {
+			t.Errorf("task %d: %+v", rec.TaskIndex, rec)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Token capture (Config.CaptureTokens): each model call asks the endpoint for what training
+// needs, as vLLM's OpenAI-compatible server takes it, and the round keeps it under NeMo Gym's
+// names (Round.PromptTokenIDs, GenerationTokenIDs, GenerationLogProbs).
+//
+// The request gets "logprobs": true and "top_logprobs": 0 (the sampled token's log-probability,
+// no alternatives), "return_tokens_as_token_ids": true (vLLM then writes each logprobs token
+// as "token_id:N" instead of its text, which two ids may share) and "return_token_ids": true
+// (newer vLLM then adds "prompt_token_ids" at the top level of the answer and "token_ids" to
+// each choice). The answer is read in each shape:
+//   - choices[0].token_ids present: the generation's ids; else the ids of the "token_id:N"
+//     logprobs tokens (vLLM without return_token_ids); else none.
+//   - choices[0].logprobs.content[].logprob: the generation's log-probabilities.
+//   - prompt_token_ids: the prompt's ids; missing on vLLM without return_token_ids, and then
+//     the round says so in TokenNote rather than inventing them.
+//
+// An endpoint that returns no generation ids (OpenAI's: log-probs of text tokens at most)
+// leaves the round without them, with a note, and Config.OnNoTokens is called; the rollout
+// goes on.
+
+// tokenFields is what askTokens adds at the start of a request's JSON object.
+const tokenFields = `"logprobs":true,"top_logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true`
+
+// askTokens is the request body with tokenFields added: body is the JSON object go-openai
+// wrote, which never has these members (the request struct's LogProbs is left unset).
+func askTokens(body []byte) []byte {
+	i := strings.IndexByte(string(body), '{')
+	if i < 0 {
+		return body
+	}
+	rest := body[i+1:]
+	out := make([]byte, 0, len(body)+len(tokenFields)+1)
+	out = append(out, body[:i+1]...)
+	out = append(out, tokenFields...)
+	if j := strings.IndexFunc(string(rest), func(r rune) bool { return r != ' ' && r != '\n' && r != '\t' && r != '\r' }); j >= 0 && rest[j] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...)
+}
+
+// tokenAnswer is the part of a chat completion that carries tokens.
+type tokenAnswer struct {
+	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	Choices        []struct {
+		TokenIDs []int32 `json:"token_ids"`
+		Logprobs *struct {
+			Content []struct {
+				Token   string  `json:"token"`
+				Logprob float64 `json:"logprob"`
+			} `json:"content"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+}
+
+// Notes of a round whose tokens are not all there.
+const (
+	noteNoTokens       = "the endpoint returned no token ids or log-probs (it ignores logprobs and return_token_ids)"
+	noteNoPromptIDs    = "the endpoint returned no prompt_token_ids (vLLM before return_token_ids): prompt ids missing"
+	noteNoGenerationID = "the endpoint returned log-probs without token ids (logprobs tokens are not \"token_id:N\"): generation ids missing"
+)
+
+// tokensOf reads the round's tokens from the model's answer body. It reports false when the
+// answer has no generation ids (none at all, or log-probs of text tokens only, as OpenAI's).
+func tokensOf(rd *Round, body []byte) bool {
+	var a tokenAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		rd.TokenNote = fmt.Sprintf("the answer's tokens could not be read: %v", err)
+		return false
+	}
+	rd.PromptTokenIDs = a.PromptTokenIDs
+	if len(a.Choices) == 0 {
+		rd.TokenNote = noteNoTokens
+		return false
+	}
+	ch := &a.Choices[0]
+	var notes []string
+	if ch.Logprobs != nil {
+		rd.GenerationLogProbs = make([]float64, len(ch.Logprobs.Content))
+		for i, t := range ch.Logprobs.Content {
+			rd.GenerationLogProbs[i] = t.Logprob
+		}
+	}
+	switch {
+	case ch.TokenIDs != nil:
+		rd.GenerationTokenIDs = ch.TokenIDs
+	case ch.Logprobs != nil:
+		ids := make([]int32, 0, len(ch.Logprobs.Content))
+		for _, t := range ch.Logprobs.Content {
+			n, ok := strings.CutPrefix(t.Token, "token_id:")
+			id, err := strconv.ParseInt(n, 10, 32)
+			if !ok || err != nil {
+				ids = nil
+				break
+			}
+			ids = append(ids, int32(id))
+		}
+		rd.GenerationTokenIDs = ids
+		if ids == nil && len(ch.Logprobs.Content) > 0 {
+			notes = append(notes, noteNoGenerationID)
+		}
+	}
+	if rd.PromptTokenIDs == nil && rd.GenerationTokenIDs == nil && rd.GenerationLogProbs == nil {
+		rd.TokenNote = noteNoTokens
+		return false
+	}
+	if rd.GenerationTokenIDs == nil && len(notes) == 0 {
+		notes = append(notes, noteNoGenerationID)
+	}
+	if rd.PromptTokenIDs == nil {
+		notes = append(notes, noteNoPromptIDs)
+	}
+	if rd.GenerationTokenIDs != nil && rd.GenerationLogProbs != nil && len(rd.GenerationTokenIDs) != len(rd.GenerationLogProbs) {
+		notes = append(notes, fmt.Sprintf("%d generation token ids but %d log-probs", len(rd.GenerationTokenIDs), len(rd.GenerationLogProbs)))
+	}
+	rd.TokenNote = strings.Join(notes, "; ")
+	return rd.GenerationTokenIDs != nil
+}
+
+// captureTokens adds the call's tokens to its round when the run captures them.
+func (c *Config) captureTokens(rd *Round, tap *answerTap) {
+	if !c.CaptureTokens || tap == nil {
+		return
+	}
+	if !tokensOf(rd, tap.body) && c.OnNoTokens != nil {
+		c.OnNoTokens(rd.TokenNote)
+	}
+	tap.body = nil
+}
