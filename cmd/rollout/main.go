@@ -68,6 +68,7 @@ Usage:
   rollout merge --out DIR SHARD_DIR... [--partial]
   rollout show DIR --task ID [--repeat K] [--arm ARM]
   rollout view DIR [DIR...] [--addr 127.0.0.1:8080]
+  rollout export DIR... --format rl|sft|preference|nemo-gym -o FILE [flags]
   rollout version
   rollout help [COMMAND]
 
@@ -81,7 +82,7 @@ problems; 4 failed rollouts past --fail-on-error (or an early stop); 130 interru
 `
 
 // commands are the commands of rollout, for "did you mean".
-var commands = []string{"run", "serve", "sim", "gen", "validate", "compare", "report", "merge", "show", "view", "help", "version"}
+var commands = []string{"run", "serve", "sim", "gen", "validate", "compare", "report", "merge", "show", "view", "export", "help", "version"}
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, e env) int {
@@ -125,6 +126,8 @@ func run(ctx context.Context, args []string, e env) int {
 		err = cmdShow(ctx, args[1:], e)
 	case "view":
 		err = cmdView(ctx, args[1:], e)
+	case "export":
+		err = cmdExport(ctx, args[1:], e)
 	case "version", "--version":
 		fmt.Fprintln(e.stdout, versionString())
 		return exitOK

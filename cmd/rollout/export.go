@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/export"
+)
+
+// cmdExport writes training data from run directories (package export).
+func cmdExport(ctx context.Context, args []string, e env) error {
+	fs := newFlagSet("rollout export", e, func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: rollout export DIR... --format rl|sft|preference|nemo-gym -o FILE [flags]\n\n"+
+			"Writes training data from one or several run directories (shards of a run are read in turn):\n"+
+			"Parquet or JSONL by FILE's extension (.parquet, .jsonl).\n\n"+
+			"  rl          one row per rollout: task, group (the task's rollouts), repeat, arm, reward and\n"+
+			"              components, advantage (r - mean) / (std + 1e-6) and r - mean over the group,\n"+
+			"              messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
+			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} in OpenAI's shape\n"+
+			"  preference  per task a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
+			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
+			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n\n"+
+			"Failed rollouts (infrastructure failures) are left out unless --include-failed; bad_task\n"+
+			"rows always. What was kept and dropped, and why, goes to stderr. The task file is the one\n"+
+			"in each run's manifest.json, unless --input.\n\n"+
+			"Example:\n  rollout export out/extraction --format rl -o rl.parquet\n"+
+			"  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl\n\n")
+	})
+	opt := export.Options{}
+	var minReward float64
+	fs.StringVar(&opt.Format, "format", "", "`FORMAT`: "+strings.Join(export.Formats, ", "))
+	fs.StringVar(&opt.Output, "o", "", "the output `FILE` (.parquet or .jsonl)")
+	fs.StringVar(&opt.Input, "input", "", "the runs' task `FILE` (default: each run's manifest.json input)")
+	fs.StringVar(&opt.Arm, "arm", "", "export only this `ARM`'s rollouts")
+	fs.BoolVar(&opt.DropUniformGroups, "drop-uniform-groups", false, "rl: leave out groups whose rewards are all equal")
+	fs.Float64Var(&minReward, "min-reward", 0, "sft: leave out rollouts with a reward below `R`")
+	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each task")
+	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
+	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
+	var dirs []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		dirs, args = append(dirs, args[0]), args[1:]
+	}
+	if err := parseFlags(fs, args, e); err != nil {
+		return err
+	}
+	dirs = append(dirs, fs.Args()...)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "min-reward" {
+			opt.MinReward = &minReward
+		}
+	})
+	switch {
+	case len(dirs) == 0:
+		return badUsage("export: which run directory? rollout export DIR --format rl -o rl.parquet")
+	case opt.Format == "":
+		return badUsage("export: --format is required (%s)", strings.Join(export.Formats, ", "))
+	case opt.Output == "":
+		return badUsage("export: -o FILE is required")
+	}
+	opt.Dirs = dirs
+	if err := opt.Check(); err != nil {
+		return badUsage("export: %v", err)
+	}
+	rep, err := export.Run(ctx, opt)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	rep.Print(e.stderr)
+	return nil
+}

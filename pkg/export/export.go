@@ -1,0 +1,394 @@
+// Package export turns run directories into training data: one file in one of four formats,
+// Parquet or JSONL by the output's extension.
+//
+//   - rl: one row per rollout: its task, group (the task: all its repeats and arms), repeat,
+//     arm, reward and components, the group-normalized advantage (r − mean) / (std + ε) with
+//     the sample standard deviation of the group's rewards, and r − mean; the messages, the
+//     tools and, when the run captured them, each model call's token arrays.
+//   - sft: chat fine-tuning rows, {"messages": [...], "tools": [...]} in OpenAI's shape.
+//   - preference: per task, chosen = a highest-reward rollout, rejected = a lowest-reward one,
+//     in the shape TRL's DPO trainer reads (prompt, chosen, rejected as message lists).
+//   - nemo-gym: the rollouts as NeMo Gym's ng_collect_rollouts writes them: the row's
+//     responses_create_params, the response (Responses API output items; each model call's
+//     tokens on its last item when captured), the reward and its components.
+//
+// Each directory is read in turn: its journal twice (the group statistics first, then the
+// rows), its trajectories and its task file once, in order, so that memory is bounded by the
+// number of tasks (one set of numbers each), not of rollouts. Failed rollouts (infrastructure
+// failures) are left out unless IncludeFailed (then with reward 0); bad_task rows always.
+package export
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/record"
+)
+
+// Formats.
+const (
+	FormatRL         = "rl"
+	FormatSFT        = "sft"
+	FormatPreference = "preference"
+	FormatNemoGym    = "nemo-gym"
+)
+
+// Formats lists the formats, for help texts.
+var Formats = []string{FormatRL, FormatSFT, FormatPreference, FormatNemoGym}
+
+// Epsilon is the ε of the normalized advantage.
+const Epsilon = 1e-6
+
+// Options say what to export.
+type Options struct {
+	Dirs   []string // run directories (shards of one run, or runs of the same tasks)
+	Format string
+	Output string // .parquet or .jsonl
+	// Input is the task file, when not the one in each directory's manifest.
+	Input string
+	// Arm keeps one arm's rollouts ("" for all).
+	Arm string
+	// DropUniformGroups (rl): leave out groups whose rewards are all equal.
+	DropUniformGroups bool
+	// MinReward (sft): leave out rollouts with a lower reward (nil: none).
+	MinReward *float64
+	// BestOfGroup (sft): keep only the highest-reward rollout of each task.
+	BestOfGroup bool
+	// MinMargin (preference): the least difference between chosen and rejected rewards
+	// (pairs of equal rewards are never made).
+	MinMargin float64
+	// IncludeFailed keeps failed rollouts (infrastructure failures), with reward 0.
+	IncludeFailed bool
+}
+
+// Report is what an export kept and dropped, and why.
+type Report struct {
+	Format  string
+	Output  string
+	Read    int            // records read
+	Rows    int            // rows written
+	Kept    int            // rollouts in the rows
+	Dropped map[string]int // rollouts left out, by reason
+	Groups  int            // groups (tasks) among the rollouts considered
+	// UniformGroups is the number of groups whose rewards are all equal.
+	UniformGroups int
+	// GroupsDropped is the number of groups left out, by reason (preference, rl).
+	GroupsDropped map[string]int
+	// MissingPromptIDs counts model calls with generation tokens but no prompt ids.
+	MissingPromptIDs int
+}
+
+// Reasons a rollout or group is left out.
+const (
+	DropBadTask      = "bad_task row"
+	DropFailed       = "failed rollout (infrastructure; --include-failed keeps them)"
+	DropArm          = "other arm"
+	DropUniform      = "group with all rewards equal (--drop-uniform-groups)"
+	DropMinReward    = "reward below --min-reward"
+	DropNotBest      = "not the best of its group (--best-of-group)"
+	DropNoTrajectory = "no trajectory in trajectories.jsonl"
+	DropNoTask       = "no row in the task file"
+	DropNoPair       = "group with one rollout"
+	DropEqual        = "group with all rewards equal"
+	DropMargin       = "best − worst below --min-margin"
+	DropPaired       = "neither chosen nor rejected"
+	DropNoAnswer     = "no model answer in the trajectory"
+)
+
+// group is the statistics of one task's rollouts (Welford's running mean and M2).
+type group struct {
+	n                int
+	mean, m2         float64
+	min, max         float64
+	best, worst      key
+	bestDir, worstDr int
+}
+
+func (g *group) add(r float64, k key, dir int) {
+	g.n++
+	d := r - g.mean
+	g.mean += d / float64(g.n)
+	g.m2 += d * (r - g.mean)
+	if g.n == 1 || r > g.max {
+		g.max, g.best, g.bestDir = r, k, dir
+	}
+	if g.n == 1 || r < g.min {
+		g.min, g.worst, g.worstDr = r, k, dir
+	}
+}
+
+// std is the sample standard deviation of the group's rewards (0 for one rollout).
+func (g *group) std() float64 {
+	if g.n < 2 {
+		return 0
+	}
+	return math.Sqrt(g.m2 / float64(g.n-1))
+}
+
+func (g *group) uniform() bool { return g.max == g.min }
+
+// Check reports the first option that cannot work: no directory or output, an unknown
+// format or output extension, a negative margin.
+func (opt *Options) Check() error {
+	if len(opt.Dirs) == 0 {
+		return errors.New("no run directory")
+	}
+	switch opt.Format {
+	case FormatRL, FormatSFT, FormatPreference, FormatNemoGym:
+	default:
+		return fmt.Errorf("--format %q: want one of %s", opt.Format, strings.Join(Formats, ", "))
+	}
+	if opt.Output == "" {
+		return errors.New("no output file (-o)")
+	}
+	if _, err := fileKind(opt.Output); err != nil {
+		return err
+	}
+	if opt.MinMargin < 0 {
+		return fmt.Errorf("--min-margin %g: must be at least 0", opt.MinMargin)
+	}
+	return nil
+}
+
+// Run exports opt.Dirs to opt.Output.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	if err := opt.Check(); err != nil {
+		return nil, err
+	}
+	e := &exporter{opt: opt, groups: map[int64]*group{},
+		rep: &Report{Format: opt.Format, Output: opt.Output, Dropped: map[string]int{}, GroupsDropped: map[string]int{}}}
+	if err := e.statistics(ctx); err != nil {
+		return nil, err
+	}
+	var err error
+	switch opt.Format {
+	case FormatRL:
+		err = runRows(ctx, e, e.rlRow)
+	case FormatSFT:
+		err = runRows(ctx, e, e.sftRow)
+	case FormatNemoGym:
+		err = runRows(ctx, e, e.nemoGymRow)
+	case FormatPreference:
+		err = e.preference(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.rep, nil
+}
+
+type exporter struct {
+	opt    Options
+	groups map[int64]*group
+	need   []map[int64]int // per directory: how many exported rollouts need each task row
+	rep    *Report
+}
+
+// eligible says why a record is left out of every format ("" when it is not).
+func (e *exporter) eligible(r *record.Record) string {
+	switch {
+	case r.FailureClass == record.FailBadTask:
+		return DropBadTask
+	case r.FailureClass != "" && !e.opt.IncludeFailed:
+		return DropFailed
+	case e.opt.Arm != "" && r.Arm != e.opt.Arm:
+		return DropArm
+	}
+	return ""
+}
+
+// statistics is the first pass: every group's rewards, and the rows each directory needs.
+func (e *exporter) statistics(ctx context.Context) error {
+	e.need = make([]map[int64]int, len(e.opt.Dirs))
+	for d, dir := range e.opt.Dirs {
+		need := map[int64]int{}
+		e.need[d] = need
+		err := scanRecords(dir, func(r *record.Record) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			e.rep.Read++
+			if e.eligible(r) != "" {
+				return nil
+			}
+			g := e.groups[r.TaskIndex]
+			if g == nil {
+				g = &group{}
+				e.groups[r.TaskIndex] = g
+			}
+			g.add(r.Reward, keyOf(r), d)
+			need[r.TaskIndex]++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	e.rep.Groups = len(e.groups)
+	for _, g := range e.groups {
+		if g.uniform() {
+			e.rep.UniformGroups++
+		}
+	}
+	return nil
+}
+
+// rollout is what the second pass hands a format: a record with its trajectory and row.
+type rollout struct {
+	dir  int
+	rec  *record.Record
+	traj *storedTrajectory
+	task *dataset.Task
+	g    *group
+}
+
+// each is the second pass: for each directory in turn, every eligible record in journal
+// order with its group, trajectory and task row, to fn; fn's drop reason ("" when it keeps
+// the rollout) is counted. filter, when set, says before the trajectory is read whether the
+// rollout is left out.
+func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group) string, fn func(*rollout) (string, error)) error {
+	for d, dir := range e.opt.Dirs {
+		trajs, err := openTrajectories(dir)
+		if err != nil {
+			return err
+		}
+		tasks, err := openTasks(dir, e.opt.Input, e.need[d])
+		if err != nil {
+			trajs.close()
+			return err
+		}
+		err = scanRecords(dir, func(r *record.Record) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if why := e.eligible(r); why != "" {
+				e.rep.Dropped[why]++
+				trajs.skip(keyOf(r))
+				return nil
+			}
+			g := e.groups[r.TaskIndex]
+			task, err := tasks.get(r.TaskIndex)
+			if err != nil {
+				return err
+			}
+			if filter != nil {
+				if why := filter(r, g); why != "" {
+					e.rep.Dropped[why]++
+					trajs.skip(keyOf(r))
+					return nil
+				}
+			}
+			raw, ok, err := trajs.get(keyOf(r))
+			if err != nil {
+				return err
+			}
+			if !ok || raw == nil {
+				e.rep.Dropped[DropNoTrajectory]++
+				return nil
+			}
+			if task == nil {
+				e.rep.Dropped[DropNoTask]++
+				return nil
+			}
+			var tr storedTrajectory
+			if err := json.Unmarshal(raw, &tr); err != nil {
+				return fmt.Errorf("%s: task %d rollout %d arm %s: trajectory: %v", filepath.Join(dir, trajectoriesFile), r.TaskIndex, r.RolloutIndex, r.Arm, err)
+			}
+			for i := range tr.Rounds {
+				if tr.Rounds[i].GenerationTokenIDs != nil && tr.Rounds[i].PromptTokenIDs == nil {
+					e.rep.MissingPromptIDs++
+				}
+			}
+			why, err := fn(&rollout{dir: d, rec: r, traj: &tr, task: task, g: g})
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				e.rep.Dropped[why]++
+			} else {
+				e.rep.Kept++
+			}
+			return nil
+		})
+		cerr := errors.Join(trajs.close(), tasks.close())
+		if err != nil {
+			return err
+		}
+		if cerr != nil {
+			return cerr
+		}
+	}
+	return nil
+}
+
+// runRows writes one row per kept rollout: row makes it (nil: left out, with the reason).
+func runRows[T any](ctx context.Context, e *exporter, row func(*rollout) (*T, string, error)) error {
+	out, err := newSink[T](e.opt.Output)
+	if err != nil {
+		return err
+	}
+	var filter func(*record.Record, *group) string
+	switch e.opt.Format {
+	case FormatRL:
+		filter = e.rlFilter
+	case FormatSFT:
+		filter = e.sftFilter
+	}
+	err = e.each(ctx, filter, func(ro *rollout) (string, error) {
+		r, why, err := row(ro)
+		if err != nil || r == nil {
+			return why, err
+		}
+		e.rep.Rows++
+		return "", out.write(r)
+	})
+	if err != nil {
+		out.abort()
+		return err
+	}
+	return out.commit()
+}
+
+// groupID names a task's group: its id, else its index.
+func groupID(r *record.Record) string {
+	if r.TaskID != "" {
+		return r.TaskID
+	}
+	return "task-" + strconv.FormatInt(r.TaskIndex, 10)
+}
+
+// Print writes the report: what was written, kept and dropped, and why.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "rollout export: %s: %d rows (%s) from %d records in %d groups\n", r.Output, r.Rows, r.Format, r.Read, r.Groups)
+	fmt.Fprintf(w, "  kept %d rollouts\n", r.Kept)
+	for _, k := range sortedKeys(r.Dropped) {
+		fmt.Fprintf(w, "  dropped %d: %s\n", r.Dropped[k], k)
+	}
+	for _, k := range sortedKeys(r.GroupsDropped) {
+		fmt.Fprintf(w, "  dropped %d groups: %s\n", r.GroupsDropped[k], k)
+	}
+	if r.UniformGroups > 0 && r.Format == FormatRL && r.GroupsDropped[DropUniform] == 0 {
+		fmt.Fprintf(w, "  note: %d of %d groups have all rewards equal (advantage 0; --drop-uniform-groups leaves them out)\n", r.UniformGroups, r.Groups)
+	}
+	if r.MissingPromptIDs > 0 {
+		fmt.Fprintf(w, "  note: %d model calls have no prompt_token_ids (the endpoint did not return them)\n", r.MissingPromptIDs)
+	}
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,230 @@
+package export
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/rollout-dev/rollout/internal/jsonfast"
+	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
+)
+
+// The files of a run directory that an export reads.
+const (
+	journalFile      = "journal.jsonl"
+	trajectoriesFile = "trajectories.jsonl"
+)
+
+// maxLine bounds one line of a run's files (a trajectory of a long rollout is large).
+const maxLine = 256 << 20
+
+// key is a rollout's key within a run directory.
+type key struct {
+	task, rollout int64
+	arm           string
+}
+
+func keyOf(r *record.Record) key { return key{r.TaskIndex, r.RolloutIndex, r.Arm} }
+
+// lineReader reads the lines of a JSONL file, naming the file and line in its errors.
+type lineReader struct {
+	path string
+	f    *os.File
+	br   *bufio.Reader
+	n    int
+	buf  []byte
+}
+
+func openLines(path string) (*lineReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return &lineReader{path: path, f: f, br: bufio.NewReaderSize(f, 1<<20)}, nil
+}
+
+// next returns the next non-blank line (valid until the next call), or io.EOF. A last line
+// without its newline (torn by a crash) is skipped, as resume drops it.
+func (l *lineReader) next() ([]byte, error) {
+	for {
+		l.buf = l.buf[:0]
+		for {
+			chunk, err := l.br.ReadSlice('\n')
+			l.buf = append(l.buf, chunk...)
+			if len(l.buf) > maxLine {
+				return nil, fmt.Errorf("%s:%d: line longer than %d bytes", l.path, l.n+1, maxLine)
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err == io.EOF {
+				return nil, io.EOF // nothing, or a torn last line
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", l.path, err)
+			}
+			break
+		}
+		l.n++
+		line := l.buf[:len(l.buf)-1]
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(line) > 0 {
+			return line, nil
+		}
+	}
+}
+
+func (l *lineReader) close() error { return l.f.Close() }
+
+// scanRecords calls fn for each record of the run directory's journal, in order.
+func scanRecords(dir string, fn func(r *record.Record) error) error {
+	path := filepath.Join(dir, journalFile)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("%s: not a run directory (no %s): %w", dir, journalFile, err)
+	}
+	return record.ScanJSONLInPlace(path, fn)
+}
+
+// trajectories finds each record's trajectory line in trajectories.jsonl, which the run
+// writes in the journal's order: lines read past the one wanted wait in a map until asked
+// for, so that memory stays bounded by how far the two files' orders differ.
+type trajectories struct {
+	lines   *lineReader
+	pending map[key]json.RawMessage
+	skipped map[key]bool // keys left out before their line was read
+	eof     bool
+}
+
+// skip drops k's line, read or still to come.
+func (t *trajectories) skip(k key) {
+	if _, ok := t.pending[k]; ok {
+		delete(t.pending, k)
+		return
+	}
+	t.skipped[k] = true
+}
+
+func openTrajectories(dir string) (*trajectories, error) {
+	l, err := openLines(filepath.Join(dir, trajectoriesFile))
+	if err != nil {
+		return nil, fmt.Errorf("%s: no trajectories: %w", dir, err)
+	}
+	return &trajectories{lines: l, pending: map[key]json.RawMessage{}, skipped: map[key]bool{}}, nil
+}
+
+// get returns the trajectory of k ("trajectory" of its line; nil when the line's is null),
+// or ok false when the file has no line for k.
+func (t *trajectories) get(k key) (traj json.RawMessage, ok bool, err error) {
+	if raw, ok := t.pending[k]; ok {
+		delete(t.pending, k)
+		return raw, true, nil
+	}
+	for !t.eof {
+		line, err := t.lines.next()
+		if err == io.EOF {
+			t.eof = true
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		task, rollout, arm, _, fast := jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
+		if lk := (key{task, rollout, string(arm)}); fast && lk != k && t.skipped[lk] {
+			delete(t.skipped, lk)
+			continue
+		}
+		var lk key
+		var full struct {
+			TaskIndex    int64           `json:"task_index"`
+			RolloutIndex int64           `json:"rollout_index"`
+			Arm          string          `json:"arm"`
+			Trajectory   json.RawMessage `json:"trajectory"`
+		}
+		if err := json.Unmarshal(line, &full); err != nil {
+			return nil, false, fmt.Errorf("%s:%d: not a trajectory line: %v", t.lines.path, t.lines.n, err)
+		}
+		if fast {
+			lk = key{task, rollout, string(arm)}
+		} else {
+			lk = key{full.TaskIndex, full.RolloutIndex, full.Arm}
+		}
+		raw := full.Trajectory
+		if string(raw) == "null" {
+			raw = nil
+		}
+		if lk == k {
+			return raw, true, nil
+		}
+		if t.skipped[lk] {
+			delete(t.skipped, lk)
+			continue
+		}
+		t.pending[lk] = append(json.RawMessage(nil), raw...)
+	}
+	return nil, false, nil
+}
+
+func (t *trajectories) close() error { return t.lines.close() }
+
+// tasks serves the task rows an export needs, read in order from the run's task file: a row
+// read before it is asked for waits until its last rollout (need) has taken it.
+type tasks struct {
+	r       *dataset.Reader
+	need    map[int64]int
+	pending map[int64]*dataset.Task
+	eof     bool
+}
+
+// openTasks opens the task file of dir's run (its manifest's input), or input when set.
+func openTasks(dir, input string, need map[int64]int) (*tasks, error) {
+	if input == "" {
+		m, err := rundir.ReadManifest(dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (give the task file with --input)", dir, err)
+		}
+		input = m.Input
+	}
+	r, err := dataset.Open(input)
+	if err != nil {
+		return nil, fmt.Errorf("%s: the run's task file: %w (give it with --input)", dir, err)
+	}
+	return &tasks{r: r, need: need, pending: map[int64]*dataset.Task{}}, nil
+}
+
+// get returns the row of task index i, or nil when the file has none.
+func (t *tasks) get(i int64) (*dataset.Task, error) {
+	task, ok := t.pending[i]
+	for !ok && !t.eof {
+		next, err := t.r.Next()
+		if errors.Is(err, io.EOF) {
+			t.eof = true
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t.need[int64(next.Index)] == 0 {
+			continue
+		}
+		t.pending[int64(next.Index)] = next
+		task, ok = t.pending[i]
+	}
+	if !ok {
+		return nil, nil
+	}
+	if t.need[i]--; t.need[i] <= 0 {
+		delete(t.pending, i)
+		delete(t.need, i)
+	}
+	return task, nil
+}
+
+func (t *tasks) close() error { return t.r.Close() }
