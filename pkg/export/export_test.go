@@ -17,9 +17,9 @@ import (
 )
 
 type msg struct {
-	Role       string  `json:"role"`
-	Content    *string `json:"content"`
-	ToolCalls  []struct {
+	Role      string  `json:"role"`
+	Content   *string `json:"content"`
+	ToolCalls []struct {
 		ID       string `json:"id"`
 		Type     string `json:"type"`
 		Function struct {

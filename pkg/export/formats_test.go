@@ -1,0 +1,235 @@
+package export_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/export"
+)
+
+// checkChatFineTuning checks one line against the rules of OpenAI's chat fine-tuning format:
+// an object of "messages" (and optionally "tools", "parallel_tool_calls"); roles system,
+// user, assistant, tool; every content a string, null only for an assistant message that
+// calls tools; tool calls {"id", "type": "function", "function": {"name", "arguments"}} with
+// arguments a string holding JSON; each tool message answering a call made before it; at
+// least one assistant message; tools {"type": "function", "function": {"name", "parameters"}}.
+func checkChatFineTuning(line []byte) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(line, &top); err != nil {
+		return err
+	}
+	for k := range top {
+		if k != "messages" && k != "tools" && k != "parallel_tool_calls" {
+			return fmt.Errorf("unknown key %q", k)
+		}
+	}
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(top["messages"], &msgs); err != nil || len(msgs) == 0 {
+		return fmt.Errorf("messages: %v (%d)", err, len(msgs))
+	}
+	calls := map[string]bool{}
+	assistants := 0
+	for i, m := range msgs {
+		var role string
+		json.Unmarshal(m["role"], &role)
+		content, hasContent := m["content"]
+		isNull := !hasContent || string(content) == "null"
+		var text string
+		if !isNull && json.Unmarshal(content, &text) != nil {
+			return fmt.Errorf("message %d: content %s is not a string", i, content)
+		}
+		switch role {
+		case "system", "user":
+			if isNull {
+				return fmt.Errorf("message %d (%s): no content", i, role)
+			}
+		case "assistant":
+			assistants++
+			var tcs []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      *string          `json:"name"`
+					Arguments *json.RawMessage `json:"arguments"`
+				} `json:"function"`
+			}
+			if raw, ok := m["tool_calls"]; ok {
+				if err := json.Unmarshal(raw, &tcs); err != nil {
+					return fmt.Errorf("message %d: tool_calls: %v", i, err)
+				}
+			}
+			if isNull && len(tcs) == 0 {
+				return fmt.Errorf("message %d: assistant without content or tool calls", i)
+			}
+			for _, tc := range tcs {
+				var args string
+				if tc.ID == "" || tc.Type != "function" || tc.Function.Name == nil || *tc.Function.Name == "" || tc.Function.Arguments == nil ||
+					json.Unmarshal(*tc.Function.Arguments, &args) != nil || !json.Valid([]byte(args)) {
+					return fmt.Errorf("message %d: bad tool call %+v", i, tc)
+				}
+				calls[tc.ID] = true
+			}
+		case "tool":
+			var id string
+			json.Unmarshal(m["tool_call_id"], &id)
+			if !calls[id] || isNull {
+				return fmt.Errorf("message %d: tool message answers no call (%q)", i, id)
+			}
+		default:
+			return fmt.Errorf("message %d: role %q", i, role)
+		}
+	}
+	if assistants == 0 {
+		return fmt.Errorf("no assistant message")
+	}
+	if raw, ok := top["tools"]; ok {
+		var tools []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name       string         `json:"name"`
+				Parameters map[string]any `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &tools); err != nil || len(tools) == 0 {
+			return fmt.Errorf("tools: %v", err)
+		}
+		for _, tl := range tools {
+			if tl.Type != "function" || tl.Function.Name == "" || tl.Function.Parameters["type"] != "object" {
+				return fmt.Errorf("bad tool %+v", tl)
+			}
+		}
+	}
+	return nil
+}
+
+// The checker refuses what OpenAI's format refuses.
+func TestChatFineTuningChecker(t *testing.T) {
+	for _, bad := range []string{
+		`{"messages": []}`,
+		`{"messages": [{"role": "user", "content": "hi"}]}`,
+		`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}], "extra": 1}`,
+		`{"messages": [{"role": "developer", "content": "hi"}, {"role": "assistant", "content": "x"}]}`,
+		`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]}`,
+		`{"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "zz", "content": "1"}, {"role": "assistant", "content": "x"}]}`,
+		`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null}]}`,
+	} {
+		if checkChatFineTuning([]byte(bad)) == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+func TestSFT(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	one := 1.0
+	for _, tc := range []struct {
+		name    string
+		opt     export.Options
+		keys    []string // "task/repeat/arm" of the rows
+		dropped map[string]int
+	}{
+		{"all", export.Options{}, []string{"0/0/multi", "0/1/multi", "1/0/multi", "0/2/multi", "0/3/multi", "1/1/multi", "1/2/multi", "1/0/single"},
+			map[string]int{export.DropFailed: 1, export.DropBadTask: 1}},
+		{"min-reward", export.Options{MinReward: &one}, []string{"0/0/multi", "1/0/multi", "0/3/multi", "1/1/multi", "1/2/multi"},
+			map[string]int{export.DropMinReward: 3}},
+		{"best-of-group", export.Options{BestOfGroup: true}, []string{"0/0/multi", "1/0/multi"},
+			map[string]int{export.DropNotBest: 6}},
+		{"best-of-group-arm", export.Options{BestOfGroup: true, Arm: "single"}, []string{"1/0/single"},
+			map[string]int{export.DropArm: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := tc.opt
+			opt.Dirs, opt.Format, opt.Output = []string{dir}, export.FormatSFT, filepath.Join(t.TempDir(), "sft.jsonl")
+			rep := exportTo(t, opt)
+			for k, v := range tc.dropped {
+				if rep.Dropped[k] != v {
+					t.Errorf("dropped %q: %d, want %d (%v)", k, rep.Dropped[k], v, rep.Dropped)
+				}
+			}
+			data, _ := os.ReadFile(opt.Output)
+			lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+			if len(lines) != len(tc.keys) || rep.Rows != len(tc.keys) {
+				t.Fatalf("%d lines (report %d), want %d", len(lines), rep.Rows, len(tc.keys))
+			}
+			for i, line := range lines {
+				if err := checkChatFineTuning([]byte(line)); err != nil {
+					t.Errorf("line %d: %v\n%s", i+1, err, line)
+				}
+				// Which rollout: the final answer names the task and repeat.
+				var row struct{ Messages []msg }
+				json.Unmarshal([]byte(line), &row)
+				final := *row.Messages[len(row.Messages)-1].Content
+				var task, repeat int
+				fmt.Sscanf(final, "Done: %d (repeat %d).", &task, &repeat)
+				if want := tc.keys[i]; !strings.HasPrefix(want, fmt.Sprintf("%d/%d/", task, repeat)) {
+					t.Errorf("line %d is task %d repeat %d, want %s", i+1, task, repeat, want)
+				}
+			}
+		})
+	}
+}
+
+type prefLine struct {
+	Prompt         []msg            `json:"prompt"`
+	Chosen         []msg            `json:"chosen"`
+	Rejected       []msg            `json:"rejected"`
+	Tools          []map[string]any `json:"tools"`
+	TaskIndex      int64            `json:"task_index"`
+	TaskID         string           `json:"task_id"`
+	ChosenReward   float64          `json:"chosen_reward"`
+	RejectedReward float64          `json:"rejected_reward"`
+	ChosenRepeat   int64            `json:"chosen_repeat"`
+	RejectedRepeat int64            `json:"rejected_repeat"`
+	ChosenArm      string           `json:"chosen_arm"`
+	RejectedArm    string           `json:"rejected_arm"`
+}
+
+func TestPreference(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	for _, tc := range []struct {
+		name   string
+		opt    export.Options
+		pairs  []string // "task: chosen repeat/arm > rejected repeat/arm"
+		groups map[string]int
+	}{
+		{"all-arms", export.Options{}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+		{"multi", export.Options{Arm: "multi"}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
+		{"margin", export.Options{Arm: "multi", MinMargin: 1.5}, nil, map[string]int{export.DropEqual: 1, export.DropMargin: 1}},
+		{"margin-met", export.Options{MinMargin: 1}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := tc.opt
+			opt.Dirs, opt.Format, opt.Output = []string{dir}, export.FormatPreference, filepath.Join(t.TempDir(), "pref.jsonl")
+			rep := exportTo(t, opt)
+			for k, v := range tc.groups {
+				if rep.GroupsDropped[k] != v {
+					t.Errorf("groups dropped %q: %d, want %d (%v)", k, rep.GroupsDropped[k], v, rep.GroupsDropped)
+				}
+			}
+			rows := readJSONL[prefLine](t, opt.Output)
+			var got []string
+			for _, p := range rows {
+				got = append(got, fmt.Sprintf("%s: %d/%s > %d/%s", p.TaskID, p.ChosenRepeat, p.ChosenArm, p.RejectedRepeat, p.RejectedArm))
+				if p.ChosenReward <= p.RejectedReward || p.ChosenReward-p.RejectedReward < opt.MinMargin {
+					t.Errorf("%s: chosen %v rejected %v", p.TaskID, p.ChosenReward, p.RejectedReward)
+				}
+				if len(p.Prompt) != 2 || p.Prompt[0].Role != "system" || p.Prompt[1].Role != "user" ||
+					p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" || len(p.Chosen) != 3 || len(p.Tools) != 1 {
+					t.Errorf("%s: prompt %+v chosen %+v rejected %+v", p.TaskID, p.Prompt, p.Chosen, p.Rejected)
+				}
+				if !strings.Contains(*p.Chosen[2].Content, fmt.Sprintf("repeat %d", p.ChosenRepeat)) {
+					t.Errorf("%s: the chosen messages are not rollout %d's: %s", p.TaskID, p.ChosenRepeat, *p.Chosen[2].Content)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.pairs) {
+				t.Errorf("pairs %q, want %q", got, tc.pairs)
+			}
+		})
+	}
+}
