@@ -1,0 +1,119 @@
+package export_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/export"
+)
+
+// Bad inputs are errors that name the file, line or option, and leave no output behind.
+func TestExportErrors(t *testing.T) {
+	good := writeRun(t, 2, []rollout{{task: 0, repeat: 0, reward: 1}, {task: 1, repeat: 0, reward: 0}})
+
+	tornTraj := writeRun(t, 2, []rollout{{task: 0, repeat: 0, reward: 1}, {task: 1, repeat: 0, reward: 0}})
+	p := filepath.Join(tornTraj, "trajectories.jsonl")
+	data, _ := os.ReadFile(p)
+	lines := strings.SplitAfter(string(data), "\n")
+	os.WriteFile(p, []byte(lines[0]+"{\"task_index\": 1, broken\n"), 0o644)
+
+	noTasks := writeRun(t, 1, []rollout{{task: 0, repeat: 0, reward: 1}})
+	os.Remove(filepath.Join(filepath.Dir(noTasks), "tasks.jsonl"))
+
+	badJournal := writeRun(t, 1, []rollout{{task: 0, repeat: 0, reward: 1}})
+	j := filepath.Join(badJournal, "journal.jsonl")
+	jd, _ := os.ReadFile(j)
+	os.WriteFile(j, append([]byte("not json\n"), jd...), 0o644)
+
+	for _, tc := range []struct {
+		name string
+		opt  export.Options
+		want string
+	}{
+		{"no dir", export.Options{Format: "rl", Output: "x.jsonl"}, "no run directory"},
+		{"format", export.Options{Dirs: []string{good}, Format: "dpo", Output: "x.jsonl"}, `--format "dpo"`},
+		{"extension", export.Options{Dirs: []string{good}, Format: "rl", Output: "x.csv"}, `unknown extension ".csv"`},
+		{"margin", export.Options{Dirs: []string{good}, Format: "preference", Output: "x.jsonl", MinMargin: -1}, "--min-margin"},
+		{"not a run", export.Options{Dirs: []string{t.TempDir()}, Format: "rl"}, "not a run directory (no journal.jsonl)"},
+		{"trajectory line", export.Options{Dirs: []string{tornTraj}, Format: "rl"}, "trajectories.jsonl:2: not a trajectory line"},
+		{"task file", export.Options{Dirs: []string{noTasks}, Format: "rl"}, "give it with --input"},
+		{"journal line", export.Options{Dirs: []string{badJournal}, Format: "sft"}, "journal.jsonl:1: not a record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			opt := tc.opt
+			if opt.Output == "" {
+				opt.Output = filepath.Join(out, "out.parquet")
+			} else {
+				opt.Output = filepath.Join(out, opt.Output)
+			}
+			_, err := export.Run(context.Background(), opt)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+			if left, _ := os.ReadDir(out); len(left) != 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+
+	// --input names the task file when the manifest's is gone.
+	input := filepath.Join(t.TempDir(), "tasks.jsonl")
+	os.WriteFile(input, []byte(taskRow(0)+"\n"), 0o644)
+	rep, err := export.Run(context.Background(), export.Options{Dirs: []string{noTasks}, Format: "rl", Input: input, Output: filepath.Join(t.TempDir(), "rl.jsonl")})
+	if err != nil || rep.Rows != 1 {
+		t.Fatalf("with --input: %v, %+v", err, rep)
+	}
+
+	// A cancelled export stops and leaves nothing.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := t.TempDir()
+	if _, err := export.Run(ctx, export.Options{Dirs: []string{good}, Format: "rl", Output: filepath.Join(out, "rl.jsonl")}); err == nil {
+		t.Error("a cancelled export succeeded")
+	}
+	if left, _ := os.ReadDir(out); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
+
+// Shards of one run: their rollouts form one group per task, each directory read in turn.
+func TestShards(t *testing.T) {
+	a := writeRun(t, 2, []rollout{{task: 0, repeat: 0, reward: 1}, {task: 0, repeat: 1, reward: 0}})
+	b := writeRun(t, 2, []rollout{{task: 0, repeat: 2, reward: 1}, {task: 1, repeat: 0, reward: 0.5}, {task: 0, repeat: 3, reward: 1}})
+	out := filepath.Join(t.TempDir(), "rl.jsonl")
+	rep := exportTo(t, export.Options{Dirs: []string{a, b}, Format: "rl", Output: out})
+	if rep.Rows != 5 || rep.Groups != 2 || rep.Read != 5 {
+		t.Fatalf("report %+v", rep)
+	}
+	norm, _ := advantages([]float64{1, 0, 1, 1})
+	i := 0
+	for _, r := range readJSONL[rlLine](t, out) {
+		if r.TaskID != "t0" {
+			continue
+		}
+		if r.GroupSize != 4 || r.Advantage != r.Advantage || abs(r.Advantage-norm[i]) > 1e-9 {
+			t.Errorf("t0 repeat %d: group size %d advantage %v, want 4, %v", r.Repeat, r.GroupSize, r.Advantage, norm[i])
+		}
+		i++
+	}
+	if i != 4 {
+		t.Errorf("%d rows of t0", i)
+	}
+	// Best of group across shards: the first highest reward, in the first shard.
+	sft := filepath.Join(t.TempDir(), "sft.jsonl")
+	rep = exportTo(t, export.Options{Dirs: []string{a, b}, Format: "sft", BestOfGroup: true, Output: sft})
+	if rep.Rows != 2 {
+		t.Errorf("best of group over shards: %d rows, want 2", rep.Rows)
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
