@@ -1,0 +1,121 @@
+package export_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/export"
+)
+
+// duckdbNode returns node and the environment under which require('@duckdb/node-api')
+// resolves, or skips the test saying why. ROLLOUT_DUCKDB_NODE_PATH names a node_modules
+// directory that holds the package (npm install @duckdb/node-api there); else NODE_PATH is
+// used as it is.
+func duckdbNode(t *testing.T) (string, []string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("DuckDB check skipped: node is not installed (the parquet-go read-back in TestRLParquet still runs)")
+	}
+	env := os.Environ()
+	if p := os.Getenv("ROLLOUT_DUCKDB_NODE_PATH"); p != "" {
+		env = append(env, "NODE_PATH="+p)
+	}
+	cmd := exec.Command(node, "-e", "require.resolve('@duckdb/node-api')")
+	cmd.Env = env
+	if err := cmd.Run(); err != nil {
+		t.Skip("DuckDB check skipped: node cannot require @duckdb/node-api (npm install @duckdb/node-api in a directory, then set ROLLOUT_DUCKDB_NODE_PATH=DIR/node_modules)")
+	}
+	return node, env
+}
+
+// DuckDB, a reader we did not write, reads the rl Parquet export without custom code: the
+// nested columns have the types data tools expect (lists of structs, INTEGER[] and FLOAT[]
+// token arrays, a MAP of components), and the values are the JSONL export's.
+func TestRLParquetDuckDB(t *testing.T) {
+	node, env := duckdbNode(t)
+	dir := writeRun(t, 3, baseRun)
+	out := t.TempDir()
+	pq, js := filepath.Join(out, "rl.parquet"), filepath.Join(out, "rl.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatRL, Output: pq})
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatRL, Output: js})
+
+	cmd := exec.Command(node, "testdata/duckdb_read.js", pq)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Types []struct{ Column_name, Column_type string }
+		Rows  []struct {
+			TaskID     string    `json:"task_id"`
+			Repeat     string    `json:"repeat"` // BIGINT comes as text
+			Arm        string    `json:"arm"`
+			Reward     float64   `json:"reward"`
+			Advantage  float64   `json:"advantage"`
+			Accuracy   float64   `json:"accuracy"`
+			Roles      []string  `json:"roles"`
+			Contents   []string  `json:"contents"`
+			Arguments  []string  `json:"arguments"`
+			Generated  []string  `json:"generated"`
+			IDs        []int32   `json:"ids"`
+			LogProbs   []float32 `json:"log_probs"`
+			ToolsCount string    `json:"tools"`
+		}
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	types := map[string]string{}
+	for _, c := range got.Types {
+		types[c.Column_name] = c.Column_type
+	}
+	for col, want := range map[string]string{
+		"reward_components": "MAP(VARCHAR, DOUBLE)",
+		"messages":          `STRUCT("role" VARCHAR, "content" VARCHAR, tool_calls STRUCT(id VARCHAR, "type" VARCHAR, "function" STRUCT("name" VARCHAR, arguments VARCHAR))[], tool_call_id VARCHAR)[]`,
+		"calls":             "STRUCT(prompt_token_ids INTEGER[], generation_token_ids INTEGER[], generation_log_probs FLOAT[])[]",
+		"advantage":         "DOUBLE", "group_size": "INTEGER", "tools": "VARCHAR",
+	} {
+		if types[col] != want {
+			t.Errorf("DuckDB reads %s as %s, want %s", col, types[col], want)
+		}
+	}
+	want := readJSONL[rlLine](t, js)
+	if len(got.Rows) != len(want) {
+		t.Fatalf("DuckDB read %d rows, JSONL has %d", len(got.Rows), len(want))
+	}
+	for i, g := range got.Rows {
+		w := want[i]
+		var roles, contents, args []string
+		for _, m := range w.Messages {
+			roles = append(roles, m.Role)
+			c := ""
+			if m.Content != nil {
+				c = *m.Content
+			}
+			contents = append(contents, c)
+			for _, tc := range m.ToolCalls {
+				args = append(args, tc.Function.Arguments)
+			}
+		}
+		var ids []int32
+		var lps []float32
+		for _, c := range w.Calls {
+			ids = append(ids, c.GenerationTokenIDs...)
+			lps = append(lps, c.GenerationLogProbs...)
+		}
+		if g.TaskID != w.TaskID || g.Arm != w.Arm || g.Reward != w.Reward || g.Advantage != w.Advantage || g.Accuracy != w.RewardComponents["accuracy"] ||
+			!slices.Equal(g.Roles, roles) || !slices.Equal(g.Contents, contents) || !slices.Equal(g.Arguments, args) ||
+			!slices.Equal(g.IDs, ids) || !slices.Equal(g.LogProbs, lps) || g.ToolsCount != "1" {
+			t.Errorf("row %d: DuckDB %+v\nJSONL %+v", i, g, w)
+		}
+	}
+}
