@@ -497,7 +497,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("no %q in the help", section)
 		}
 	}
-	for _, cmd := range []string{"serve", "sim", "gen", "validate", "compare", "report", "show", "view"} {
+	for _, cmd := range []string{"serve", "sim", "gen", "validate", "compare", "report", "show", "view", "export"} {
 		r := runProcess(t, nil, cmd, "--help")
 		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: rollout "+cmd) {
 			t.Errorf("rollout %s --help: exit %d, stderr %q, stdout %.80q", cmd, r.code, r.stderr, r.stdout)

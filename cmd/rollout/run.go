@@ -437,7 +437,7 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 		opts.Window = ep.pool.Window(f.concurrency) // the rollouts in flight follow the adaptive limits
 	}
 	if f.captureTokens {
-		opts.Agent.CaptureTokens, opts.Agent.OnNoTokens = true, noTokensWarning(stderr) // capture.go
+		opts.Agent.CaptureTokens = &agent.TokenCapture{OnNoTokens: noTokensWarning(stderr)} // capture.go
 	}
 	if f.temperature >= 0 {
 		t := f.temperature
@@ -775,7 +775,7 @@ trajectories.jsonl, summary.json, evaluation.json; the summary goes to stdout, p
 failures to stderr (the first failure of each class as it happens).`,
 	groups: []flagGroup{
 		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
-		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer"}},
+		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",

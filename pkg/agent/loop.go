@@ -166,11 +166,9 @@ type Config struct {
 	Workflow *Workflow
 	// ToolMode is how tools reach the model: ToolModeNative ("" too) or ToolModeJSON (jsonmode.go).
 	ToolMode string
-	// CaptureTokens asks each model call for its token ids and log-probs and keeps them in
-	// the round (tokens.go). OnNoTokens, when set, is called with the reason each time a call
-	// comes back without any (the caller warns once).
-	CaptureTokens bool
-	OnNoTokens    func(reason string)
+	// CaptureTokens, when set, asks each model call for its token ids and log-probs and keeps
+	// them in the round (tokens.go). One is shared by all the rollouts of a run.
+	CaptureTokens *TokenCapture
 }
 
 // Policies.
@@ -474,10 +472,19 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 		defer cancel()
 	}
 	req.Messages = sendable(req.Messages)
-	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature, capture: c.CaptureTokens}
-	ctx = context.WithValue(ctx, tapKey{}, tap)
+	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature}
+	if tc := c.CaptureTokens; tc != nil {
+		tap.capture, tap.vllm = true, !tc.plain.Load()
+	}
 	start := time.Now()
-	resp, err := c.Model.CreateChatCompletion(ctx, req)
+	resp, err := c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
+	if err != nil && tap.vllm && refusesTokenOptions(err) {
+		// The endpoint (OpenAI's) refuses vLLM's options: ask again, and from now on, for
+		// log-probs only (tokens.go).
+		c.CaptureTokens.refused(err)
+		tap = &answerTap{zeros: tap.zeros, capture: true}
+		resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
+	}
 	if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within the model timeout of %v: %w", c.ModelTimeout, err)
 	}

@@ -100,7 +100,7 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 				body, changed = zeroSampling(body)
 			}
 			if t.capture {
-				body, changed = askTokens(body), true // tokens.go
+				body, changed = askTokens(body, t.vllm), true // tokens.go
 			}
 			return body, changed
 		}); err != nil {
@@ -145,9 +145,10 @@ type answerTap struct {
 	status int
 	prefix []byte
 	zeros  bool
-	// capture asks the endpoint for the call's tokens (tokens.go) and keeps the whole answer in body.
-	capture bool
-	body    []byte
+	// capture asks the endpoint for the call's tokens (tokens.go), with vLLM's options when
+	// vllm is set, and keeps the whole answer in body.
+	capture, vllm bool
+	body          []byte
 }
 
 type tapKey struct{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Token capture (Config.CaptureTokens): each model call asks the endpoint for what training
@@ -22,24 +23,62 @@ import (
 //   - prompt_token_ids: the prompt's ids; missing on vLLM without return_token_ids, and then
 //     the round says so in TokenNote rather than inventing them.
 //
-// An endpoint that returns no generation ids (OpenAI's: log-probs of text tokens at most)
-// leaves the round without them, with a note, and Config.OnNoTokens is called; the rollout
-// goes on.
+// An endpoint that refuses vLLM's options (OpenAI's: 400 "Unrecognized request argument") is
+// asked again, and from then on, for log-probs only. One that returns no generation ids
+// (OpenAI's: log-probs of text tokens at most) leaves the round without them, with a note,
+// and TokenCapture.OnNoTokens is called; the rollout goes on.
 
-// tokenFields is what askTokens adds at the start of a request's JSON object.
-const tokenFields = `"logprobs":true,"top_logprobs":0,"return_tokens_as_token_ids":true,"return_token_ids":true`
+// TokenCapture turns token capture on (Config.CaptureTokens); one is shared by all the
+// rollouts of a run.
+type TokenCapture struct {
+	// OnNoTokens, when set, is called with the reason each time a call comes back without
+	// generation ids (the caller warns once).
+	OnNoTokens func(reason string)
+	// plain is set once the endpoint refused vLLM's options: calls ask for log-probs only.
+	plain atomic.Bool
+}
 
-// askTokens is the request body with tokenFields added: body is the JSON object go-openai
-// wrote, which never has these members (the request struct's LogProbs is left unset).
-func askTokens(body []byte) []byte {
+// refused records that the endpoint refused vLLM's options.
+func (tc *TokenCapture) refused(err error) {
+	tc.plain.Store(true)
+	if tc.OnNoTokens != nil {
+		tc.OnNoTokens(fmt.Sprintf("the endpoint refuses return_token_ids and return_tokens_as_token_ids (%s)", errText(err)))
+	}
+}
+
+// refusesTokenOptions reports whether a failed call is the endpoint refusing vLLM's options:
+// OpenAI answers 400 "Unrecognized request argument supplied: return_tokens_as_token_ids".
+func refusesTokenOptions(err error) bool {
+	e, ok := endpointErrorOf(err)
+	if !ok || e.Status != 400 {
+		return false
+	}
+	m := strings.ToLower(e.Message)
+	return strings.Contains(m, "return_token") || strings.Contains(m, "unrecognized request argument")
+}
+
+// Members askTokens adds at the start of a request's JSON object: OpenAI's, and vLLM's.
+const (
+	logprobFields = `"logprobs":true,"top_logprobs":0`
+	vllmFields    = `,"return_tokens_as_token_ids":true,"return_token_ids":true`
+)
+
+// askTokens is the request body with logprobFields (and vllmFields when vllm) added: body is
+// the JSON object go-openai wrote, which never has these members (the request struct's
+// LogProbs is left unset).
+func askTokens(body []byte, vllm bool) []byte {
+	fields := logprobFields
+	if vllm {
+		fields += vllmFields
+	}
 	i := strings.IndexByte(string(body), '{')
 	if i < 0 {
 		return body
 	}
 	rest := body[i+1:]
-	out := make([]byte, 0, len(body)+len(tokenFields)+1)
+	out := make([]byte, 0, len(body)+len(fields)+1)
 	out = append(out, body[:i+1]...)
-	out = append(out, tokenFields...)
+	out = append(out, fields...)
 	if j := strings.IndexFunc(string(rest), func(r rune) bool { return r != ' ' && r != '\n' && r != '\t' && r != '\r' }); j >= 0 && rest[j] != '}' {
 		out = append(out, ',')
 	}
@@ -126,11 +165,12 @@ func tokensOf(rd *Round, body []byte) bool {
 
 // captureTokens adds the call's tokens to its round when the run captures them.
 func (c *Config) captureTokens(rd *Round, tap *answerTap) {
-	if !c.CaptureTokens || tap == nil {
+	tc := c.CaptureTokens
+	if tc == nil || tap == nil {
 		return
 	}
-	if !tokensOf(rd, tap.body) && c.OnNoTokens != nil {
-		c.OnNoTokens(rd.TokenNote)
+	if !tokensOf(rd, tap.body) && tc.OnNoTokens != nil {
+		tc.OnNoTokens(rd.TokenNote)
 	}
 	tap.body = nil
 }

@@ -57,10 +57,9 @@ func TestCaptureTokensShapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newFakeModel(t, nil, raw(tc.body))
 			c := m.config(nil)
-			c.CaptureTokens = true
 			var mu sync.Mutex
 			var warnings []string
-			c.OnNoTokens = func(reason string) { mu.Lock(); warnings = append(warnings, reason); mu.Unlock() }
+			c.CaptureTokens = &agent.TokenCapture{OnNoTokens: func(reason string) { mu.Lock(); warnings = append(warnings, reason); mu.Unlock() }}
 			task := parseTask(t, counterRow(""))
 			tr := c.Run(context.Background(), task, newFakeResource(t, nil).session(t, task), 1)
 			if tr.Termination != agent.Completed || len(tr.Rounds) != 1 {
@@ -113,5 +112,61 @@ func TestNoCaptureAsksNothing(t *testing.T) {
 	}
 	if rd := tr.Rounds[0]; rd.GenerationTokenIDs != nil || rd.PromptTokenIDs != nil || rd.TokenNote != "" {
 		t.Errorf("round kept tokens without capture: %+v", rd)
+	}
+}
+
+// OpenAI refuses vLLM's options with a 400: the call is made again with logprobs only, and so
+// are all later calls of the run (one refusal in all); the rollout completes, its rounds keep
+// the log-probs without ids, and the warning names the refusal.
+func TestCaptureTokensRefusedOptions(t *testing.T) {
+	textLogprobs := `,"logprobs":{"content":[{"token":"do","logprob":-0.5},{"token":"ne","logprob":-1}]}`
+	refused := 0
+	var mu sync.Mutex
+	var m *fakeModel
+	openai := func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		body := m.bodies[len(m.bodies)-1] // serve read it
+		m.mu.Unlock()
+		if strings.Contains(string(body), "return_token_ids") {
+			mu.Lock()
+			refused++
+			mu.Unlock()
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error": {"message": "Unrecognized request argument supplied: return_tokens_as_token_ids", "type": "invalid_request_error", "param": null, "code": null}}`)
+			return
+		}
+		if !strings.Contains(string(body), `"logprobs":true`) {
+			http.Error(w, "no logprobs asked", http.StatusTeapot)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(body), `"role":"tool"`) {
+			io.WriteString(w, withTokens("", textLogprobs))
+			return
+		}
+		s := completionJSON("", 7, 3, call{"c1", "increment", `{"by": 1}`})
+		io.WriteString(w, strings.Replace(s, `"finish_reason":"tool_calls"`, `"finish_reason":"tool_calls"`+textLogprobs, 1))
+	}
+	m = newFakeModel(t, nil, openai)
+	c := m.config(nil)
+	var warnings []string
+	c.CaptureTokens = &agent.TokenCapture{OnNoTokens: func(reason string) { mu.Lock(); warnings = append(warnings, reason); mu.Unlock() }}
+	task := parseTask(t, counterRow(""))
+	for range 2 {
+		tr := c.Run(context.Background(), task, newFakeResource(t, nil).session(t, task), 1)
+		if tr.Termination != agent.Completed || len(tr.Rounds) != 2 {
+			t.Fatalf("termination %q (%s), %d rounds", tr.Termination, tr.Error, len(tr.Rounds))
+		}
+		for _, rd := range tr.Rounds {
+			if rd.GenerationTokenIDs != nil || !slices.Equal(rd.GenerationLogProbs, []float64{-0.5, -1}) || !strings.Contains(rd.TokenNote, "without token ids") {
+				t.Errorf("round %d: %+v", rd.Index, rd)
+			}
+		}
+	}
+	if refused != 1 || m.calls() != 5 {
+		t.Errorf("%d refusals and %d calls, want 1 and 5 (the refused one, then four)", refused, m.calls())
+	}
+	if len(warnings) == 0 || !strings.Contains(warnings[0], "refuses return_token_ids") || !strings.Contains(warnings[0], "Unrecognized request argument") {
+		t.Errorf("warnings %q", warnings)
 	}
 }

@@ -17,8 +17,8 @@ func TestCaptureTokensMatchUsage(t *testing.T) {
 	tasks, rows := mustTasks(t, recordsRow)
 	_, srv := newSim(t, tasks, Options{Seed: 3})
 	doer := &retry.Doer{Client: srv.Client(), Policy: retry.Policy{MaxAttempts: 3}}
-	cfg := &agent.Config{Model: agent.NewOpenAIModel(srv.URL+"/v1", "", doer), ModelName: "sim", CaptureTokens: true,
-		OnNoTokens: func(r string) { t.Errorf("no tokens: %s", r) }}
+	cfg := &agent.Config{Model: agent.NewOpenAIModel(srv.URL+"/v1", "", doer), ModelName: "sim",
+		CaptureTokens: &agent.TokenCapture{OnNoTokens: func(r string) { t.Errorf("no tokens: %s", r) }}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
