@@ -239,6 +239,9 @@ func (e *exporter) statistics(ctx context.Context) error {
 			e.rep.UniformGroups++
 		}
 	}
+	if e.opt.Format == FormatRL && e.opt.DropUniformGroups && e.rep.UniformGroups > 0 {
+		e.rep.GroupsDropped[DropUniform] = e.rep.UniformGroups
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package export_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -130,6 +131,16 @@ func TestRL(t *testing.T) {
 			for k, v := range tc.want.dropped {
 				if rep.Dropped[k] != v {
 					t.Errorf("dropped %q: %d, want %d (%v)", k, rep.Dropped[k], v, rep.Dropped)
+				}
+			}
+			if uniform := rep.GroupsDropped[export.DropUniform]; uniform != min(tc.want.dropped[export.DropUniform], 1) {
+				t.Errorf("uniform groups dropped: %d", uniform)
+			}
+			var printed strings.Builder
+			rep.Print(&printed)
+			for k, v := range tc.want.dropped {
+				if line := fmt.Sprintf("  dropped %d: %s\n", v, k); !strings.Contains(printed.String(), line) {
+					t.Errorf("report lacks %q:\n%s", line, printed.String())
 				}
 			}
 			rows := readJSONL[rlLine](t, opt.Output)
