@@ -167,17 +167,10 @@ func sameJSON(t *testing.T, a, b json.RawMessage) bool {
 }
 
 // make run's extraction job with --capture-tokens, then each export: every format writes,
-// the nemo-gym lines carry each model call's tokens on its last output item (lengths the
-// call's usage), and usage errors exit 2.
+// the nemo-gym lines carry each model call's tokens on one output item (ids and log-probs of
+// the same length, prompt ids), one item per model call; usage errors exit 2.
 func TestExportCapturedRun(t *testing.T) {
-	input := headLines(t, extractionData, 8)
-	dir := t.TempDir()
-	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim",
-		"--sim-profile", "realistic", "--sim-seed", "1", "--server", "builtin:extraction", "--arms", "single,multi",
-		"--num-repeats", "3", "--capture-tokens", "--quiet")
-	if r.code != 0 {
-		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
-	}
+	dir, _ := capturedRun(t, 8, 3)
 	out := t.TempDir()
 	for _, f := range []string{"rl", "sft", "preference", "nemo-gym"} {
 		for _, ext := range []string{".jsonl", ".parquet"} {
@@ -191,11 +184,7 @@ func TestExportCapturedRun(t *testing.T) {
 			}
 		}
 	}
-	rounds := trajectoryRounds(t, dir)
-	var usage []capturedRound
-	for _, rd := range rounds {
-		usage = append(usage, rd)
-	}
+	calls := len(trajectoryRounds(t, dir))
 	// Every item with generation ids has log-probs of the same length, and there are as
 	// many such items as model calls.
 	items := 0
@@ -219,8 +208,8 @@ func TestExportCapturedRun(t *testing.T) {
 			}
 		}
 	}
-	if items != len(usage) {
-		t.Errorf("%d output items with tokens, %d model calls", items, len(usage))
+	if items != calls {
+		t.Errorf("%d output items with tokens, %d model calls", items, calls)
 	}
 
 	for _, tc := range []struct {
@@ -238,7 +227,7 @@ func TestExportCapturedRun(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, r.code, r.stderr, exitUsage, tc.want)
 		}
 	}
-	r = runCLI(t, context.Background(), nil, "export", t.TempDir(), "--format", "rl", "-o", filepath.Join(out, "y.parquet"))
+	r := runCLI(t, context.Background(), nil, "export", t.TempDir(), "--format", "rl", "-o", filepath.Join(out, "y.parquet"))
 	if r.code != 1 || !strings.Contains(r.stderr, "not a run directory") {
 		t.Errorf("not a run: exit %d %q", r.code, r.stderr)
 	}

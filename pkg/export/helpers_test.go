@@ -70,16 +70,7 @@ func writeRun(t *testing.T, tasks int, rollouts []rollout) string {
 	if err := os.WriteFile(input, []byte(rows.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, "run")
-	d, err := rundir.Prepare(dir, rundir.PrepareOptions{Input: input, Config: map[string]int{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Unlock()
-	sink, err := d.OpenSink(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, sink := openRun(t, root, input)
 	for _, r := range rollouts {
 		arm := r.arm
 		if arm == "" {
@@ -106,6 +97,23 @@ func writeRun(t *testing.T, tasks int, rollouts []rollout) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// openRun prepares the run directory root/run of the task file input and opens its sink (the
+// directory is unlocked at once: the tests write it from one goroutine).
+func openRun(tb testing.TB, root, input string) (string, *rundir.Sink) {
+	tb.Helper()
+	dir := filepath.Join(root, "run")
+	d, err := rundir.Prepare(dir, rundir.PrepareOptions{Input: input, Config: map[string]int{}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer d.Unlock()
+	sink, err := d.OpenSink(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dir, sink
 }
 
 // readJSONL decodes every line of path into a T, checking that each is one JSON object.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/export"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // writeScaleRun writes a run of n rollouts (8 repeats of n/8 tasks, rewards varying within
@@ -34,16 +33,7 @@ func writeScaleRun(tb testing.TB, root string, n int) string {
 		tb.Fatal(err)
 	}
 	f.Close()
-	dir := filepath.Join(root, "run")
-	d, err := rundir.Prepare(dir, rundir.PrepareOptions{Input: input, Config: map[string]int{}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer d.Unlock()
-	sink, err := d.OpenSink(nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	dir, sink := openRun(tb, root, input)
 	for i := range n {
 		task, repeat := i/repeats, i%repeats
 		reward := float64((task+repeat)%3) / 2
