@@ -109,3 +109,27 @@ func TestRunCaptureTokensIgnored(t *testing.T) {
 		}
 	}
 }
+
+// rollout run --resume --out DIR alone keeps --capture-tokens: the rollouts it runs capture too.
+func TestResumeKeepsCaptureTokens(t *testing.T) {
+	input := headLines(t, extractionData, 6)
+	dir := t.TempDir()
+	args := []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--capture-tokens", "--quiet"}
+	if r := runCLI(t, context.Background(), nil, append(args, "--limit", "3")...); r.code != 0 {
+		t.Fatalf("first part: exit %d: %s", r.code, r.stderr)
+	}
+	// The first part ran 3 tasks; the resume (without --limit: it is in the manifest, so
+	// the rest is run by giving --limit 6 and --force) runs the other 3.
+	r := runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--limit", "6", "--force", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	if recs := readRecords(t, dir); len(recs) != 6 {
+		t.Fatalf("%d records, want 6", len(recs))
+	}
+	for i, rd := range trajectoryRounds(t, dir) {
+		if len(rd.Gen) == 0 || len(rd.Gen) != rd.Usage.CompletionTokens {
+			t.Errorf("round %d: %d generation ids, usage %d", i, len(rd.Gen), rd.Usage.CompletionTokens)
+		}
+	}
+}

@@ -32,6 +32,7 @@ type runConfig struct {
 	Seed            int64             `json:"seed"`
 	MaxToolCalls    int               `json:"max_tool_calls,omitempty"` // when not the default
 	Sim             map[string]string `json:"sim,omitempty"`            // the simulator's knobs, with builtin:sim
+	CaptureTokens   bool              `json:"capture_tokens,omitempty"` // what the trajectories keep
 }
 
 // redactServers is --server's values with the credentials of their URLs redacted, for the
@@ -92,7 +93,7 @@ func newRunConfig(f runFlags, opts *runner.Options, simOpts *sim.Options) runCon
 	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit,
 		ModelURL: redactURLs(f.modelURL), Model: opts.Agent.ModelName, Servers: redactServers(f.servers),
 		MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds, MaxTokens: f.maxTokens,
-		Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls)}
+		Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls), CaptureTokens: f.captureTokens}
 	if simOpts != nil {
 		cfg.Sim = knobValues(*simOpts)
 	}

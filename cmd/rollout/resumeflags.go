@@ -84,6 +84,9 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 		set("temperature", strconv.FormatFloat(*cfg.Temperature, 'g', -1, 64))
 	}
 	set("seed", strconv.FormatInt(cfg.Seed, 10))
+	if cfg.CaptureTokens {
+		set("capture-tokens", "true")
+	}
 	for knob, v := range cfg.Sim {
 		name := "sim-" + kebab(knob)
 		if fs.Lookup(name) == nil {
