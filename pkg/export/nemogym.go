@@ -76,7 +76,10 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 		at.Rounds = append(at.Rounds, rd)
 	}
 	id := fmt.Sprintf("resp_%s_%d_%d", strings.ReplaceAll(groupID(r), " ", "_"), r.RolloutIndex, r.TaskIndex)
-	created := float64(r.StartedAt.UnixMilli()) / 1000
+	created := 0.0
+	if !r.StartedAt.IsZero() {
+		created = float64(r.StartedAt.UnixMilli()) / 1000
+	}
 	resp := agent.BuildResponse(id, created, r.Model, p, at)
 	b, err := json.Marshal(resp)
 	if err != nil {
