@@ -56,11 +56,21 @@ func jsonLines(t *testing.T, path string) []map[string]json.RawMessage {
 // copied from NeMo Gym): every member NeMo Gym writes at the top, in the response and in each
 // output item and content part is there; the output items are of the same types in the same
 // order; the rewards and responses_create_params are NeMo Gym's. The one exception, said in
-// the README: verify answer members that are neither numbers nor booleans
-// (parsed_synonym_values) are not kept in the records.
+// the README: without --jsonl-out, verify answer members that are neither numbers nor booleans
+// (parsed_synonym_values) are not kept in the records, so not exported.
 func TestExportNemoGymShape(t *testing.T) {
+	t.Run("records", func(t *testing.T) { nemoGymShape(t, false) })
+	t.Run("jsonl-out", func(t *testing.T) { nemoGymShape(t, true) })
+}
+
+// nemoGymShape checks the export of a run of NeMo Gym's examples; with jsonlOut the run kept
+// its verify answers (--jsonl-out), and every member of NeMo Gym's lines must be there.
+func nemoGymShape(t *testing.T, jsonlOut bool) {
 	dir := t.TempDir()
 	args := append([]string{"run", "--input", examples, "--out", dir, "--model-url", "replay:" + exampleRollouts, "--quiet"}, builtinServers...)
+	if jsonlOut {
+		args = append(args, "--jsonl-out", filepath.Join(t.TempDir(), "ng-run.jsonl"))
+	}
 	if r := runCLI(t, context.Background(), nil, args...); r.code != 0 {
 		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 	}
@@ -99,7 +109,7 @@ func TestExportNemoGymShape(t *testing.T) {
 		json.Unmarshal(o["_ng_task_index"], &task)
 		var topKeys []string
 		for k, v := range n {
-			if v[0] == '[' || v[0] == '"' || v[0] == '{' && k != "response" && k != "responses_create_params" {
+			if !jsonlOut && (v[0] == '[' || v[0] == '"' || v[0] == '{' && k != "response" && k != "responses_create_params") {
 				continue // not a number or boolean: not in the record
 			}
 			topKeys = append(topKeys, k)

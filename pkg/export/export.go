@@ -32,6 +32,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Formats.
@@ -247,11 +248,12 @@ func (e *exporter) statistics(ctx context.Context) error {
 
 // rollout is what the second pass hands a format: a record with its trajectory and row.
 type rollout struct {
-	dir  int
-	rec  *record.Record
-	traj *storedTrajectory
-	task *dataset.Task
-	g    *group
+	dir    int
+	rec    *record.Record
+	traj   *storedTrajectory
+	task   *dataset.Task
+	g      *group
+	verify json.RawMessage // nemo-gym: the run's NeMo Gym line, when it kept them (--jsonl-out)
 }
 
 // each is the second pass: for each directory in turn, every eligible record in journal
@@ -269,6 +271,14 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			trajs.close()
 			return err
 		}
+		var answers *keyedLines
+		if e.opt.Format == FormatNemoGym {
+			if answers, err = openVerifyAnswers(dir); err != nil {
+				trajs.close()
+				tasks.close()
+				return err
+			}
+		}
 		err = scanRecords(dir, func(r *record.Record) error {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -276,6 +286,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			if why := e.eligible(r); why != "" {
 				e.rep.Dropped[why]++
 				trajs.skip(keyOf(r))
+				answers.skip(keyOf(r))
 				return nil
 			}
 			g := e.groups[r.TaskIndex]
@@ -294,6 +305,12 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			if err != nil {
 				return err
 			}
+			var verify json.RawMessage
+			if answers != nil {
+				if verify, _, err = answers.get(keyOf(r)); err != nil {
+					return err
+				}
+			}
 			if !ok || raw == nil {
 				e.rep.Dropped[DropNoTrajectory]++
 				return nil
@@ -304,14 +321,14 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			}
 			var tr storedTrajectory
 			if err := json.Unmarshal(raw, &tr); err != nil {
-				return fmt.Errorf("%s: task %d rollout %d arm %s: trajectory: %v", filepath.Join(dir, trajectoriesFile), r.TaskIndex, r.RolloutIndex, r.Arm, err)
+				return fmt.Errorf("%s: task %d rollout %d arm %s: trajectory: %v", filepath.Join(dir, rundir.TrajectoriesFile), r.TaskIndex, r.RolloutIndex, r.Arm, err)
 			}
 			for i := range tr.Rounds {
 				if tr.Rounds[i].GenerationTokenIDs != nil && tr.Rounds[i].PromptTokenIDs == nil {
 					e.rep.MissingPromptIDs++
 				}
 			}
-			why, err := fn(&rollout{dir: d, rec: r, traj: &tr, task: task, g: g})
+			why, err := fn(&rollout{dir: d, rec: r, traj: &tr, task: task, g: g, verify: verify})
 			if err != nil {
 				return err
 			}
@@ -322,7 +339,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			}
 			return nil
 		})
-		cerr := errors.Join(trajs.close(), tasks.close())
+		cerr := errors.Join(trajs.close(), tasks.close(), answers.close())
 		if err != nil {
 			return err
 		}

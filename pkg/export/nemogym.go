@@ -107,22 +107,43 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 	if err := writeObject(&line, obj); err != nil {
 		return nil, "", err
 	}
-	line.WriteString(`,"reward":`)
-	v, _ := jsonfast.AppendFloat(nil, r.Reward)
-	line.Write(v)
-	names := make([]string, 0, len(r.RewardComponents))
-	for k := range r.RewardComponents {
-		if k != "reward" && k != "response" && k != "responses_create_params" && !strings.HasPrefix(k, "_ng_") {
-			names = append(names, k)
+	var answer map[string]json.RawMessage
+	if ro.verify != nil {
+		// The verify answer as the server gave it (--jsonl-out kept it): its members but the
+		// request's echo and rollout's keys.
+		if err := json.Unmarshal(ro.verify, &answer); err != nil {
+			return nil, "", fmt.Errorf("task %d rollout %d: NeMo Gym line: %v", r.TaskIndex, r.RolloutIndex, err)
+		}
+		for k := range answer {
+			if k == "response" || k == "responses_create_params" || strings.HasPrefix(k, "_ng_") {
+				delete(answer, k)
+			}
 		}
 	}
-	sort.Strings(names)
-	for _, k := range names {
+	if _, ok := answer["reward"]; ok {
 		line.WriteByte(',')
-		line.Write(jsonfast.AppendString(nil, k))
-		line.WriteByte(':')
-		v, _ := jsonfast.AppendFloat(nil, r.RewardComponents[k])
+		if err := writeMembers(&line, answer); err != nil {
+			return nil, "", err
+		}
+	} else {
+		// The record's reward and numeric components.
+		line.WriteString(`,"reward":`)
+		v, _ := jsonfast.AppendFloat(nil, r.Reward)
 		line.Write(v)
+		names := make([]string, 0, len(r.RewardComponents))
+		for k := range r.RewardComponents {
+			if k != "reward" && k != "response" && k != "responses_create_params" && !strings.HasPrefix(k, "_ng_") {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			line.WriteByte(',')
+			line.Write(jsonfast.AppendString(nil, k))
+			line.WriteByte(':')
+			v, _ := jsonfast.AppendFloat(nil, r.RewardComponents[k])
+			line.Write(v)
+		}
 	}
 	fmt.Fprintf(&line, `,"_ng_task_index":%d,"_ng_rollout_index":%d,"_ng_arm":`, r.TaskIndex, r.RolloutIndex)
 	line.Write(jsonfast.AppendString(nil, r.Arm))
@@ -193,12 +214,21 @@ func deref(s *string) string {
 
 // writeObject writes obj with its keys in order.
 func writeObject(b *bytes.Buffer, obj map[string]json.RawMessage) error {
+	b.WriteByte('{')
+	if err := writeMembers(b, obj); err != nil {
+		return err
+	}
+	b.WriteByte('}')
+	return nil
+}
+
+// writeMembers writes obj's members, keys in order, without the braces.
+func writeMembers(b *bytes.Buffer, obj map[string]json.RawMessage) error {
 	keys := make([]string, 0, len(obj))
 	for k := range obj {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	b.WriteByte('{')
 	for i, k := range keys {
 		if i > 0 {
 			b.WriteByte(',')
@@ -209,6 +239,5 @@ func writeObject(b *bytes.Buffer, obj map[string]json.RawMessage) error {
 			return err
 		}
 	}
-	b.WriteByte('}')
 	return nil
 }

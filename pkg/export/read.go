@@ -15,12 +15,6 @@ import (
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
-// The files of a run directory that an export reads.
-const (
-	journalFile      = "journal.jsonl"
-	trajectoriesFile = "trajectories.jsonl"
-)
-
 // maxLine bounds one line of a run's files (a trajectory of a long rollout is large).
 const maxLine = 256 << 20
 
@@ -86,25 +80,84 @@ func (l *lineReader) close() error { return l.f.Close() }
 
 // scanRecords calls fn for each record of the run directory's journal, in order.
 func scanRecords(dir string, fn func(r *record.Record) error) error {
-	path := filepath.Join(dir, journalFile)
+	path := filepath.Join(dir, rundir.JournalFile)
 	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("%s: not a run directory (no %s): %w", dir, journalFile, err)
+		return fmt.Errorf("%s: not a run directory (no %s): %w", dir, rundir.JournalFile, err)
 	}
 	return record.ScanJSONLInPlace(path, fn)
 }
 
-// trajectories finds each record's trajectory line in trajectories.jsonl, which the run
-// writes in the journal's order: lines read past the one wanted wait in a map until asked
-// for, so that memory stays bounded by how far the two files' orders differ.
-type trajectories struct {
+// keyedLines finds each record's line in a side file of the run (trajectories.jsonl, the NeMo
+// Gym lines), which the run writes in the journal's order: lines read past the one wanted
+// wait in a map until asked for, so that memory stays bounded by how far the two files'
+// orders differ.
+type keyedLines struct {
 	lines   *lineReader
+	what    string    // "trajectory", "NeMo Gym"
+	names   [3]string // the members of the key: task index, rollout index, arm
+	value   func(line []byte) (k key, v json.RawMessage, err error)
 	pending map[key]json.RawMessage
 	skipped map[key]bool // keys left out before their line was read
 	eof     bool
 }
 
+// openTrajectories reads dir's trajectories.jsonl: each line's "trajectory" (nil when null).
+func openTrajectories(dir string) (*keyedLines, error) {
+	l, err := openLines(filepath.Join(dir, rundir.TrajectoriesFile))
+	if err != nil {
+		return nil, fmt.Errorf("%s: no trajectories: %w", dir, err)
+	}
+	return newKeyedLines(l, "trajectory", [3]string{"task_index", "rollout_index", "arm"}, func(line []byte) (key, json.RawMessage, error) {
+		var full struct {
+			TaskIndex    int64           `json:"task_index"`
+			RolloutIndex int64           `json:"rollout_index"`
+			Arm          string          `json:"arm"`
+			Trajectory   json.RawMessage `json:"trajectory"`
+		}
+		err := json.Unmarshal(line, &full)
+		if string(full.Trajectory) == "null" {
+			full.Trajectory = nil
+		}
+		return key{full.TaskIndex, full.RolloutIndex, full.Arm}, full.Trajectory, err
+	}), nil
+}
+
+// openVerifyAnswers reads the NeMo Gym lines of dir's run (its --jsonl-out file, or
+// nemo_gym.jsonl while it runs): each verify answer whole, or nil when the run kept none.
+func openVerifyAnswers(dir string) (*keyedLines, error) {
+	path := filepath.Join(dir, rundir.NemoGymFile)
+	if m, err := rundir.ReadManifest(dir); err == nil && m.JSONLOut != "" {
+		if _, err := os.Stat(m.JSONLOut); err == nil {
+			path = m.JSONLOut
+		}
+	}
+	l, err := openLines(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newKeyedLines(l, "NeMo Gym", [3]string{"_ng_task_index", "_ng_rollout_index", "_ng_arm"}, func(line []byte) (key, json.RawMessage, error) {
+		var keys struct {
+			TaskIndex    int64  `json:"_ng_task_index"`
+			RolloutIndex int64  `json:"_ng_rollout_index"`
+			Arm          string `json:"_ng_arm"`
+		}
+		err := json.Unmarshal(line, &keys)
+		return key{keys.TaskIndex, keys.RolloutIndex, keys.Arm}, line, err
+	}), nil
+}
+
+func newKeyedLines(l *lineReader, what string, names [3]string, value func([]byte) (key, json.RawMessage, error)) *keyedLines {
+	return &keyedLines{lines: l, what: what, names: names, value: value, pending: map[key]json.RawMessage{}, skipped: map[key]bool{}}
+}
+
 // skip drops k's line, read or still to come.
-func (t *trajectories) skip(k key) {
+func (t *keyedLines) skip(k key) {
+	if t == nil {
+		return
+	}
 	if _, ok := t.pending[k]; ok {
 		delete(t.pending, k)
 		return
@@ -112,17 +165,8 @@ func (t *trajectories) skip(k key) {
 	t.skipped[k] = true
 }
 
-func openTrajectories(dir string) (*trajectories, error) {
-	l, err := openLines(filepath.Join(dir, trajectoriesFile))
-	if err != nil {
-		return nil, fmt.Errorf("%s: no trajectories: %w", dir, err)
-	}
-	return &trajectories{lines: l, pending: map[key]json.RawMessage{}, skipped: map[key]bool{}}, nil
-}
-
-// get returns the trajectory of k ("trajectory" of its line; nil when the line's is null),
-// or ok false when the file has no line for k.
-func (t *trajectories) get(k key) (traj json.RawMessage, ok bool, err error) {
+// get returns the value of k's line, or ok false when the file has no line for k.
+func (t *keyedLines) get(k key) (v json.RawMessage, ok bool, err error) {
 	if raw, ok := t.pending[k]; ok {
 		delete(t.pending, k)
 		return raw, true, nil
@@ -136,29 +180,15 @@ func (t *trajectories) get(k key) (traj json.RawMessage, ok bool, err error) {
 		if err != nil {
 			return nil, false, err
 		}
-		task, rollout, arm, _, fast := jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
+		// The fast path reads the key alone, for a line to skip.
+		task, rollout, arm, _, fast := jsonfast.LineKeys(line, t.names[0], t.names[1], t.names[2])
 		if lk := (key{task, rollout, string(arm)}); fast && lk != k && t.skipped[lk] {
 			delete(t.skipped, lk)
 			continue
 		}
-		var lk key
-		var full struct {
-			TaskIndex    int64           `json:"task_index"`
-			RolloutIndex int64           `json:"rollout_index"`
-			Arm          string          `json:"arm"`
-			Trajectory   json.RawMessage `json:"trajectory"`
-		}
-		if err := json.Unmarshal(line, &full); err != nil {
-			return nil, false, fmt.Errorf("%s:%d: not a trajectory line: %v", t.lines.path, t.lines.n, err)
-		}
-		if fast {
-			lk = key{task, rollout, string(arm)}
-		} else {
-			lk = key{full.TaskIndex, full.RolloutIndex, full.Arm}
-		}
-		raw := full.Trajectory
-		if string(raw) == "null" {
-			raw = nil
+		lk, raw, err := t.value(line)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s:%d: not a %s line: %v", t.lines.path, t.lines.n, t.what, err)
 		}
 		if lk == k {
 			return raw, true, nil
@@ -172,7 +202,12 @@ func (t *trajectories) get(k key) (traj json.RawMessage, ok bool, err error) {
 	return nil, false, nil
 }
 
-func (t *trajectories) close() error { return t.lines.close() }
+func (t *keyedLines) close() error {
+	if t == nil {
+		return nil
+	}
+	return t.lines.close()
+}
 
 // tasks serves the task rows an export needs, read in order from the run's task file: a row
 // read before it is asked for waits until its last rollout (need) has taken it.
