@@ -163,6 +163,9 @@ func (e *exporter) preference(ctx context.Context) error {
 		}
 		msgs := messages(ro.traj.Messages, false)
 		n := promptLen(msgs)
+		if n == len(msgs) {
+			return DropNoAnswer, nil // no pair for this group
+		}
 		p := half[r.TaskIndex]
 		if p == nil {
 			tools, err := toolsJSON(ro.task)

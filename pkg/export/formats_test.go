@@ -201,6 +201,8 @@ func TestPreference(t *testing.T) {
 		{"multi", export.Options{Arm: "multi"}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
 		{"margin", export.Options{Arm: "multi", MinMargin: 1.5}, nil, map[string]int{export.DropEqual: 1, export.DropMargin: 1}},
 		{"margin-met", export.Options{MinMargin: 1}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+		// With the failed rollout in (reward 0), t0's first lowest reward is still repeat 1's.
+		{"include-failed", export.Options{Arm: "multi", IncludeFailed: true}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := tc.opt
@@ -231,5 +233,19 @@ func TestPreference(t *testing.T) {
 				t.Errorf("pairs %q, want %q", got, tc.pairs)
 			}
 		})
+	}
+}
+
+// A failed rollout with no messages that would be a group's rejected (--include-failed) makes
+// no pair, rather than one with an empty side; the reason is counted.
+func TestPreferenceNoAnswer(t *testing.T) {
+	dir := writeRun(t, 1, []rollout{{task: 0, repeat: 0, reward: 1}, {task: 0, repeat: 1, class: "timeout"}})
+	out := filepath.Join(t.TempDir(), "pref.jsonl")
+	rep := exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatPreference, Output: out, IncludeFailed: true})
+	if rep.Rows != 0 || rep.Dropped[export.DropNoAnswer] != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	if data, _ := os.ReadFile(out); len(data) != 0 {
+		t.Errorf("wrote %s", data)
 	}
 }

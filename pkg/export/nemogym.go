@@ -57,7 +57,7 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 		}
 	}
 	var answers []openai.ChatCompletionMessage
-	for _, m := range tr.Messages[len(agent.ChatMessages(p)):] {
+	for _, m := range tr.Messages[min(len(agent.ChatMessages(p)), len(tr.Messages)):] {
 		if m.Role == openai.ChatMessageRoleAssistant {
 			answers = append(answers, m)
 		}

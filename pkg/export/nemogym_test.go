@@ -85,3 +85,17 @@ func TestNemoGymRow(t *testing.T) {
 		}
 	}
 }
+
+// --include-failed with a failed rollout whose trajectory has no messages: no line for it
+// (no model answer to write), the others as usual.
+func TestNemoGymIncludeFailed(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	out := filepath.Join(t.TempDir(), "ng.jsonl")
+	rep := exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatNemoGym, Output: out, IncludeFailed: true})
+	if rep.Rows != 8 || rep.Dropped[export.DropNoAnswer] != 1 || rep.Dropped[export.DropBadTask] != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	if n := len(readJSONL[json.RawMessage](t, out)); n != 8 {
+		t.Errorf("%d lines, want 8", n)
+	}
+}
