@@ -25,14 +25,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/record"
-	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Formats.
@@ -271,7 +269,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			trajs.close()
 			return err
 		}
-		var answers *keyedLines
+		var answers *keyedLines[json.RawMessage]
 		if e.opt.Format == FormatNemoGym {
 			if answers, err = openVerifyAnswers(dir); err != nil {
 				trajs.close()
@@ -301,7 +299,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 					return nil
 				}
 			}
-			raw, ok, err := trajs.get(keyOf(r))
+			tr, ok, err := trajs.get(keyOf(r))
 			if err != nil {
 				return err
 			}
@@ -311,7 +309,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 					return err
 				}
 			}
-			if !ok || raw == nil {
+			if !ok || tr == nil {
 				e.rep.Dropped[DropNoTrajectory]++
 				return nil
 			}
@@ -319,16 +317,12 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 				e.rep.Dropped[DropNoTask]++
 				return nil
 			}
-			var tr storedTrajectory
-			if err := json.Unmarshal(raw, &tr); err != nil {
-				return fmt.Errorf("%s: task %d rollout %d arm %s: trajectory: %v", filepath.Join(dir, rundir.TrajectoriesFile), r.TaskIndex, r.RolloutIndex, r.Arm, err)
-			}
 			for i := range tr.Rounds {
 				if tr.Rounds[i].GenerationTokenIDs != nil && tr.Rounds[i].PromptTokenIDs == nil {
 					e.rep.MissingPromptIDs++
 				}
 			}
-			why, err := fn(&rollout{dir: d, rec: r, traj: &tr, task: task, g: g, verify: verify})
+			why, err := fn(&rollout{dir: d, rec: r, traj: tr, task: task, g: g, verify: verify})
 			if err != nil {
 				return err
 			}

@@ -62,7 +62,7 @@ type rlLine struct {
 // baseRun: task 0 rewards 1, 0, 0.5, 1 and a failed rollout; task 1 all 1 (a uniform group),
 // plus one rollout of another arm; task 2 a bad row. Task 0 repeat 0 has tokens.
 var baseRun = []rollout{
-	{task: 0, repeat: 0, reward: 1, tokens: true}, {task: 0, repeat: 1, reward: 0}, {task: 1, repeat: 0, reward: 1},
+	{task: 0, repeat: 0, reward: 1, tokens: true}, {task: 0, repeat: 1, reward: 0, parts: true}, {task: 1, repeat: 0, reward: 1},
 	{task: 0, repeat: 2, reward: 0.5}, {task: 0, repeat: 3, reward: 1}, {task: 0, repeat: 4, class: record.FailModelUnavailable},
 	{task: 1, repeat: 1, reward: 1}, {task: 1, repeat: 2, reward: 1}, {task: 2, repeat: 0, class: record.FailBadTask},
 	{task: 1, repeat: 0, arm: "single", reward: 0},
@@ -162,7 +162,7 @@ func TestRL(t *testing.T) {
 				}
 			}
 			for _, r := range rows {
-				if r.FailureClass == "" && (len(r.Messages) != 5 || r.Messages[2].Content != nil || r.Messages[2].ToolCalls[0].Function.Arguments == "" ||
+				if r.FailureClass == "" && (len(r.Messages) != 5 || *r.Messages[1].Content != fmt.Sprintf("Count to %d.", r.TaskIndex) || r.Messages[2].Content != nil || r.Messages[2].ToolCalls[0].Function.Arguments == "" ||
 					r.Messages[3].ToolCallID != "call_1" || len(r.Tools) != 1 || r.Tools[0]["type"] != "function") {
 					t.Errorf("task %d repeat %d: messages %+v tools %v", r.TaskIndex, r.Repeat, r.Messages, r.Tools)
 				}

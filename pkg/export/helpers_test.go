@@ -24,6 +24,7 @@ type rollout struct {
 	reward       float64
 	class        record.FailureClass
 	tokens       bool
+	parts        bool // the user message as content parts (go-openai's MultiContent)
 }
 
 // taskRow is test task i: a system and a user message, and one tool.
@@ -45,6 +46,10 @@ func trajectory(i int, r rollout) []byte {
 	tr.Rounds = []agent.Round{
 		{Index: 0, FinishReason: "tool_calls", Usage: agent.Usage{PromptTokens: 3, CompletionTokens: 2}, ToolCalls: []agent.ToolCall{{CallID: "call_1", Name: "count"}}},
 		{Index: 1, FinishReason: "stop", Usage: agent.Usage{PromptTokens: 5, CompletionTokens: 1}},
+	}
+	if r.parts {
+		tr.Messages[1] = openai.ChatCompletionMessage{Role: "user", MultiContent: []openai.ChatMessagePart{
+			{Type: "text", Text: "Count "}, {Type: "text", Text: fmt.Sprintf("to %d.", i)}}}
 	}
 	if r.tokens {
 		tr.Rounds[0].PromptTokenIDs, tr.Rounds[0].GenerationTokenIDs, tr.Rounds[0].GenerationLogProbs = []int32{1, 2, 3}, []int32{10, int32(i)}, []float64{-0.5, -0.25}

@@ -51,14 +51,14 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 	// The rounds' texts and tool calls are the assistant messages after the prompt, in order;
 	// tool outputs are the tool messages that answer them.
 	outputs := map[string]string{}
-	for _, m := range tr.Messages {
-		if m.Role == openai.ChatMessageRoleTool {
-			outputs[m.ToolCallID] = m.Content
+	for i := range tr.Messages {
+		if m := &tr.Messages[i]; m.Role == openai.ChatMessageRoleTool {
+			outputs[m.ToolCallID] = m.text()
 		}
 	}
-	var answers []openai.ChatCompletionMessage
-	for _, m := range tr.Messages[min(len(agent.ChatMessages(p)), len(tr.Messages)):] {
-		if m.Role == openai.ChatMessageRoleAssistant {
+	var answers []*storedMessage
+	for i := min(len(agent.ChatMessages(p)), len(tr.Messages)); i < len(tr.Messages); i++ {
+		if m := &tr.Messages[i]; m.Role == openai.ChatMessageRoleAssistant {
 			answers = append(answers, m)
 		}
 	}
@@ -66,7 +66,7 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 		return nil, DropNoAnswer, nil
 	}
 	for i, m := range answers {
-		rd := agent.Round{Index: i, Content: m.Content}
+		rd := agent.Round{Index: i, Content: m.text()}
 		if i < len(tr.Rounds) {
 			rd.FinishReason, rd.Usage = tr.Rounds[i].FinishReason, tr.Rounds[i].Usage
 		}

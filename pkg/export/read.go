@@ -91,40 +91,38 @@ func scanRecords(dir string, fn func(r *record.Record) error) error {
 // Gym lines), which the run writes in the journal's order: lines read past the one wanted
 // wait in a map until asked for, so that memory stays bounded by how far the two files'
 // orders differ.
-type keyedLines struct {
+type keyedLines[T any] struct {
 	lines   *lineReader
 	what    string    // "trajectory", "NeMo Gym"
 	names   [3]string // the members of the key: task index, rollout index, arm
-	value   func(line []byte) (k key, v json.RawMessage, err error)
-	pending map[key]json.RawMessage
+	value   func(line []byte) (k key, v T, err error)
+	pending map[key]T
 	skipped map[key]bool // keys left out before their line was read
 	eof     bool
 }
 
-// openTrajectories reads dir's trajectories.jsonl: each line's "trajectory" (nil when null).
-func openTrajectories(dir string) (*keyedLines, error) {
+// openTrajectories reads dir's trajectories.jsonl: each line's "trajectory" (nil when null),
+// decoded with the line in one pass.
+func openTrajectories(dir string) (*keyedLines[*storedTrajectory], error) {
 	l, err := openLines(filepath.Join(dir, rundir.TrajectoriesFile))
 	if err != nil {
 		return nil, fmt.Errorf("%s: no trajectories: %w", dir, err)
 	}
-	return newKeyedLines(l, "trajectory", [3]string{"task_index", "rollout_index", "arm"}, func(line []byte) (key, json.RawMessage, error) {
+	return newKeyedLines(l, "trajectory", [3]string{"task_index", "rollout_index", "arm"}, func(line []byte) (key, *storedTrajectory, error) {
 		var full struct {
-			TaskIndex    int64           `json:"task_index"`
-			RolloutIndex int64           `json:"rollout_index"`
-			Arm          string          `json:"arm"`
-			Trajectory   json.RawMessage `json:"trajectory"`
+			TaskIndex    int64             `json:"task_index"`
+			RolloutIndex int64             `json:"rollout_index"`
+			Arm          string            `json:"arm"`
+			Trajectory   *storedTrajectory `json:"trajectory"`
 		}
 		err := json.Unmarshal(line, &full)
-		if string(full.Trajectory) == "null" {
-			full.Trajectory = nil
-		}
 		return key{full.TaskIndex, full.RolloutIndex, full.Arm}, full.Trajectory, err
 	}), nil
 }
 
 // openVerifyAnswers reads the NeMo Gym lines of dir's run (its --jsonl-out file, or
 // nemo_gym.jsonl while it runs): each verify answer whole, or nil when the run kept none.
-func openVerifyAnswers(dir string) (*keyedLines, error) {
+func openVerifyAnswers(dir string) (*keyedLines[json.RawMessage], error) {
 	path := filepath.Join(dir, rundir.NemoGymFile)
 	if m, err := rundir.ReadManifest(dir); err == nil && m.JSONLOut != "" {
 		if _, err := os.Stat(m.JSONLOut); err == nil {
@@ -145,16 +143,16 @@ func openVerifyAnswers(dir string) (*keyedLines, error) {
 			Arm          string `json:"_ng_arm"`
 		}
 		err := json.Unmarshal(line, &keys)
-		return key{keys.TaskIndex, keys.RolloutIndex, keys.Arm}, line, err
+		return key{keys.TaskIndex, keys.RolloutIndex, keys.Arm}, append(json.RawMessage(nil), line...), err
 	}), nil
 }
 
-func newKeyedLines(l *lineReader, what string, names [3]string, value func([]byte) (key, json.RawMessage, error)) *keyedLines {
-	return &keyedLines{lines: l, what: what, names: names, value: value, pending: map[key]json.RawMessage{}, skipped: map[key]bool{}}
+func newKeyedLines[T any](l *lineReader, what string, names [3]string, value func([]byte) (key, T, error)) *keyedLines[T] {
+	return &keyedLines[T]{lines: l, what: what, names: names, value: value, pending: map[key]T{}, skipped: map[key]bool{}}
 }
 
 // skip drops k's line, read or still to come.
-func (t *keyedLines) skip(k key) {
+func (t *keyedLines[T]) skip(k key) {
 	if t == nil {
 		return
 	}
@@ -165,11 +163,12 @@ func (t *keyedLines) skip(k key) {
 	t.skipped[k] = true
 }
 
-// get returns the value of k's line, or ok false when the file has no line for k.
-func (t *keyedLines) get(k key) (v json.RawMessage, ok bool, err error) {
-	if raw, ok := t.pending[k]; ok {
+// get returns the value of k's line, or ok false when the file has no line for k. Values
+// do not share memory with the line.
+func (t *keyedLines[T]) get(k key) (v T, ok bool, err error) {
+	if v, ok := t.pending[k]; ok {
 		delete(t.pending, k)
-		return raw, true, nil
+		return v, true, nil
 	}
 	for !t.eof {
 		line, err := t.lines.next()
@@ -178,7 +177,7 @@ func (t *keyedLines) get(k key) (v json.RawMessage, ok bool, err error) {
 			break
 		}
 		if err != nil {
-			return nil, false, err
+			return v, false, err
 		}
 		// The fast path reads the key alone, for a line to skip.
 		task, rollout, arm, _, fast := jsonfast.LineKeys(line, t.names[0], t.names[1], t.names[2])
@@ -186,23 +185,23 @@ func (t *keyedLines) get(k key) (v json.RawMessage, ok bool, err error) {
 			delete(t.skipped, lk)
 			continue
 		}
-		lk, raw, err := t.value(line)
+		lk, lv, err := t.value(line)
 		if err != nil {
-			return nil, false, fmt.Errorf("%s:%d: not a %s line: %v", t.lines.path, t.lines.n, t.what, err)
+			return v, false, fmt.Errorf("%s:%d: not a %s line: %v", t.lines.path, t.lines.n, t.what, err)
 		}
 		if lk == k {
-			return raw, true, nil
+			return lv, true, nil
 		}
 		if t.skipped[lk] {
 			delete(t.skipped, lk)
 			continue
 		}
-		t.pending[lk] = append(json.RawMessage(nil), raw...)
+		t.pending[lk] = lv
 	}
-	return nil, false, nil
+	return v, false, nil
 }
 
-func (t *keyedLines) close() error {
+func (t *keyedLines[T]) close() error {
 	if t == nil {
 		return nil
 	}

@@ -53,10 +53,45 @@ func (j JSONText) MarshalJSON() ([]byte, error) {
 
 // storedTrajectory is what an export reads of a trajectory line's "trajectory".
 type storedTrajectory struct {
-	Messages    []openai.ChatCompletionMessage `json:"messages"`
-	Rounds      []storedRound                  `json:"rounds"`
-	Usage       agent.Usage                    `json:"usage"`
-	Termination agent.Termination              `json:"termination"`
+	Messages    []storedMessage   `json:"messages"`
+	Rounds      []storedRound     `json:"rounds"`
+	Usage       agent.Usage       `json:"usage"`
+	Termination agent.Termination `json:"termination"`
+}
+
+// storedMessage is a chat message of a trajectory, as go-openai wrote it, decoded without its
+// UnmarshalJSON (which reads each message twice more): content is a string, or a list of
+// parts (MultiContent) whose texts text joins.
+type storedMessage struct {
+	Role      string `json:"role"`
+	Content   any    `json:"content"`
+	ToolCalls []struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+	ToolCallID string `json:"tool_call_id"`
+}
+
+// text is the message's content as text.
+func (m *storedMessage) text() string {
+	switch c := m.Content.(type) {
+	case string:
+		return c
+	case []any:
+		var b strings.Builder
+		for _, p := range c {
+			if part, ok := p.(map[string]any); ok {
+				if t, ok := part["text"].(string); ok {
+					b.WriteString(t)
+				}
+			}
+		}
+		return b.String()
+	}
+	return ""
 }
 
 type storedRound struct {
@@ -70,18 +105,11 @@ type storedRound struct {
 // messages converts a trajectory's chat messages: text parts joined, tool calls typed
 // "function"; when sft is set, a developer message is a system one (OpenAI's fine-tuning
 // format knows no developer role).
-func messages(in []openai.ChatCompletionMessage, sft bool) []Message {
+func messages(in []storedMessage, sft bool) []Message {
 	out := make([]Message, len(in))
 	for i := range in {
 		m := &in[i]
-		text := m.Content
-		if text == "" && len(m.MultiContent) > 0 {
-			var b strings.Builder
-			for _, p := range m.MultiContent {
-				b.WriteString(p.Text)
-			}
-			text = b.String()
-		}
+		text := m.text()
 		role := m.Role
 		if sft && role == openai.ChatMessageRoleDeveloper {
 			role = openai.ChatMessageRoleSystem
