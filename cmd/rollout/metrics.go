@@ -12,7 +12,7 @@ import (
 
 // --metrics-addr of rollout run and rollout serve: Prometheus metrics at http://ADDR/metrics.
 
-const metricsAddrUsage = "serve Prometheus metrics at http://`ADDR`/metrics (e.g. 0.0.0.0:9090; none by default)"
+const metricsAddrUsage = "serve Prometheus metrics at http://`ADDR`/metrics (e.g. 0.0.0.0:9090)"
 
 // runMetrics is a run's metrics and their server; a nil *runMetrics does nothing.
 type runMetrics struct {

@@ -367,7 +367,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.StringVar(&f.sessionStore, "session-store", "memory", "builtin: servers' `STORE`: memory or redis://HOST:PORT/DB")
 	fs.DurationVar(&f.sessionTTL, "session-ttl", store.DefaultTTL, "builtin: servers drop a session `D` after its last write")
 	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: servers)")
-	fs.BoolVar(&f.captureTokens, "capture-tokens", false, "ask the model for token ids and log-probs; keep them per call in trajectories.jsonl")
+	fs.BoolVar(&f.captureTokens, "capture-tokens", false, "keep each model call's token ids and log-probs in trajectories.jsonl")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "also write NeMo Gym-style rollout records to `FILE` (refused if it exists, unless --overwrite)")
 	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task: single, multi, workflow, or a list")
 	fs.StringVar(&f.steps, "steps", "", "the workflow arm's steps `FILE` (data/workflow.steps.json)")
