@@ -134,6 +134,10 @@ func (b *bar) draw(s Status, rate float64, now time.Time) {
 			progressbar.OptionSetElapsedTime(false),
 			progressbar.OptionSetWidth(b.barW),
 			progressbar.OptionThrottle(0), // throttled here, so that the last draw always shows
+			// No spinner ticker: with an unknown total the library would otherwise redraw from
+			// a goroutine of its own every 100 ms, writing to w beside our own writes. Every
+			// draw is ours; the spinner turns once per draw.
+			progressbar.OptionSetSpinnerChangeInterval(0),
 			progressbar.OptionShowDescriptionAtLineEnd(),
 		)
 	}
