@@ -65,28 +65,43 @@ func TaskKey(r *record.Record, byIndex bool) string {
 	return "index:" + strconv.FormatInt(r.TaskIndex, 10)
 }
 
-// keysUsable reports whether every record of recs has a task id or row hash, and each such
-// key belongs to one task (source file and index); hashed says whether a key is a hash.
-func keysUsable(recs []record.Record) (ok, hashed bool) {
-	type task struct {
-		src   string
-		index int64
+// keyCheck decides, a record at a time, whether a side's task keys are usable for pairing:
+// every record has a task id or row hash, and each such key belongs to one task (source file
+// and index); hashed says whether a key is a hash.
+type keyCheck struct {
+	owner       map[taskKey]keyOwner
+	bad, hashed bool
+}
+
+// keyOwner is the task a key was first seen on.
+type keyOwner struct {
+	src   string
+	index int64
+}
+
+func (k *keyCheck) add(r *record.Record) {
+	if k.bad {
+		return
 	}
-	owner := map[string]task{}
-	for i := range recs {
-		r := &recs[i]
-		k := TaskKey(r, false)
-		if strings.HasPrefix(k, "index:") {
-			return false, false
-		}
-		hashed = hashed || r.TaskID == ""
-		t := task{r.SourceFile, r.TaskIndex}
-		if o, seen := owner[k]; seen && o != t {
-			return false, false
-		}
-		owner[k] = t
+	var key taskKey
+	switch {
+	case r.TaskID != "":
+		key = taskKey{kind: 0, s: r.TaskID}
+	case r.TaskHash != "":
+		key, k.hashed = taskKey{kind: 1, s: r.TaskHash}, true
+	default:
+		k.bad = true
+		return
 	}
-	return true, hashed
+	if k.owner == nil {
+		k.owner = map[taskKey]keyOwner{}
+	}
+	t := keyOwner{r.SourceFile, r.TaskIndex}
+	if o, seen := k.owner[key]; seen && o != t {
+		k.bad = true
+		return
+	}
+	k.owner[key] = t
 }
 
 // Compare pairs the records of side a with those of side b by task key and rollout index, and
@@ -96,63 +111,137 @@ func keysUsable(recs []record.Record) (ok, hashed bool) {
 // pairs unless o.ScoreFailuresAsZero. The sides' names are their Scopes (set by the caller
 // through nameA, nameB).
 func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Comparison {
-	o = o.normalized()
-	c := &Comparison{OnlyA: []string{}, OnlyB: []string{}, NoPairs: []string{}}
+	c := NewComparer(nameA, nameB, o)
 	for i, side := range [][]record.Record{a, b} {
-		c.Sides[i] = Evaluate(side, o).Overall
-		c.Sides[i].Scope = []string{nameA, nameB}[i]
+		for j := range side {
+			c.Check(i, &side[j])
+		}
 	}
-	okA, hashedA := keysUsable(a)
-	okB, hashedB := keysUsable(b)
-	byIndex := !okA || !okB
+	for i, side := range [][]record.Record{a, b} {
+		for j := range side {
+			c.Add(i, &side[j])
+		}
+	}
+	return c.Comparison()
+}
+
+// Comparer computes what Compare does from records given one at a time, in two passes: Check
+// every record of both sides (which decides how tasks are paired), then Add every record again
+// in the same order. It keeps no record: each side's Evaluator and, per scored rollout, its task
+// key (sharing the record's strings) and reward. It is not safe for concurrent use.
+type Comparer struct {
+	o       StatsOptions
+	names   [2]string
+	check   [2]keyCheck
+	decided bool
+	byIndex bool
+	ev      [2]*Evaluator
+	scored  [2]map[pairKey]float64
+	seen    [2]map[taskKey]bool
+	most    float64 // the largest magnitude of a scored reward
+}
+
+// taskKey is TaskKey without its string: kind 0 an id, 1 a row hash, 2 an index.
+type taskKey struct {
+	kind  uint8
+	s     string
+	index int64
+}
+
+func (k taskKey) String() string {
+	switch k.kind {
+	case 0:
+		return "id:" + k.s
+	case 1:
+		return "row:" + k.s
+	}
+	return "index:" + strconv.FormatInt(k.index, 10)
+}
+
+// pairKey is a (task, repeat).
+type pairKey struct {
+	task    taskKey
+	rollout int64
+}
+
+// NewComparer returns an empty Comparer of sides named nameA and nameB.
+func NewComparer(nameA, nameB string, o StatsOptions) *Comparer {
+	o = o.normalized()
+	c := &Comparer{o: o, names: [2]string{nameA, nameB}}
+	for i := range c.ev {
+		c.ev[i] = NewEvaluator(o)
+		c.scored[i], c.seen[i] = map[pairKey]float64{}, map[taskKey]bool{}
+	}
+	return c
+}
+
+// Check notes the task key of a record of side (0 for A, 1 for B). Every record is checked
+// before the first Add; a Check after it panics.
+func (c *Comparer) Check(side int, r *record.Record) {
+	if c.decided {
+		panic("report: Comparer.Check after Add")
+	}
+	c.check[side].add(r)
+}
+
+// Add counts a record of side (0 for A, 1 for B).
+func (c *Comparer) Add(side int, r *record.Record) {
+	if !c.decided {
+		c.decided, c.byIndex = true, c.check[0].bad || c.check[1].bad
+	}
+	c.ev[side].Add(r)
+	k := pairKey{rollout: r.RolloutIndex}
 	switch {
-	case byIndex:
+	case c.byIndex:
+		k.task = taskKey{kind: 2, index: r.TaskIndex}
+	case r.TaskID != "":
+		k.task = taskKey{kind: 0, s: r.TaskID}
+	case r.TaskHash != "":
+		k.task = taskKey{kind: 1, s: r.TaskHash}
+	default:
+		k.task = taskKey{kind: 2, index: r.TaskIndex}
+	}
+	c.seen[side][k.task] = true
+	var v float64
+	switch {
+	case r.FailureClass == "" && r.HasReward:
+		v = r.Reward
+	case r.FailureClass != "" && c.o.ScoreFailuresAsZero:
+	default:
+		return
+	}
+	if _, dup := c.scored[side][k]; dup {
+		return // the first record of a (task, repeat) is the one paired
+	}
+	c.scored[side][k] = v
+	c.most = max(c.most, math.Abs(v))
+}
+
+// Comparison is the comparison of the records added.
+func (cp *Comparer) Comparison() *Comparison {
+	o := cp.o
+	c := &Comparison{OnlyA: []string{}, OnlyB: []string{}, NoPairs: []string{}}
+	for i := range cp.ev {
+		c.Sides[i] = cp.ev[i].Evaluation().Overall
+		c.Sides[i].Scope = cp.names[i]
+	}
+	switch {
+	case cp.check[0].bad || cp.check[1].bad:
 		c.PairedBy = "task index"
-	case hashedA || hashedB:
+	case cp.check[0].hashed || cp.check[1].hashed:
 		c.PairedBy = "task id or row hash"
 	default:
 		c.PairedBy = "task id"
 	}
-	score := func(r *record.Record) (float64, bool) {
-		switch {
-		case r.FailureClass == "" && r.HasReward:
-			return r.Reward, true
-		case r.FailureClass != "" && o.ScoreFailuresAsZero:
-			return 0, true
-		}
-		return 0, false
-	}
-	// The scored rewards of each side by task key and rollout index; every task key seen.
-	type key struct {
-		task    string
-		rollout int64
-	}
-	var scored [2]map[key]float64
-	var seen [2]map[string]bool
-	var most float64 // the largest magnitude of a scored reward
-	for i, side := range [][]record.Record{a, b} {
-		scored[i], seen[i] = map[key]float64{}, map[string]bool{}
-		for j := range side {
-			r := &side[j]
-			k := key{TaskKey(r, byIndex), r.RolloutIndex}
-			seen[i][k.task] = true
-			if v, ok := score(r); ok {
-				if _, dup := scored[i][k]; dup {
-					continue // the first record of a (task, repeat) is the one paired
-				}
-				scored[i][k] = v
-				most = max(most, math.Abs(v))
-			}
-		}
-	}
+	scored, seen := cp.scored, cp.seen
 	// Differences are taken of rewards divided by a power of two (exact), so that huge
 	// finite rewards do not overflow; the results are multiplied back.
-	scale := scaleFor(most)
+	scale := scaleFor(cp.most)
 	type taskPairs struct {
 		n                   int
 		sumA, sumB, sumDiff float64
 	}
-	tasks := map[string]*taskPairs{}
+	tasks := map[taskKey]*taskPairs{}
 	for k, va := range scored[0] {
 		vb, ok := scored[1][k]
 		if !ok {
@@ -177,14 +266,14 @@ func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Compari
 	for t := range seen[0] {
 		switch {
 		case !seen[1][t]:
-			c.OnlyA = append(c.OnlyA, t)
+			c.OnlyA = append(c.OnlyA, t.String())
 		case tasks[t] == nil:
-			c.NoPairs = append(c.NoPairs, t)
+			c.NoPairs = append(c.NoPairs, t.String())
 		}
 	}
 	for t := range seen[1] {
 		if !seen[0][t] {
-			c.OnlyB = append(c.OnlyB, t)
+			c.OnlyB = append(c.OnlyB, t.String())
 		}
 	}
 	for _, l := range [][]string{c.OnlyA, c.OnlyB, c.NoPairs} {
@@ -194,11 +283,15 @@ func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Compari
 		return c
 	}
 	// Sums in the order of the task keys, so that the result does not depend on the maps'.
-	ids := slices.Sorted(maps.Keys(tasks))
+	byName := make(map[string]*taskPairs, len(tasks))
+	for k, tp := range tasks {
+		byName[k.String()] = tp
+	}
+	ids := slices.Sorted(maps.Keys(byName))
 	clusters := make([]cluster, 0, len(ids))
 	var sumA, sumB, sumDiff float64
 	for _, id := range ids {
-		tp := tasks[id]
+		tp := byName[id]
 		c.Pairs += tp.n
 		sumA += tp.sumA
 		sumB += tp.sumB

@@ -59,8 +59,9 @@ func bigRun(b *testing.B, n int) string {
 //   - first-trajectory: one transcript, through the offset index (no scan of
 //     trajectories.jsonl), with the table's key order, sorted once on the first lookup;
 //   - trajectory: another transcript;
-//   - compare: the compare page of the two arms (report.Compare over records rebuilt from the
-//     table, the per-task scatter and the changed tasks);
+//   - compare: the compare page of the two arms (report.Comparer fed from the table a record
+//     at a time, the per-task scatter and the changed tasks), with the peak heap and RSS over
+//     that step alone;
 //   - index-build: building the index by one scan of trajectories.jsonl, what the first view
 //     of a run without trajectories.idx pays once.
 func BenchmarkOpen(b *testing.B) {
@@ -100,13 +101,16 @@ func BenchmarkOpen(b *testing.B) {
 			b.Fatalf("transcript: %v", err)
 		}
 		traj := time.Since(t2)
+		peakHeap, peakRSS := heap(), rss()
+		runtime.GC()
+		cheap, crss := benchutil.PeakHeap(), benchutil.PeakRSS()
 		t4 := time.Now()
 		c := d.comparison(Side{0, "single"}, Side{0, "multi"}, serverLinks{})
 		compare := time.Since(t4)
 		if c.C.Pairs == 0 {
 			b.Fatal("compare: no pairs")
 		}
-		peakHeap, peakRSS := heap(), rss()
+		comparePeakHeap, comparePeakRSS := cheap(), crss()
 		t3 := time.Now()
 		if _, err := rundir.BuildTrajIndex(dir); err != nil {
 			b.Fatal(err)
@@ -121,6 +125,8 @@ func BenchmarkOpen(b *testing.B) {
 		b.ReportMetric(compare.Seconds(), "compare-s")
 		b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MB")
 		b.ReportMetric(float64(peakRSS)/(1<<20), "peak-rss-MB")
+		b.ReportMetric(float64(comparePeakHeap)/(1<<20), "compare-peak-heap-MB")
+		b.ReportMetric(float64(comparePeakRSS)/(1<<20), "compare-peak-rss-MB")
 		runtime.KeepAlive(d)
 	}
 	st, _ := os.Stat(filepath.Join(dir, rundir.TrajectoriesFile))

@@ -531,15 +531,23 @@ func (d *Data) sideRows(s Side) []int {
 func (d *Data) comparison(a, b Side, l linker) *Comparison {
 	o := d.Evaluation.Options
 	rows := [2][]int{d.sideRows(a), d.sideRows(b)}
-	var recs [2][]record.Record
-	for s := range rows {
-		recs[s] = make([]record.Record, len(rows[s]))
-		for j, i := range rows[s] {
-			recs[s][j] = d.record(i)
+	c := &Comparison{A: a, B: b, NameA: d.sideName(a), NameB: d.sideName(b)}
+	// report.Compare's numbers from the table, a record at a time in two passes: no side's
+	// records are held, only the comparer's per-rollout keys (the table's strings) and rewards.
+	cp := report.NewComparer(c.NameA, c.NameB, o)
+	for pass := range 2 {
+		for s := range rows {
+			for _, i := range rows[s] {
+				r := d.record(i)
+				if pass == 0 {
+					cp.Check(s, &r)
+				} else {
+					cp.Add(s, &r)
+				}
+			}
 		}
 	}
-	c := &Comparison{A: a, B: b, NameA: d.sideName(a), NameB: d.sideName(b)}
-	c.C = report.Compare(recs[0], recs[1], c.NameA, c.NameB, o)
+	c.C = cp.Comparison()
 	c.Diff, c.StdErr, c.CI = num(c.C.MeanDiff), num(c.C.StdErr), "-"
 	if c.C.CI95 != nil {
 		c.CI = num(c.C.CI95.Low) + " to " + num(c.C.CI95.High)
