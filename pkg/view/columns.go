@@ -74,6 +74,7 @@ func (d *Data) loadParquet(path string, run uint16, ev *report.Evaluator) error 
 			{"failure_class", str(func(r *row) *uint32 { return &r.fail })},
 			{"error", str(func(r *row) *uint32 { return &r.err })},
 			{"source_file", str(func(r *row) *uint32 { return &r.src })},
+			{"endpoint", str(func(r *row) *uint32 { return &r.endpoint })},
 		} {
 			if err := c.scalar(col(sc.name), sc.set); err != nil {
 				return err

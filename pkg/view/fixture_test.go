@@ -30,6 +30,13 @@ import (
 const hostile = `</pre></textarea><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">` +
 	`<a href="javascript:window.__pwned=3">click</a> & "quotes" 'too'`
 
+// hostileEndpoint and hostileNote are the hostile rollout's endpoint (of a pool) and the
+// note of its second round's tokens; the failed rollouts the fixture adds answered from pool-a.
+const (
+	hostileEndpoint = `pool-<script>window.__pwned=6</script>`
+	hostileNote     = `</div><script>window.__pwned=7</script> generation ids missing`
+)
+
 // hostileTask is the task index of the hostile rollout the fixture adds.
 const hostileTask = 1000
 
@@ -152,8 +159,10 @@ func makeRun(root string) (string, error) {
 	// The hostile rollout: markup in the user message, the reasoning, the arguments and the tool result.
 	traj := agent.Trajectory{Termination: agent.Completed, Rounds: []agent.Round{
 		{Index: 0, ModelLatencyMs: 12.5, Usage: agent.Usage{PromptTokens: 30, CompletionTokens: 7}, FinishReason: "tool_calls",
-			ToolCalls: []agent.ToolCall{{CallID: "call_1", Name: "increment_counter", Status: 200, LatencyMs: 1.5}}},
-		{Index: 1, ModelLatencyMs: 8, Usage: agent.Usage{PromptTokens: 50, CompletionTokens: 5}, FinishReason: "stop"},
+			ToolCalls: []agent.ToolCall{{CallID: "call_1", Name: "increment_counter", Status: 200, LatencyMs: 1.5}},
+			Endpoint: hostileEndpoint, PromptTokenIDs: []int32{1, 2, 3}, GenerationTokenIDs: []int32{4, 5}, GenerationLogProbs: []float64{-0.1, -0.2}},
+		{Index: 1, ModelLatencyMs: 8, Usage: agent.Usage{PromptTokens: 50, CompletionTokens: 5}, FinishReason: "stop",
+			Endpoint: "pool-a", GenerationLogProbs: []float64{-0.5}, TokenNote: hostileNote},
 	}}
 	traj.Messages = append(traj.Messages,
 		msg("system", "You count.", ""),
@@ -167,7 +176,7 @@ func makeRun(root string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	results := []record.Result{{Record: record.Record{TaskIndex: hostileTask, RolloutIndex: 0, TaskID: `hostile-<script>x</script>`, Arm: "multi",
+	results := []record.Result{{Record: record.Record{TaskIndex: hostileTask, RolloutIndex: 0, TaskID: `hostile-<script>x</script>`, Arm: "multi", Endpoint: hostileEndpoint,
 		Reward: 0, HasReward: true, Termination: "completed", Rounds: 2, ToolCalls: 1, StartedAt: start, SourceFile: tasks,
 		RewardComponents: map[string]float64{"count_ok": 0}}, Trajectory: tj}}
 	for i, class := range []record.FailureClass{record.FailRateLimited, record.FailRateLimited, record.FailRateLimited, record.FailModelUnavailable, record.FailModelUnavailable} {
@@ -175,7 +184,7 @@ func makeRun(root string) (string, error) {
 			Messages: []openai.ChatCompletionMessage{msg("user", "Increment the counter.", "")}})
 		results = append(results, record.Result{Record: record.Record{TaskIndex: int64(hostileTask + 1 + i), TaskID: fmt.Sprintf("failing-%d", i),
 			Arm: []string{"single", "multi"}[i%2], FailureClass: class, Termination: "model_error", Error: "HTTP 429: slow down",
-			StartedAt: start, SourceFile: tasks}, Trajectory: ft})
+			StartedAt: start, SourceFile: tasks, Endpoint: "pool-a"}, Trajectory: ft})
 	}
 	for i := range results {
 		if err := sink.Write(&results[i]); err != nil {

@@ -39,6 +39,7 @@ type row struct {
 	fields            uint32 // task fields: an index into Data.fields
 	comps             uint32 // reward components, as interned text
 	err               uint32
+	endpoint          uint32 // of a pool, the endpoint that answered ("": one endpoint)
 }
 
 // strs interns strings: one copy of each, rows hold its number.
@@ -90,6 +91,7 @@ type Data struct {
 	sel        selector
 	lazy
 	groupField string
+	endpoints  []string // the endpoints of a pool that answered, sorted; none with one endpoint
 }
 
 // Load reads the run directories in turn. A directory's records come from rollouts.parquet
@@ -138,11 +140,14 @@ func Load(dirs []string, o Options) (*Data, error) {
 		}
 		d.Runs = append(d.Runs, r)
 	}
-	armSet := map[string]bool{}
+	armSet, endpointSet := map[string]bool{}, map[string]bool{}
 	for i := range d.rows {
 		armSet[d.s.get(d.rows[i].arm)] = true
+		if e := d.rows[i].endpoint; e != 0 {
+			endpointSet[d.s.get(e)] = true
+		}
 	}
-	d.arms = slices.Sorted(maps.Keys(armSet))
+	d.arms, d.endpoints = slices.Sorted(maps.Keys(armSet)), slices.Sorted(maps.Keys(endpointSet))
 	if evalFile == "" {
 		d.Evaluation, d.EvalSource = ev.Evaluation(), "computed from the records"
 		return d, nil
@@ -189,7 +194,7 @@ func (d *Data) add(r *record.Record, run uint16, ev *report.Evaluator) {
 		term: d.s.intern(r.Termination), fail: d.s.intern(string(r.FailureClass)), src: d.s.intern(r.SourceFile),
 		fields: d.internFields(r.TaskFields),
 		comps:  d.s.intern(pairs(r.RewardComponents, func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) })),
-		err:    d.s.intern(r.Error),
+		err:    d.s.intern(r.Error), endpoint: d.s.intern(r.Endpoint),
 	})
 }
 
@@ -236,7 +241,7 @@ func (d *Data) record(i int) record.Record {
 		TaskIndex: r.task, RolloutIndex: r.rollout, TaskID: d.s.get(r.id), TaskHash: d.s.get(r.hash), Arm: d.s.get(r.arm),
 		Reward: r.reward, HasReward: r.hasReward, Rounds: r.rounds, ToolCalls: r.toolCalls, ToolErrors: r.toolErrors,
 		PromptTokens: r.prompt, CompletionTokens: r.compl, LatencyMs: r.latencyMs, Termination: d.s.get(r.term),
-		FailureClass: record.FailureClass(d.s.get(r.fail)), SourceFile: d.s.get(r.src), Error: d.s.get(r.err),
+		FailureClass: record.FailureClass(d.s.get(r.fail)), SourceFile: d.s.get(r.src), Error: d.s.get(r.err), Endpoint: d.s.get(r.endpoint),
 		TaskFields: d.fields.get(r.fields),
 	}
 }

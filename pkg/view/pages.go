@@ -296,6 +296,7 @@ type TableRow struct {
 	Key                       Key
 	TaskID, Arm, Run          string
 	Reward, Term, Fail, Group string
+	Endpoint                  string
 	Rounds, ToolCalls         int32
 	Tokens                    int64
 	Latency                   string
@@ -306,7 +307,7 @@ type TableRow struct {
 func (d *Data) tableRow(i int, l linker) TableRow {
 	r := &d.rows[i]
 	t := TableRow{Key: d.key(i), TaskID: d.s.get(r.id), Arm: d.s.get(r.arm), Run: strconv.Itoa(int(r.run)), Reward: "-",
-		Term: d.s.get(r.term), Fail: d.s.get(r.fail), Rounds: r.rounds, ToolCalls: r.toolCalls, Tokens: r.prompt + r.compl,
+		Term: d.s.get(r.term), Fail: d.s.get(r.fail), Endpoint: d.s.get(r.endpoint), Rounds: r.rounds, ToolCalls: r.toolCalls, Tokens: r.prompt + r.compl,
 		Latency: strconv.FormatFloat(r.latencyMs, 'f', 0, 64)}
 	if t.TaskID == "" {
 		t.TaskID = "#" + strconv.FormatInt(r.task, 10)
@@ -330,6 +331,7 @@ type Transcript struct {
 	Reward, Components     string
 	Scored                 bool
 	Term, Fail, Error      string
+	Endpoint               string
 	Rounds, ToolCalls      int32
 	Prompt, Completion     int64
 	Latency                string
@@ -352,6 +354,8 @@ type Message struct {
 	Reasoning  string
 	Calls      []Call
 	Round      string // the round's latency and usage, for an assistant message
+	Tokens     string // the round's captured token ids (--capture-tokens): their counts
+	TokenNote  string // what the endpoint did not return of them
 	ToolStatus string // a tool message's call: status and latency
 }
 
@@ -381,7 +385,7 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 	}
 	r := &d.rows[i]
 	t.Found, t.TaskID, t.Source = true, d.s.get(r.id), d.s.get(r.src)
-	t.Term, t.Fail, t.Error = d.s.get(r.term), d.s.get(r.fail), d.s.get(r.err)
+	t.Term, t.Fail, t.Error, t.Endpoint = d.s.get(r.term), d.s.get(r.fail), d.s.get(r.err), d.s.get(r.endpoint)
 	t.Rounds, t.ToolCalls, t.Prompt, t.Completion = r.rounds, r.toolCalls, r.prompt, r.compl
 	t.Latency = strconv.FormatFloat(r.latencyMs, 'f', 1, 64)
 	t.Reward, t.Components = "-", d.s.get(r.comps)
@@ -452,6 +456,10 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 				rd := tr.Rounds[assistant]
 				msg.Round = fmt.Sprintf("round %d · model %.1f ms · %d prompt + %d completion tokens · finish %s",
 					rd.Index+1, rd.ModelLatencyMs, rd.Usage.PromptTokens, rd.Usage.CompletionTokens, orDash(rd.FinishReason))
+				if rd.Endpoint != "" {
+					msg.Round += " · endpoint " + rd.Endpoint
+				}
+				msg.Tokens, msg.TokenNote = roundTokens(&rd), rd.TokenNote
 			}
 			assistant++
 		case "tool":
@@ -463,6 +471,23 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 		t.Messages = append(t.Messages, msg)
 	}
 	return t, nil
+}
+
+// roundTokens counts a round's captured tokens ("" when none were captured): the arrays
+// themselves stay in trajectories.jsonl.
+func roundTokens(rd *agent.Round) string {
+	if rd.PromptTokenIDs == nil && rd.GenerationTokenIDs == nil && rd.GenerationLogProbs == nil {
+		return ""
+	}
+	count := func(n int, present bool) string {
+		if !present {
+			return "missing"
+		}
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprintf("token ids: %s prompt, %s generation · %s log-probs",
+		count(len(rd.PromptTokenIDs), rd.PromptTokenIDs != nil), count(len(rd.GenerationTokenIDs), rd.GenerationTokenIDs != nil),
+		count(len(rd.GenerationLogProbs), rd.GenerationLogProbs != nil))
 }
 
 func orDash(s string) string {

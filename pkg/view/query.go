@@ -18,6 +18,7 @@ type Query struct {
 	Term      string  // termination; "": any
 	Fail      string  // failure class; "": any; "-": none (the rollouts that did not fail)
 	Group     string  // the group-by field's value; "": any
+	Endpoint  string  // the endpoint of a pool that answered; "": any
 	Text      string  // a substring of the task id
 	Min, Max  float64 // reward range (NaN: unbounded); a bound leaves out rollouts without a reward
 	Sort      string  // a column of sortKeys
@@ -36,7 +37,7 @@ const DefaultPageSize = 50
 // ParseQuery reads a query from a URL's values; an error names the parameter.
 func ParseQuery(v url.Values, runs int) (Query, error) {
 	q := Query{Run: -1, Arm: v.Get("arm"), Term: v.Get("termination"), Fail: v.Get("failure"), Group: v.Get("group"),
-		Text: v.Get("q"), Min: math.NaN(), Max: math.NaN(), Sort: v.Get("sort"), Desc: v.Get("desc") == "1", PageSize: DefaultPageSize}
+		Endpoint: v.Get("endpoint"), Text: v.Get("q"), Min: math.NaN(), Max: math.NaN(), Sort: v.Get("sort"), Desc: v.Get("desc") == "1", PageSize: DefaultPageSize}
 	if s := v.Get("run"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 || n >= runs {
@@ -94,6 +95,7 @@ func (q Query) Values() url.Values {
 	set("termination", q.Term)
 	set("failure", q.Fail)
 	set("group", q.Group)
+	set("endpoint", q.Endpoint)
 	set("q", q.Text)
 	if !math.IsNaN(q.Min) {
 		v.Set("min", strconv.FormatFloat(q.Min, 'g', -1, 64))
@@ -154,7 +156,7 @@ func (d *Data) filter(q Query) []int32 {
 		}
 		return none
 	}
-	arm, term, fail := want(q.Arm), want(q.Term), want(q.Fail)
+	arm, term, fail, endpoint := want(q.Arm), want(q.Term), want(q.Fail), want(q.Endpoint)
 	if q.Fail == "-" {
 		fail = want("")
 	}
@@ -166,6 +168,7 @@ func (d *Data) filter(q Query) []int32 {
 			q.Arm != "" && r.arm != arm,
 			q.Term != "" && r.term != term,
 			q.Fail != "" && r.fail != fail,
+			q.Endpoint != "" && r.endpoint != endpoint,
 			q.hasBounds && (!r.hasReward || d.s.get(r.fail) != "" || r.reward < q.Min || r.reward > q.Max),
 			q.Text != "" && !strings.Contains(d.s.get(r.id), q.Text),
 			q.Group != "" && d.group(i) != q.Group:

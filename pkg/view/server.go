@@ -221,6 +221,7 @@ type RolloutsPage struct {
 	Arms, Terms, Fails []string
 	Groups             []string
 	GroupBy            string
+	Endpoints          []string // the endpoints of a pool; none: no endpoint column
 	Rows               []TableRow
 	Total, From, To    int
 	Pages, Page        int
@@ -241,7 +242,7 @@ func (h *Handler) rollouts(w http.ResponseWriter, r *http.Request) {
 
 func (d *Data) rolloutsPage(q Query, l linker) *RolloutsPage {
 	sel := d.Select(q)
-	p := &RolloutsPage{Q: q, Total: len(sel), GroupBy: d.groupField, Arms: d.arms}
+	p := &RolloutsPage{Q: q, Total: len(sel), GroupBy: d.groupField, Arms: d.arms, Endpoints: d.endpoints}
 	for i, r := range d.Runs {
 		p.Runs = append(p.Runs, RunInfo{Index: i, Dir: r.Dir})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"html/template"
 	"io"
 	"net/http"
 	"net/url"
@@ -135,6 +136,49 @@ func TestHostileEscaped(t *testing.T) {
 	}
 }
 
+// TestEndpointAndTokens checks the endpoint of a pool (the record's, and each round's) and the
+// counts of a round's captured tokens, with the note of what is missing, all escaped; the
+// token arrays themselves are not on the page.
+func TestEndpointAndTokens(t *testing.T) {
+	base, _ := serve(t, fixtureRun(t))
+	// html/template's text escaping: HTMLEscapeString's, and + as &#43;.
+	esc := func(s string) string { return strings.ReplaceAll(template.HTMLEscapeString(s), "+", "&#43;") }
+	_, _, traj := get(t, "GET", fmt.Sprintf("%s/trajectory?run=0&task=%d&repeat=0&arm=multi", base, hostileTask), nil)
+	_, _, plain := get(t, "GET", base+"/trajectory?run=0&task=0&repeat=0&arm=multi", nil)
+	_, _, table := get(t, "GET", base+"/rollouts?endpoint="+url.QueryEscape(hostileEndpoint), nil)
+	_, _, all := get(t, "GET", base+"/rollouts?size=1000", nil)
+	for _, tc := range []struct {
+		name, body string
+		want, not  []string
+	}{
+		{"hostile trajectory", traj, []string{
+			`endpoint <span id="endpoint">` + esc(hostileEndpoint) + `</span>`,
+			esc("round 1 · model 12.5 ms · 30 prompt + 7 completion tokens · finish tool_calls · endpoint " + hostileEndpoint),
+			esc("round 2 · model 8.0 ms · 50 prompt + 5 completion tokens · finish stop · endpoint pool-a"),
+			`<div class="tokens">token ids: 3 prompt, 2 generation · 2 log-probs</div>`,
+			`<div class="tokens">token ids: missing prompt, missing generation · 1 log-probs</div>`,
+			`<div class="tokens note">` + esc(hostileNote) + `</div>`,
+		}, []string{"<script", "-0.1", "[1,2,3]", "prompt_token_ids"}},
+		{"trajectory without a pool or tokens", plain, nil, []string{`id="endpoint"`, `class="tokens`, "· endpoint "}},
+		{"rollouts of the hostile endpoint", table, []string{
+			`<b id="total">1</b> rollouts`, `<th>endpoint</th>`, `<td class="endpoint">` + esc(hostileEndpoint) + `</td>`,
+			`<option selected>` + esc(hostileEndpoint) + `</option>`, "<option>pool-a</option>",
+		}, []string{"<script"}},
+		{"every rollout: the endpoint column", all, []string{`<td class="endpoint">pool-a</td>`, `<td class="endpoint"></td>`}, nil},
+	} {
+		for _, w := range tc.want {
+			if !strings.Contains(tc.body, w) {
+				t.Errorf("%s: the page lacks %q", tc.name, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(tc.body, n) {
+				t.Errorf("%s: the page holds %q", tc.name, n)
+			}
+		}
+	}
+}
+
 // The rollouts table against the Parquet file, read by record.ReadParquet and filtered and
 // sorted here: every filter, a sort each way, and paging.
 func TestRolloutsQuery(t *testing.T) {
@@ -166,6 +210,8 @@ func TestRolloutsQuery(t *testing.T) {
 		{"min=0&max=0", func(r record.Record) bool { return scored(r) && r.Reward == 0 }, nil},
 		{"q=count-0", func(r record.Record) bool { return strings.Contains(r.TaskID, "count-0") }, nil},
 		{"group=easy", func(r record.Record) bool { return r.TaskFields["category"] == "easy" }, nil},
+		{"endpoint=pool-a", func(r record.Record) bool { return r.Endpoint == "pool-a" }, nil},
+		{"endpoint=" + url.QueryEscape(hostileEndpoint), func(r record.Record) bool { return r.Endpoint == hostileEndpoint }, nil},
 		{"q=nothing-has-this", func(record.Record) bool { return false }, nil},
 		{"sort=latency&desc=1", func(record.Record) bool { return true }, func(a, b record.Record) int { return cmp.Compare(b.LatencyMs, a.LatencyMs) }},
 		{"sort=tokens", func(record.Record) bool { return true }, func(a, b record.Record) int {
