@@ -160,7 +160,7 @@ func makeRun(root string) (string, error) {
 	traj := agent.Trajectory{Termination: agent.Completed, Rounds: []agent.Round{
 		{Index: 0, ModelLatencyMs: 12.5, Usage: agent.Usage{PromptTokens: 30, CompletionTokens: 7}, FinishReason: "tool_calls",
 			ToolCalls: []agent.ToolCall{{CallID: "call_1", Name: "increment_counter", Status: 200, LatencyMs: 1.5}},
-			Endpoint: hostileEndpoint, PromptTokenIDs: []int32{1, 2, 3}, GenerationTokenIDs: []int32{4, 5}, GenerationLogProbs: []float64{-0.1, -0.2}},
+			Endpoint:  hostileEndpoint, PromptTokenIDs: []int32{1, 2, 3}, GenerationTokenIDs: []int32{4, 5}, GenerationLogProbs: []float64{-0.1, -0.2}},
 		{Index: 1, ModelLatencyMs: 8, Usage: agent.Usage{PromptTokens: 50, CompletionTokens: 5}, FinishReason: "stop",
 			Endpoint: "pool-a", GenerationLogProbs: []float64{-0.5}, TokenNote: hostileNote},
 	}}
