@@ -128,7 +128,7 @@ func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Compari
 // Comparer computes what Compare does from records given one at a time, in two passes: Check
 // every record of both sides (which decides how tasks are paired), then Add every record again
 // in the same order. It keeps no record: each side's Evaluator and, per scored rollout, its task
-// key (sharing the record's strings) and reward. It is not safe for concurrent use.
+// key (sharing the record's strings), reward and position. It is not safe for concurrent use.
 type Comparer struct {
 	o       StatsOptions
 	names   [2]string
@@ -136,9 +136,27 @@ type Comparer struct {
 	decided bool
 	byIndex bool
 	ev      [2]*Evaluator
-	scored  [2]map[pairKey]float64
+	added   [2]int // records added per side
+	scored  [2]map[pairKey]scoredAt
 	seen    [2]map[taskKey]bool
 	most    float64 // the largest magnitude of a scored reward
+	tasks   []TaskPairs
+}
+
+// scoredAt is a scored rollout: its reward and its position among its side's Adds.
+type scoredAt struct {
+	v  float64
+	at int
+}
+
+// TaskPairs is a task's pairs, as Comparer.Tasks gives them.
+type TaskPairs struct {
+	Key          string // TaskKey
+	Pairs        int
+	MeanA, MeanB float64 // the sides' mean rewards over the pairs
+	// First are the positions, among each side's Adds, of the records of the task's lowest
+	// paired repeat.
+	First [2]int
 }
 
 // taskKey is TaskKey without its string: kind 0 an id, 1 a row hash, 2 an index.
@@ -170,10 +188,13 @@ func NewComparer(nameA, nameB string, o StatsOptions) *Comparer {
 	c := &Comparer{o: o, names: [2]string{nameA, nameB}}
 	for i := range c.ev {
 		c.ev[i] = NewEvaluator(o)
-		c.scored[i], c.seen[i] = map[pairKey]float64{}, map[taskKey]bool{}
+		c.scored[i], c.seen[i] = map[pairKey]scoredAt{}, map[taskKey]bool{}
 	}
 	return c
 }
+
+// Reserve makes room for n records of side.
+func (c *Comparer) Reserve(side, n int) { c.ev[side].Reserve(n) }
 
 // Check notes the task key of a record of side (0 for A, 1 for B). Every record is checked
 // before the first Add; a Check after it panics.
@@ -190,6 +211,8 @@ func (c *Comparer) Add(side int, r *record.Record) {
 		c.decided, c.byIndex = true, c.check[0].bad || c.check[1].bad
 	}
 	c.ev[side].Add(r)
+	at := c.added[side]
+	c.added[side]++
 	k := pairKey{rollout: r.RolloutIndex}
 	switch {
 	case c.byIndex:
@@ -213,7 +236,7 @@ func (c *Comparer) Add(side int, r *record.Record) {
 	if _, dup := c.scored[side][k]; dup {
 		return // the first record of a (task, repeat) is the one paired
 	}
-	c.scored[side][k] = v
+	c.scored[side][k] = scoredAt{v, at}
 	c.most = max(c.most, math.Abs(v))
 }
 
@@ -240,23 +263,29 @@ func (cp *Comparer) Comparison() *Comparison {
 	type taskPairs struct {
 		n                   int
 		sumA, sumB, sumDiff float64
+		firstRep            int64
+		first               [2]int
 	}
 	tasks := map[taskKey]*taskPairs{}
-	for k, va := range scored[0] {
-		vb, ok := scored[1][k]
+	for k, a := range scored[0] {
+		b, ok := scored[1][k]
 		if !ok {
 			c.Unpaired++
 			continue
 		}
+		va, vb := a.v, b.v
 		tp := tasks[k.task]
 		if tp == nil {
-			tp = &taskPairs{}
+			tp = &taskPairs{firstRep: math.MaxInt64}
 			tasks[k.task] = tp
 		}
 		tp.n++
 		tp.sumA += va / scale
 		tp.sumB += vb / scale
 		tp.sumDiff += vb/scale - va/scale
+		if k.rollout < tp.firstRep {
+			tp.firstRep, tp.first = k.rollout, [2]int{a.at, b.at}
+		}
 	}
 	for k := range scored[1] {
 		if _, ok := scored[0][k]; !ok {
@@ -289,9 +318,12 @@ func (cp *Comparer) Comparison() *Comparison {
 	}
 	ids := slices.Sorted(maps.Keys(byName))
 	clusters := make([]cluster, 0, len(ids))
+	cp.tasks = make([]TaskPairs, 0, len(ids))
 	var sumA, sumB, sumDiff float64
 	for _, id := range ids {
 		tp := byName[id]
+		cp.tasks = append(cp.tasks, TaskPairs{Key: id, Pairs: tp.n, MeanA: tp.sumA / float64(tp.n) * scale,
+			MeanB: tp.sumB / float64(tp.n) * scale, First: tp.first})
 		c.Pairs += tp.n
 		sumA += tp.sumA
 		sumB += tp.sumB
@@ -318,6 +350,9 @@ func (cp *Comparer) Comparison() *Comparison {
 	}
 	return c
 }
+
+// Tasks are the tasks with pairs, in key order, once Comparison was called.
+func (c *Comparer) Tasks() []TaskPairs { return c.tasks }
 
 // WriteJSON writes the comparison as indented JSON.
 func (c *Comparison) WriteJSON(w io.Writer) error {

@@ -49,15 +49,30 @@ func TestCompareFromTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Evaluation.Options.ScoreFailuresAsZero = tc.failZero
-			got := d.comparison(Side{0, tc.a}, Side{0, tc.b}, serverLinks{}).C
+			page := d.comparison(Side{0, tc.a}, Side{0, tc.b}, serverLinks{})
+			got := page.C
 			want := report.Compare(arm(tc.a), arm(tc.b), tc.a, tc.b, d.Evaluation.Options)
 			if !reflect.DeepEqual(got, want) {
 				g, _ := json.MarshalIndent(got, "", " ")
 				w, _ := json.MarshalIndent(want, "", " ")
 				t.Fatalf("from the table:\n%s\nreport.Compare:\n%s", g, w)
 			}
-			if want.Pairs == 0 || want.Sides[0].Rollouts == 0 || want.Sides[1].Rollouts == 0 {
+			if want.Won+want.Lost == 0 || want.Pairs == 0 || want.Sides[0].Rollouts == 0 || want.Sides[1].Rollouts == 0 {
 				t.Fatalf("nothing compared: %+v", want)
+			}
+			// The page's tasks (rewards are 0 or 1 here: a change is a win or a loss).
+			won := 0
+			for _, f := range page.Flipped {
+				if f.Won {
+					won++
+				}
+				if f.LinkA == "" || f.LinkB == "" || f.Link == "" {
+					t.Errorf("changed task %s without its transcripts' links: %+v", f.Task, f)
+				}
+			}
+			if won != want.Won || len(page.Flipped)-won != want.Lost || page.Scatter.Tasks != want.Tasks || page.Scatter.Shown != want.Tasks {
+				t.Errorf("the page lists %d won, %d lost of %d tasks (%d drawn); report.Compare: %d won, %d lost of %d",
+					won, len(page.Flipped)-won, page.Scatter.Tasks, page.Scatter.Shown, want.Won, want.Lost, want.Tasks)
 			}
 			if tc.wantOnlyA && len(want.OnlyA) == 0 || tc.wantOnlyB && len(want.OnlyB) == 0 || tc.wantUnpair && want.Unpaired == 0 {
 				t.Errorf("the fixture lost its unpaired tasks: only A %v, only B %v, unpaired %d", want.OnlyA, want.OnlyB, want.Unpaired)

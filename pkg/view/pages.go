@@ -558,8 +558,12 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 	rows := [2][]int{d.sideRows(a), d.sideRows(b)}
 	c := &Comparison{A: a, B: b, NameA: d.sideName(a), NameB: d.sideName(b)}
 	// report.Compare's numbers from the table, a record at a time in two passes: no side's
-	// records are held, only the comparer's per-rollout keys (the table's strings) and rewards.
+	// records are held, only the comparer's per-rollout keys (the table's strings), rewards and
+	// positions.
 	cp := report.NewComparer(c.NameA, c.NameB, o)
+	for s := range rows {
+		cp.Reserve(s, len(rows[s]))
+	}
 	for pass := range 2 {
 		for s := range rows {
 			for _, i := range rows[s] {
@@ -581,115 +585,40 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 	if c.C.WriteJSON(&js) == nil {
 		c.JSON = js.String()
 	}
-	// Each task's paired rewards, as Compare pairs them: by task key and repeat, the first
-	// scored record of each.
-	byIndex := c.C.PairedBy == "task index"
-	// A task as report.TaskKey knows it, from the table's interned strings (no string made
-	// per rollout): its id, else its row hash, else (or byIndex) its index.
-	type taskKey struct {
-		kind uint8 // 0 id, 1 hash, 2 index
-		v    int64
-	}
-	keyOf := func(r *row) taskKey {
-		switch {
-		case byIndex:
-		case r.id != 0:
-			return taskKey{0, int64(r.id)}
-		case r.hash != 0:
-			return taskKey{1, int64(r.hash)}
-		}
-		return taskKey{2, r.task}
-	}
-	nameOf := func(k taskKey) string {
-		switch k.kind {
-		case 0:
-			return d.s.get(uint32(k.v))
-		case 1:
-			return "row:" + d.s.get(uint32(k.v))
-		}
-		return "index:" + strconv.FormatInt(k.v, 10)
-	}
-	type pairKey struct {
-		task    taskKey
-		rollout int64
-	}
-	type scoredRow struct {
-		reward float64
-		row    int
-	}
-	var scored [2]map[pairKey]scoredRow
-	for s := range rows {
-		scored[s] = make(map[pairKey]scoredRow, len(rows[s]))
-		for _, i := range rows[s] {
-			r := &d.rows[i]
-			failed := r.fail != 0
-			v, ok := r.reward, !failed && r.hasReward
-			if failed && o.ScoreFailuresAsZero {
-				v, ok = 0, true
-			}
-			k := pairKey{keyOf(r), r.rollout}
-			if _, dup := scored[s][k]; ok && !dup {
-				scored[s][k] = scoredRow{v, i}
-			}
-		}
-	}
-	type task struct {
-		n          int
-		sumA, sumB float64
-		first      [2]int // rows of the first pair
-		firstRep   int64
-	}
-	tasks := map[string]*task{}
-	for k, va := range scored[0] {
-		vb, ok := scored[1][k]
-		if !ok {
-			continue
-		}
-		name := nameOf(k.task)
-		t := tasks[name]
-		if t == nil {
-			t = &task{firstRep: math.MaxInt64}
-			tasks[name] = t
-		}
-		t.n++
-		t.sumA += va.reward
-		t.sumB += vb.reward
-		if k.rollout < t.firstRep {
-			t.firstRep, t.first = k.rollout, [2]int{va.row, vb.row}
-		}
-	}
-	names := slices.Sorted(maps.Keys(tasks))
-	sc := &Scatter{Width: 360, Height: 360, Left: 44, Right: 344, Top: 12, Bottom: 312, Tasks: len(names)}
+	// Each task's paired rewards, as Compare pairs them, and the rows of its lowest paired repeat.
+	tasks := cp.Tasks()
+	sc := &Scatter{Width: 360, Height: 360, Left: 44, Right: 344, Top: 12, Bottom: 312, Tasks: len(tasks)}
 	lo, hi := 0.0, 1.0
-	for _, n := range names {
-		t := tasks[n]
-		lo = min(lo, t.sumA/float64(t.n), t.sumB/float64(t.n))
-		hi = max(hi, t.sumA/float64(t.n), t.sumB/float64(t.n))
+	for _, t := range tasks {
+		lo = min(lo, t.MeanA, t.MeanB)
+		hi = max(hi, t.MeanA, t.MeanB)
 	}
 	x := linear{lo, hi, sc.Left, sc.Right}
 	y := linear{lo, hi, sc.Bottom, sc.Top}
 	sc.Ticks, sc.YTicks = x.ticks(5), y.ticks(5)
 	sc.Diag = [4]float64{x.at(lo), y.at(lo), x.at(hi), y.at(hi)}
-	var flips []Flip
 	// Tasks at the same point (rewards of 0 and 1 make few points) are one dot, sized by
 	// their number.
 	type at struct{ a, b float64 }
 	dots := map[at]int{}
 	var order []at
-	for _, n := range names {
-		t := tasks[n]
-		ma, mb := t.sumA/float64(t.n), t.sumB/float64(t.n)
-		p := at{ma, mb}
+	// The changed tasks: an index into tasks, and the change as the page shows it (rounded),
+	// which orders them.
+	type change struct {
+		j    int
+		diff float64
+	}
+	var flipped []change
+	for j, t := range tasks {
+		p := at{t.MeanA, t.MeanB}
 		if dots[p] == 0 {
 			order = append(order, p)
 		}
 		dots[p]++
-		if ma == mb {
-			continue
+		if t.MeanA != t.MeanB {
+			diff, _ := strconv.ParseFloat(num(t.MeanB-t.MeanA), 64)
+			flipped = append(flipped, change{j, diff})
 		}
-		ka, kb := d.key(t.first[0]), d.key(t.first[1])
-		flips = append(flips, Flip{Task: display(n), A: num(ma), B: num(mb), Diff: num(mb - ma), Won: mb > ma,
-			Link: l.pair(ka, kb), LinkA: l.trajectory(ka), LinkB: l.trajectory(kb)})
 	}
 	for _, p := range order {
 		if len(sc.Points) == maxPoints {
@@ -701,14 +630,18 @@ func (d *Data) comparison(a, b Side, l linker) *Comparison {
 		sc.Shown += n
 	}
 	c.Scatter = sc
-	slices.SortStableFunc(flips, func(p, q Flip) int {
-		a, _ := strconv.ParseFloat(p.Diff, 64)
-		b, _ := strconv.ParseFloat(q.Diff, 64)
-		return cmp.Compare(math.Abs(b), math.Abs(a))
-	})
-	if len(flips) > maxFlips {
-		c.FlippedMore = len(flips) - maxFlips
-		flips = flips[:maxFlips]
+	// The largest changes first (ties in key order); links only for those listed.
+	slices.SortStableFunc(flipped, func(p, q change) int { return cmp.Compare(math.Abs(q.diff), math.Abs(p.diff)) })
+	if len(flipped) > maxFlips {
+		c.FlippedMore = len(flipped) - maxFlips
+		flipped = flipped[:maxFlips]
+	}
+	flips := make([]Flip, 0, len(flipped))
+	for _, f := range flipped {
+		t := &tasks[f.j]
+		ka, kb := d.key(rows[0][t.First[0]]), d.key(rows[1][t.First[1]])
+		flips = append(flips, Flip{Task: display(t.Key), A: num(t.MeanA), B: num(t.MeanB), Diff: num(t.MeanB - t.MeanA), Won: t.MeanB > t.MeanA,
+			Link: l.pair(ka, kb), LinkA: l.trajectory(ka), LinkB: l.trajectory(kb)})
 	}
 	c.Flipped = flips
 	for _, p := range d.defaultPairs() {
