@@ -1,10 +1,10 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -127,8 +127,9 @@ func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Compari
 
 // Comparer computes what Compare does from records given one at a time, in two passes: Check
 // every record of both sides (which decides how tasks are paired), then Add every record again
-// in the same order. It keeps no record: each side's Evaluator and, per scored rollout, its task
-// key (sharing the record's strings), reward and position. It is not safe for concurrent use.
+// in the same order. It keeps no record: each side's Evaluator, each task's key once (sharing
+// the record's strings), and 24 bytes per scored rollout (its task, repeat, reward and
+// position), which Comparison sorts and pairs. It is not safe for concurrent use.
 type Comparer struct {
 	o       StatsOptions
 	names   [2]string
@@ -137,16 +138,22 @@ type Comparer struct {
 	byIndex bool
 	ev      [2]*Evaluator
 	added   [2]int // records added per side
-	scored  [2]map[pairKey]scoredAt
-	seen    [2]map[taskKey]bool
-	most    float64 // the largest magnitude of a scored reward
-	tasks   []TaskPairs
+	// The tasks, numbered in the order first seen; seenBy has bit 1<<side for each side
+	// that has a record of the task.
+	taskOf map[taskKey]int32
+	keys   []taskKey
+	seenBy []uint8
+	scored [2][]scoredRollout
+	tasks  []TaskPairs
 }
 
-// scoredAt is a scored rollout: its reward and its position among its side's Adds.
-type scoredAt struct {
-	v  float64
-	at int
+// scoredRollout is a scored rollout: its task's number, repeat, reward and position among
+// its side's Adds.
+type scoredRollout struct {
+	rollout int64
+	v       float64
+	task    int32
+	at      int32
 }
 
 // TaskPairs is a task's pairs, as Comparer.Tasks gives them.
@@ -176,25 +183,21 @@ func (k taskKey) String() string {
 	return "index:" + strconv.FormatInt(k.index, 10)
 }
 
-// pairKey is a (task, repeat).
-type pairKey struct {
-	task    taskKey
-	rollout int64
-}
-
 // NewComparer returns an empty Comparer of sides named nameA and nameB.
 func NewComparer(nameA, nameB string, o StatsOptions) *Comparer {
 	o = o.normalized()
-	c := &Comparer{o: o, names: [2]string{nameA, nameB}}
+	c := &Comparer{o: o, names: [2]string{nameA, nameB}, taskOf: map[taskKey]int32{}}
 	for i := range c.ev {
 		c.ev[i] = NewEvaluator(o)
-		c.scored[i], c.seen[i] = map[pairKey]scoredAt{}, map[taskKey]bool{}
 	}
 	return c
 }
 
 // Reserve makes room for n records of side.
-func (c *Comparer) Reserve(side, n int) { c.ev[side].Reserve(n) }
+func (c *Comparer) Reserve(side, n int) {
+	c.ev[side].Reserve(n)
+	c.scored[side] = slices.Grow(c.scored[side], n)
+}
 
 // Check notes the task key of a record of side (0 for A, 1 for B). Every record is checked
 // before the first Add; a Check after it panics.
@@ -213,18 +216,25 @@ func (c *Comparer) Add(side int, r *record.Record) {
 	c.ev[side].Add(r)
 	at := c.added[side]
 	c.added[side]++
-	k := pairKey{rollout: r.RolloutIndex}
+	var k taskKey
 	switch {
 	case c.byIndex:
-		k.task = taskKey{kind: 2, index: r.TaskIndex}
+		k = taskKey{kind: 2, index: r.TaskIndex}
 	case r.TaskID != "":
-		k.task = taskKey{kind: 0, s: r.TaskID}
+		k = taskKey{kind: 0, s: r.TaskID}
 	case r.TaskHash != "":
-		k.task = taskKey{kind: 1, s: r.TaskHash}
+		k = taskKey{kind: 1, s: r.TaskHash}
 	default:
-		k.task = taskKey{kind: 2, index: r.TaskIndex}
+		k = taskKey{kind: 2, index: r.TaskIndex}
 	}
-	c.seen[side][k.task] = true
+	t, ok := c.taskOf[k]
+	if !ok {
+		t = int32(len(c.keys))
+		c.taskOf[k] = t
+		c.keys = append(c.keys, k)
+		c.seenBy = append(c.seenBy, 0)
+	}
+	c.seenBy[t] |= 1 << side
 	var v float64
 	switch {
 	case r.FailureClass == "" && r.HasReward:
@@ -233,11 +243,7 @@ func (c *Comparer) Add(side int, r *record.Record) {
 	default:
 		return
 	}
-	if _, dup := c.scored[side][k]; dup {
-		return // the first record of a (task, repeat) is the one paired
-	}
-	c.scored[side][k] = scoredAt{v, at}
-	c.most = max(c.most, math.Abs(v))
+	c.scored[side] = append(c.scored[side], scoredRollout{rollout: r.RolloutIndex, v: v, task: t, at: int32(at)})
 }
 
 // Comparison is the comparison of the records added.
@@ -256,73 +262,97 @@ func (cp *Comparer) Comparison() *Comparison {
 	default:
 		c.PairedBy = "task id"
 	}
-	scored, seen := cp.scored, cp.seen
+	// Each side's scored rollouts by task and repeat; the first record of a (task, repeat) is
+	// the one paired.
+	var most float64 // the largest magnitude of a scored reward
+	for s := range cp.scored {
+		sc := cp.scored[s]
+		slices.SortFunc(sc, func(a, b scoredRollout) int {
+			return cmp.Or(cmp.Compare(a.task, b.task), cmp.Compare(a.rollout, b.rollout), cmp.Compare(a.at, b.at))
+		})
+		sc = slices.CompactFunc(sc, func(a, b scoredRollout) bool { return a.task == b.task && a.rollout == b.rollout })
+		for _, r := range sc {
+			most = max(most, math.Abs(r.v))
+		}
+		cp.scored[s] = sc
+	}
 	// Differences are taken of rewards divided by a power of two (exact), so that huge
 	// finite rewards do not overflow; the results are multiplied back.
-	scale := scaleFor(cp.most)
+	scale := scaleFor(most)
 	type taskPairs struct {
 		n                   int
 		sumA, sumB, sumDiff float64
-		firstRep            int64
 		first               [2]int
 	}
-	tasks := map[taskKey]*taskPairs{}
-	for k, a := range scored[0] {
-		b, ok := scored[1][k]
-		if !ok {
+	tasks := make([]taskPairs, len(cp.keys))
+	// Both sides are in (task, repeat) order: one merge pairs them, each task's lowest repeat
+	// first.
+	sa, sb := cp.scored[0], cp.scored[1]
+	for i, j := 0, 0; i < len(sa) || j < len(sb); {
+		var d int
+		switch {
+		case i == len(sa):
+			d = 1
+		case j == len(sb):
+			d = -1
+		default:
+			d = cmp.Or(cmp.Compare(sa[i].task, sb[j].task), cmp.Compare(sa[i].rollout, sb[j].rollout))
+		}
+		switch {
+		case d < 0:
 			c.Unpaired++
+			i++
+			continue
+		case d > 0:
+			c.Unpaired++
+			j++
 			continue
 		}
-		va, vb := a.v, b.v
-		tp := tasks[k.task]
-		if tp == nil {
-			tp = &taskPairs{firstRep: math.MaxInt64}
-			tasks[k.task] = tp
+		a, b := &sa[i], &sb[j]
+		tp := &tasks[a.task]
+		if tp.n == 0 {
+			tp.first = [2]int{int(a.at), int(b.at)}
 		}
 		tp.n++
-		tp.sumA += va / scale
-		tp.sumB += vb / scale
-		tp.sumDiff += vb/scale - va/scale
-		if k.rollout < tp.firstRep {
-			tp.firstRep, tp.first = k.rollout, [2]int{a.at, b.at}
-		}
+		tp.sumA += a.v / scale
+		tp.sumB += b.v / scale
+		tp.sumDiff += b.v/scale - a.v/scale
+		i++
+		j++
 	}
-	for k := range scored[1] {
-		if _, ok := scored[0][k]; !ok {
-			c.Unpaired++
-		}
-	}
-	for t := range seen[0] {
-		switch {
-		case !seen[1][t]:
-			c.OnlyA = append(c.OnlyA, t.String())
-		case tasks[t] == nil:
-			c.NoPairs = append(c.NoPairs, t.String())
-		}
-	}
-	for t := range seen[1] {
-		if !seen[0][t] {
-			c.OnlyB = append(c.OnlyB, t.String())
+	var paired []int32
+	for t, k := range cp.keys {
+		switch seen := cp.seenBy[t]; {
+		case seen == 1:
+			c.OnlyA = append(c.OnlyA, k.String())
+		case seen == 2:
+			c.OnlyB = append(c.OnlyB, k.String())
+		case tasks[t].n == 0:
+			c.NoPairs = append(c.NoPairs, k.String())
+		default:
+			paired = append(paired, int32(t))
 		}
 	}
 	for _, l := range [][]string{c.OnlyA, c.OnlyB, c.NoPairs} {
 		slices.Sort(l)
 	}
-	if len(tasks) == 0 {
+	cp.tasks = nil
+	if len(paired) == 0 {
 		return c
 	}
-	// Sums in the order of the task keys, so that the result does not depend on the maps'.
-	byName := make(map[string]*taskPairs, len(tasks))
-	for k, tp := range tasks {
-		byName[k.String()] = tp
+	// Sums in the order of the task keys, so that the result does not depend on the order of
+	// the records.
+	names := make([]string, len(cp.keys))
+	for _, t := range paired {
+		names[t] = cp.keys[t].String()
 	}
-	ids := slices.Sorted(maps.Keys(byName))
-	clusters := make([]cluster, 0, len(ids))
-	cp.tasks = make([]TaskPairs, 0, len(ids))
+	slices.SortFunc(paired, func(a, b int32) int { return strings.Compare(names[a], names[b]) })
+	clusters := make([]cluster, 0, len(paired))
+	cp.tasks = make([]TaskPairs, 0, len(paired))
 	var sumA, sumB, sumDiff float64
-	for _, id := range ids {
-		tp := byName[id]
-		cp.tasks = append(cp.tasks, TaskPairs{Key: id, Pairs: tp.n, MeanA: tp.sumA / float64(tp.n) * scale,
+	for _, t := range paired {
+		tp := &tasks[t]
+		cp.tasks = append(cp.tasks, TaskPairs{Key: names[t], Pairs: tp.n, MeanA: tp.sumA / float64(tp.n) * scale,
 			MeanB: tp.sumB / float64(tp.n) * scale, First: tp.first})
 		c.Pairs += tp.n
 		sumA += tp.sumA
@@ -338,7 +368,7 @@ func (cp *Comparer) Comparison() *Comparison {
 			c.Tied++
 		}
 	}
-	c.Tasks = len(ids)
+	c.Tasks = len(paired)
 	n := float64(c.Pairs)
 	mean := sumDiff / n
 	c.PairedMeans = [2]float64{sumA / n * scale, sumB / n * scale}
