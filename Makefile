@@ -163,10 +163,12 @@ scale-demo:
 	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo$$' -v -count=1 -timeout 5m ./cmd/rollout
 
 # The README's screenshots of rollout view (docs/img/view-*.png), taken by the browser tests
-# (headless Chromium) from make run's output.
+# (headless Chromium) from make run's output. The test binary runs from here, so that the pages
+# name the runs as a reader would type them (out/extraction), not by this checkout's path.
 screenshots: run
-	$(GO) test -count=1 -run TestScreenshots ./pkg/view -screenshots $(CURDIR)/docs/img \
-		-screenshot-runs $(CURDIR)/out/extraction,$(CURDIR)/out/workflow
+	$(GO) test -c -o bin/view.test ./pkg/view
+	bin/view.test -test.count=1 -test.run TestScreenshots -screenshots docs/img \
+		-screenshot-runs out/extraction,out/workflow
 
 clean:
 	rm -rf bin out
