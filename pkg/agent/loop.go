@@ -38,6 +38,9 @@ const (
 	// answer is the model's result: the rollout ends there, any tool call in the cut answer
 	// is not made, and the rollout is verified like max_rounds.
 	Length Termination = "length"
+	// Degraded: with --degrade, after MaxFailedRounds consecutive rounds of failed tool calls,
+	// one last model call without tools gave the final answer, which is verified.
+	Degraded Termination = "degraded"
 )
 
 // Usage is token usage summed over a rollout or one round.
@@ -117,6 +120,9 @@ type Trajectory struct {
 	Steps []StepTrace `json:"steps,omitempty"`
 	// InvalidAnswers counts JSON-mode answers refused as malformed (jsonmode.go).
 	InvalidAnswers int `json:"invalid_answers,omitempty"`
+	// Context is what the context strategy sent and removed per round, and the briefings
+	// (context.go); nil with the full strategy and without Degrade.
+	Context *ContextTrace `json:"context,omitempty"`
 }
 
 // ToolCalls counts the tool calls, failed ones and distinct names.
@@ -169,6 +175,16 @@ type Config struct {
 	// CaptureTokens, when set, asks each model call for its token ids and log-probs and keeps
 	// them in the round (tokens.go). One is shared by all the rollouts of a run.
 	CaptureTokens *TokenCapture
+	// Context is what the model is shown of the conversation each round (context.go); the zero
+	// value sends it all. Policies single and multi, native tool mode.
+	Context ContextStrategy
+	// BriefingPrompt is the briefing strategy's request after each round ("":
+	// DefaultBriefingPrompt).
+	BriefingPrompt string
+	// Degrade: after MaxFailedRounds consecutive rounds of failed tool calls, one last model
+	// call without tools asks for the best answer (termination Degraded) instead of ending
+	// the rollout as tool_error.
+	Degrade bool
 }
 
 // Policies.
@@ -221,6 +237,9 @@ func (c *Config) Validate() error {
 	if c.MaxFailedRounds < 1 {
 		return fmt.Errorf("max failed rounds must be at least 1, got %d", c.MaxFailedRounds)
 	}
+	if (c.Context.trimmed() || c.Degrade) && (c.Policy == PolicyWorkflow || c.ToolMode == ToolModeJSON) {
+		return fmt.Errorf("context %s and degrade apply to the single and multi policies in native tool mode", c.Context)
+	}
 	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2) {
 		return fmt.Errorf("temperature must be in [0, 2], got %g", *c.Temperature)
 	}
@@ -244,10 +263,17 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		offered[t.Name] = true
 	}
 
+	cv := &conversation{nTask: len(tr.Messages)}
+	if c.Context.trimmed() || c.Degrade {
+		tr.Context = &ContextTrace{Strategy: c.Context.String()}
+	}
+	briefing := "" // the briefing strategy's last briefing
+
 	failedRounds, unreachableRounds, timedOutRounds := 0, 0, 0
 	toolsRemoved := false // single-step: the final call, without tools
 	for round := 0; ; round++ {
-		req.Messages = tr.Messages
+		var cr *ContextRound
+		req.Messages, cr = cv.send(c.Context, tr, briefing)
 		resp, latency, tap, err := c.call(ctx, req)
 		if err != nil {
 			term, class := modelFailure(ctx, err)
@@ -262,6 +288,9 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		rd := newRound(&resp, round, latency)
 		c.captureTokens(&rd, tap)
 		tr.Usage.add(rd.Usage)
+		if cr != nil {
+			cr.PromptTokens = rd.Usage.PromptTokens
+		}
 		msg := &resp.Choices[0].Message
 		hist := historyMessage(msg, round)
 		if rd.FinishReason == finishLength {
@@ -339,6 +368,10 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		} else {
 			timedOutRounds = 0
 		}
+		if failedRounds >= c.MaxFailedRounds && c.Degrade && timedOutRounds < c.MaxFailedRounds && unreachableRounds < c.MaxFailedRounds {
+			c.degrade(ctx, req, cv, tr, briefing, round+1, failedRounds)
+			return tr
+		}
 		if failedRounds >= c.MaxFailedRounds {
 			tr.Termination = ToolError
 			tr.Error = fmt.Sprintf("every tool call failed in %d consecutive rounds", failedRounds)
@@ -357,6 +390,12 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		if round+1 >= c.MaxRounds {
 			tr.Termination = MaxRounds
 			return tr
+		}
+		if c.Context.Kind == ContextBriefing {
+			var ok bool
+			if briefing, ok = c.brief(ctx, req, cv, tr, briefing, round); !ok {
+				return tr
+			}
 		}
 		if c.Policy == PolicySingle {
 			// One round of tool calls is all single-step gets: the next call is for the

@@ -72,8 +72,8 @@ func (t *Trajectory) appendJSON(b []byte) (_ []byte, ok bool) {
 	b = jsonfast.AppendStringHTML(b, string(t.Termination))
 	b = appendOmitEmpty(b, `,"failure_class":`, string(t.FailureClass))
 	b = appendOmitEmpty(b, `,"error":`, t.Error)
-	if len(t.Steps) > 0 {
-		return b, false // the workflow policy's record: encoding/json's
+	if len(t.Steps) > 0 || t.Context != nil {
+		return b, false // the workflow policy's or a context strategy's record: encoding/json's
 	}
 	if t.InvalidAnswers != 0 {
 		b = append(b, `,"invalid_answers":`...)

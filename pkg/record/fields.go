@@ -44,6 +44,11 @@ const (
 	rfSeed
 	rfSourceFile
 	rfSourceLine
+	rfContext
+	rfContextTokensMax
+	rfContextRemovedMessages
+	rfContextRemovedBytes
+	rfBriefingCalls
 	rfTaskFields
 	numRecordFields
 )
@@ -104,7 +109,14 @@ var recordFields = derive([numRecordFields]recordField{
 	rfSeed:             {name: "seed", kind: kindInt64, off: unsafe.Offsetof(Record{}.Seed)},
 	rfSourceFile:       {name: "source_file", kind: kindName, off: unsafe.Offsetof(Record{}.SourceFile), cost: 2},
 	rfSourceLine:       {name: "source_line", kind: kindInt64, off: unsafe.Offsetof(Record{}.SourceLine)},
-	rfTaskFields:       {name: "task_fields", kind: kindStringMap, omitEmpty: true, off: unsafe.Offsetof(Record{}.TaskFields), cost: 10},
+
+	rfContext:                {name: "context", kind: kindName, omitEmpty: true, off: unsafe.Offsetof(Record{}.Context), cost: 2},
+	rfContextTokensMax:       {name: "context_tokens_max", kind: kindInt64, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextTokensMax)},
+	rfContextRemovedMessages: {name: "context_removed_messages", kind: kindInt32, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextRemovedMessages)},
+	rfContextRemovedBytes:    {name: "context_removed_bytes", kind: kindInt64, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextRemovedBytes)},
+	rfBriefingCalls:          {name: "briefing_calls", kind: kindInt32, omitEmpty: true, off: unsafe.Offsetof(Record{}.BriefingCalls)},
+
+	rfTaskFields: {name: "task_fields", kind: kindStringMap, omitEmpty: true, off: unsafe.Offsetof(Record{}.TaskFields), cost: 10},
 })
 
 // recordFieldByName is the field of each JSON key.

@@ -135,7 +135,14 @@ type parquetRecord struct {
 	Seed             int64              `parquet:"seed"`
 	SourceFile       string             `parquet:"source_file,dict"`
 	SourceLine       int64              `parquet:"source_line"`
-	TaskFields       map[string]string  `parquet:"task_fields" parquet-key:",dict" parquet-value:",dict"`
+
+	Context                string `parquet:"context,dict"`
+	ContextTokensMax       int64  `parquet:"context_tokens_max"`
+	ContextRemovedMessages int32  `parquet:"context_removed_messages"`
+	ContextRemovedBytes    int64  `parquet:"context_removed_bytes"`
+	BriefingCalls          int32  `parquet:"briefing_calls"`
+
+	TaskFields map[string]string `parquet:"task_fields" parquet-key:",dict" parquet-value:",dict"`
 }
 
 func init() {

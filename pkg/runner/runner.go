@@ -89,6 +89,10 @@ type Arm struct {
 	MaxRounds int
 	// ToolMode overrides Options.Agent.ToolMode for this arm when set (native or json).
 	ToolMode string
+	// Context overrides Options.Agent.Context for this arm when set (agent.ParseContext).
+	Context agent.ContextStrategy
+	// Degrade overrides Options.Agent.Degrade for this arm when set.
+	Degrade *bool
 }
 
 // config is the agent configuration of the arm.
@@ -99,6 +103,12 @@ func (a Arm) config(base agent.Config) agent.Config {
 	}
 	if a.ToolMode != "" {
 		base.ToolMode = a.ToolMode
+	}
+	if a.Context.Kind != "" {
+		base.Context = a.Context
+	}
+	if a.Degrade != nil {
+		base.Degrade = *a.Degrade
 	}
 	return base
 }
@@ -461,6 +471,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 	if len(tr.Rounds) > 0 {
 		rec.Endpoint = tr.Rounds[0].Endpoint
 	}
+	contextColumns(&rec, &cfg, tr)
 	defer func() {
 		// The trajectory ends as the record does: a failed verify is the rollout's end too.
 		tr.Termination, tr.FailureClass, tr.Error = agent.Termination(rec.Termination), rec.FailureClass, rec.Error
@@ -497,6 +508,26 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 	rec.Reward, rec.HasReward, rec.RewardComponents = v.Reward, true, v.Components
 	res.Verify = v.Answer
 	return res
+}
+
+// contextColumns fills the record's context columns when the arm has a context strategy or
+// degrades: the strategy, the largest prompt of a round (from the endpoint's usage), what the
+// strategy removed, and the briefing calls.
+func contextColumns(rec *record.Record, cfg *agent.Config, tr *agent.Trajectory) {
+	if cfg.Context.Kind == "" && !cfg.Degrade {
+		return
+	}
+	rec.Context = cfg.Context.String()
+	for _, rd := range tr.Rounds {
+		rec.ContextTokensMax = max(rec.ContextTokensMax, int64(rd.Usage.PromptTokens))
+	}
+	if ct := tr.Context; ct != nil {
+		for _, cr := range ct.Rounds {
+			rec.ContextRemovedMessages += int32(cr.RemovedMessages)
+			rec.ContextRemovedBytes += int64(cr.RemovedBytes)
+		}
+		rec.BriefingCalls = int32(len(ct.Briefings))
+	}
 }
 
 // Bounds of the task fields kept in a record.
