@@ -30,7 +30,8 @@ import (
 //
 // A key may be spelled in snake_case as NeMo Gym's configs are (num_repeats: 4). A key that is
 // not a flag of rollout run is an error naming FILE:LINE. "arms" lists policy
-// names, or arms with their own settings: name, policy, max-rounds, tool-mode (native, json). Flags on the command line
+// names, or arms with their own settings: name, policy, max-rounds, tool-mode (native, json),
+// context (full, window:N, budget:TOKENS, briefing), degrade (true, false). Flags on the command line
 // override the file (a repeated flag such as --server adds to the file's list).
 
 // configArg finds --config FILE (or -config, --config=FILE) among args.
@@ -164,7 +165,13 @@ func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runn
 				case "tool-mode":
 					a.ToolMode = val.Value
 				default:
-					return nil, at(k, "arms: unknown key %q (name, policy, max-rounds, tool-mode)", k.Value)
+					ok, err := armSetting(&a, strings.ReplaceAll(k.Value, "_", "-"), val.Value)
+					if !ok {
+						return nil, at(k, "arms: unknown key %q (name, policy, max-rounds, tool-mode, context, degrade)", k.Value)
+					}
+					if err != nil {
+						return nil, at(val, "arms: %s: %v", k.Value, err)
+					}
 				}
 			}
 			if a.Policy == "" {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"reflect"
 	"strings"
@@ -33,6 +35,12 @@ type runConfig struct {
 	MaxToolCalls    int               `json:"max_tool_calls,omitempty"` // when not the default
 	Sim             map[string]string `json:"sim,omitempty"`            // the simulator's knobs, with builtin:sim
 	CaptureTokens   bool              `json:"capture_tokens,omitempty"` // what the trajectories keep
+	// Context, Degrade and BriefingPrompt are --context (one strategy for every arm), --degrade
+	// and --briefing-prompt FILE with the SHA-256 of its text; left out when not given.
+	Context              string `json:"context,omitempty"`
+	Degrade              bool   `json:"degrade,omitempty"`
+	BriefingPrompt       string `json:"briefing_prompt,omitempty"`
+	BriefingPromptSHA256 string `json:"briefing_prompt_sha256,omitempty"`
 }
 
 // redactServers is --server's values with the credentials of their URLs redacted, for the
@@ -88,6 +96,7 @@ func newRunConfig(f runFlags, opts *runner.Options, simOpts *sim.Options) runCon
 		if a.ToolMode != "" {
 			name += ",tool-mode=" + a.ToolMode
 		}
+		name += armSettings(a)
 		armNames = append(armNames, name)
 	}
 	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit,
@@ -96,6 +105,14 @@ func newRunConfig(f runFlags, opts *runner.Options, simOpts *sim.Options) runCon
 		Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls), CaptureTokens: f.captureTokens}
 	if simOpts != nil {
 		cfg.Sim = knobValues(*simOpts)
+	}
+	if opts.Agent.Context.Kind != "" {
+		cfg.Context = opts.Agent.Context.String()
+	}
+	cfg.Degrade = opts.Agent.Degrade
+	if f.ctx.briefingPrompt != "" {
+		sum := sha256.Sum256([]byte(opts.Agent.BriefingPrompt))
+		cfg.BriefingPrompt, cfg.BriefingPromptSHA256 = f.ctx.briefingPrompt, hex.EncodeToString(sum[:])
 	}
 	return cfg
 }

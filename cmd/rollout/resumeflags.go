@@ -87,6 +87,15 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	if cfg.CaptureTokens {
 		set("capture-tokens", "true")
 	}
+	if cfg.Context != "" {
+		set("context", cfg.Context)
+	}
+	if cfg.Degrade {
+		set("degrade", "true")
+	}
+	if cfg.BriefingPrompt != "" {
+		set("briefing-prompt", cfg.BriefingPrompt)
+	}
 	for knob, v := range cfg.Sim {
 		name := "sim-" + kebab(knob)
 		if fs.Lookup(name) == nil {
@@ -132,7 +141,9 @@ func parseArmName(s string) (runner.Arm, error) {
 		case "tool-mode":
 			a.ToolMode = v
 		default:
-			return runner.Arm{}, fmt.Errorf("unknown setting %q", k)
+			if ok, err := armSetting(&a, k, v); !ok || err != nil {
+				return runner.Arm{}, fmt.Errorf("unknown setting %q (%v)", k, err)
+			}
 		}
 	}
 	return a, nil

@@ -66,6 +66,7 @@ type runFlags struct {
 	shard                                      runner.Shard
 	metricsAddr                                string
 	fleet                                      fleetFlags
+	ctx                                        contextFlags
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -384,6 +385,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	f.failOnError = failureLimit{0.05}
 	fs.Var(&f.failOnError, "fail-on-error", "exit 4 past this failed `RATE` (<1) or count")
 	fs.IntVar(&f.earlyStop, "early-stop", 20, "exit 4 when the first `N` rollouts all fail alike (0: never)")
+	f.ctx.define(fs)
 	simOptions = simKnobs(fs, "sim-")
 	fs.String("config", "", "a YAML `FILE` of flags by name, and arms")
 	return fs, modelURLFlag, simOptions
@@ -462,6 +464,9 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 			return opts, badUsage("--arms: %v", err)
 		}
 		opts.Arms = arms
+	}
+	if err := f.ctx.apply(&opts, f.arm); err != nil {
+		return opts, err
 	}
 	jsonWarned := false
 	for _, a := range opts.Arms {
@@ -777,7 +782,7 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
-		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls"}},
+		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
 		{title: "Endpoint pool (several --model-url, or endpoints: in --config; README \"Fleets\")", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},

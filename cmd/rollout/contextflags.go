@@ -1,0 +1,106 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/runner"
+)
+
+// contextFlags are rollout run's context flags: the strategies (--context), the briefing
+// prompt (--briefing-prompt) and --degrade.
+type contextFlags struct {
+	context        string
+	briefingPrompt string
+	degrade        bool
+}
+
+// define adds the flags to fs.
+func (c *contextFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&c.context, "context", "", "what the model is shown each round: `STRATEGY` full, window:N, budget:TOKENS, briefing; a list makes an arm of each")
+	fs.StringVar(&c.briefingPrompt, "briefing-prompt", "", "the briefing strategy's request after each round, from `FILE` (default: rollout's, in the README)")
+	fs.BoolVar(&c.degrade, "degrade", false, "after --max-failed-rounds rounds of failed tool calls, one last call without tools for the answer (termination degraded)")
+}
+
+// apply sets opts' context settings: the briefing prompt and --degrade for every arm; one
+// --context strategy for every arm, or, with a list, every arm once per strategy, named by the
+// strategy (ARM/STRATEGY with several arms).
+func (c *contextFlags) apply(opts *runner.Options, defaultArm string) error {
+	opts.Agent.Degrade = c.degrade
+	if c.briefingPrompt != "" {
+		b, err := os.ReadFile(c.briefingPrompt)
+		if err != nil {
+			return badUsage("--briefing-prompt: %v", err)
+		}
+		if strings.TrimSpace(string(b)) == "" {
+			return badUsage("--briefing-prompt %s: the file is empty", c.briefingPrompt)
+		}
+		opts.Agent.BriefingPrompt = string(b)
+	}
+	if c.context == "" {
+		return nil
+	}
+	var strategies []agent.ContextStrategy
+	for _, s := range strings.Split(c.context, ",") {
+		st, err := agent.ParseContext(s)
+		if err != nil {
+			return badUsage("--context: %v", err)
+		}
+		strategies = append(strategies, st)
+	}
+	if len(strategies) == 1 {
+		opts.Agent.Context = strategies[0]
+		return nil
+	}
+	arms := opts.Arms
+	if len(arms) == 0 {
+		arms = []runner.Arm{{Name: defaultArm, Policy: agent.PolicyMulti}}
+	}
+	var out []runner.Arm
+	for _, a := range arms {
+		for _, st := range strategies {
+			b := a
+			b.Context = st
+			b.Name = st.String()
+			if len(arms) > 1 {
+				b.Name = a.Name + "/" + st.String()
+				if a.Name == "" {
+					b.Name = a.Policy + "/" + st.String()
+				}
+			}
+			out = append(out, b)
+		}
+	}
+	opts.Arms = out
+	return nil
+}
+
+// armSettings are an arm's context settings as the manifest names them (",context=S",
+// ",degrade=true"): see newRunConfig and parseArmName.
+func armSettings(a runner.Arm) string {
+	s := ""
+	if a.Context.Kind != "" {
+		s += ",context=" + a.Context.String()
+	}
+	if a.Degrade != nil {
+		s += ",degrade=" + strconv.FormatBool(*a.Degrade)
+	}
+	return s
+}
+
+// armSetting reads one of armSettings' settings into a; ok is false for another key.
+func armSetting(a *runner.Arm, key, value string) (ok bool, err error) {
+	switch key {
+	case "context":
+		a.Context, err = agent.ParseContext(value)
+		return true, err
+	case "degrade":
+		d, err := strconv.ParseBool(value)
+		a.Degrade = &d
+		return true, err
+	}
+	return false, nil
+}
