@@ -41,6 +41,10 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 	fs.DurationVar(&o.RetryAfter, prefix+"retry-after", 0, "Retry-After sent with an injected 429 (0: none)")
 	fs.Float64Var(&o.ToolCountErrorSlope, prefix+"tool-count-error-slope", 0, "extra wrong-argument probability per tool offered beyond --"+prefix+"tool-count-baseline (models real models erring more when offered more tools; 0: off)")
 	fs.IntVar(&o.ToolCountBaseline, prefix+"tool-count-baseline", 0, "tools offered that cost nothing under --"+prefix+"tool-count-error-slope")
+	fs.IntVar(&o.ContextLimit, prefix+"context-limit", 0, "the simulated model's context in `TOKENS`: a longer request is refused as vLLM refuses it (0: no limit)")
+	fs.Float64Var(&o.ContextErrorSlope, prefix+"context-error-slope", 0, "extra wrong-argument probability per 1000 prompt tokens (a model of a model: 0: off)")
+	fs.Float64Var(&o.DistanceErrorSlope, prefix+"distance-error-slope", 0, "extra wrong-argument probability per round between reading a value and using it (0: off)")
+	fs.Float64Var(&o.BriefingDrop, prefix+"briefing-drop", 0, "probability that the simulator's briefing leaves out a fact")
 	return func() (sim.Options, error) {
 		base, err := sim.Profile(*profile)
 		if err != nil {
@@ -74,6 +78,14 @@ func simKnobs(fs *flag.FlagSet, prefix string) func() (sim.Options, error) {
 				base.ToolCountErrorSlope = o.ToolCountErrorSlope
 			case "tool-count-baseline":
 				base.ToolCountBaseline = o.ToolCountBaseline
+			case "context-limit":
+				base.ContextLimit = o.ContextLimit
+			case "context-error-slope":
+				base.ContextErrorSlope = o.ContextErrorSlope
+			case "distance-error-slope":
+				base.DistanceErrorSlope = o.DistanceErrorSlope
+			case "briefing-drop":
+				base.BriefingDrop = o.BriefingDrop
 			}
 		})
 		if err := base.Validate(); err != nil {

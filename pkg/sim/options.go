@@ -70,6 +70,28 @@ type Options struct {
 	// ToolCountBaseline is the number of tools that costs nothing (>= 0).
 	ToolCountBaseline int
 
+	// The context model (context.go): a model of how a model's context could affect it, so
+	// that rollout's context strategies have something to differ on. It is a model of a model,
+	// not evidence about any real one.
+	//
+	// ContextLimit, in tokens (> 0; 0: no limit), refuses a request whose prompt (its message
+	// texts and tool calls at 4 bytes a token) plus its max_tokens is over it, with HTTP 400
+	// and vLLM's error body ("This model's maximum context length is ...").
+	ContextLimit int
+	// ContextErrorSlope raises the WrongArgument probability of a planned round by this much
+	// per 1000 prompt tokens of its request, in [0, 1]: a long context, more mistakes.
+	ContextErrorSlope float64
+	// DistanceErrorSlope raises the WrongArgument probability of a planned round by this much
+	// per round between where a value its calls use was read and the round itself, in [0, 1]:
+	// a value read long ago is misremembered more often. A value of the last round's results
+	// is at distance 0, of the round before at 1, and so on; a value from a briefing (written
+	// just before the round) at 0. A value the request no longer holds (a window dropped it, a
+	// briefing left it out) cannot be used at all: it resolves to null.
+	DistanceErrorSlope float64
+	// BriefingDrop is the probability, in [0, 1], that the simulator's briefing leaves out one
+	// fact (a call's result), drawn per fact and briefing.
+	BriefingDrop float64
+
 	// MaxTrackedRequests bounds the table that numbers the attempts of identical requests
 	// (kept only when HTTP429, HTTP500, ConnectionReset or Hang is positive); when it is full
 	// it is cleared at once.
@@ -96,6 +118,9 @@ func (o Options) Validate() error {
 		{"connection-reset", o.ConnectionReset},
 		{"hang", o.Hang},
 		{"tool-count-error-slope", o.ToolCountErrorSlope},
+		{"context-error-slope", o.ContextErrorSlope},
+		{"distance-error-slope", o.DistanceErrorSlope},
+		{"briefing-drop", o.BriefingDrop},
 	}
 	for _, r := range rates {
 		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
@@ -104,6 +129,9 @@ func (o Options) Validate() error {
 	}
 	if o.RetryAfter < 0 {
 		return fmt.Errorf("sim: retry-after must not be negative, got %v", o.RetryAfter)
+	}
+	if o.ContextLimit < 0 {
+		return fmt.Errorf("sim: context limit must not be negative, got %d", o.ContextLimit)
 	}
 	if o.ToolCountBaseline < 0 {
 		return fmt.Errorf("sim: tool-count baseline must not be negative, got %d", o.ToolCountBaseline)

@@ -25,6 +25,9 @@ type chatRequest struct {
 	Logprobs               bool `json:"logprobs"`
 	ReturnTokenIDs         bool `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	// The completion's bound, counted against Options.ContextLimit.
+	MaxTokens     *int `json:"max_tokens"`
+	MaxCompletion *int `json:"max_completion_tokens"`
 
 	choice string // auto, none, required or function
 	forced string // the tool of tool_choice {"type":"function",...}

@@ -139,6 +139,7 @@ type counters struct {
 	planned, unplanned, unoffered, cancelled                atomic.Int64
 	wrongArgument, skipStep, premature, malformed           atomic.Int64
 	http429, http500, reset, hang                           atomic.Int64
+	contextOverflow, briefings, briefingDropped             atomic.Int64
 }
 
 // Stats counts what the simulator did.
@@ -153,6 +154,10 @@ type Stats struct {
 	UnofferedCalls int64 // planned calls left out because their tool was not offered
 	Cancelled      int64 // requests whose client went away during the latency (hangs not included)
 	Injected       Injected
+	// ContextOverflow counts requests refused over Options.ContextLimit (answered 400, not
+	// counted in BadRequests); Briefings, briefings written (in Answers and FinalAnswers);
+	// BriefingDropped, facts a briefing left out.
+	ContextOverflow, Briefings, BriefingDropped int64
 }
 
 // Injected counts injected errors by kind.
@@ -197,6 +202,7 @@ func (s *Simulator) Stats() Stats {
 			MalformedToolCall: c.malformed.Load(), HTTP429: c.http429.Load(), HTTP500: c.http500.Load(),
 			ConnectionReset: c.reset.Load(), Hang: c.hang.Load(),
 		},
+		ContextOverflow: c.contextOverflow.Load(), Briefings: c.briefings.Load(), BriefingDropped: c.briefingDropped.Load(),
 	}
 }
 
@@ -260,6 +266,9 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 	if rerr != nil {
 		s.c.badRequests.Add(1)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", rerr.param, "", rerr.msg)
+		return
+	}
+	if s.overflow(w, req) {
 		return
 	}
 	firstUser, prompt := req.conversation()
@@ -387,17 +396,13 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 			roundOf = append(roundOf, k)
 		}
 	}
-	made := map[int]string{} // plan call index → the id it was made with
-	next := 0
-	for _, m := range req.Messages {
-		for _, tc := range m.ToolCalls {
-			if n, ok := planCallIndex(d, tc.ID); ok && n < len(calls) {
-				made[n] = tc.ID
-				next = max(next, roundOf[n]+1)
-			}
-		}
+	sn := holds(req, d, calls, roundOf)
+	made, outputs, next := sn.made, sn.outputs, sn.next
+	if round < next-1 {
+		// A context strategy left earlier rounds out of the request: the draws are the plan's
+		// round's, not the same few again.
+		round = next
 	}
-	outputs := req.toolOutputs()
 	out := func(n int) (any, bool) {
 		id, ok := made[n]
 		if !ok {
@@ -415,6 +420,9 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 			text = "Done."
 		}
 		return textAnswer(text)
+	}
+	if req.briefingRequest() {
+		return s.briefing(p, sn, d, round)
 	}
 	offered := req.offered()
 	if len(offered) == 0 || next >= len(p.Rounds) {
@@ -450,14 +458,21 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 		return final()
 	}
 	args := make([]string, len(chosen))
+	dist := 0 // the longest distance of a value the calls use
 	for i, n := range chosen {
-		resolved, _, err := plan.Resolve(calls[n].Arguments, out)
+		resolved, _, err := plan.Resolve(calls[n].Arguments, func(k int) (any, bool) {
+			if at, ok := sn.at[made[k]]; ok {
+				dist = max(dist, req.distance(at))
+			}
+			return out(k)
+		})
 		if err != nil {
 			resolved = calls[n].Arguments
 		}
 		args[i] = string(resolved)
 	}
-	if d.hit(s.wrongArgumentRate(len(req.Tools)), "wrong-argument", round) {
+	rate := min(1, s.wrongArgumentRate(len(req.Tools))+s.contextRate(req.promptBytes()/4, dist))
+	if d.hit(rate, "wrong-argument", round) {
 		j := d.intn(len(args), "wrong-argument/call", round)
 		for k := range args {
 			i := (j + k) % len(args)
