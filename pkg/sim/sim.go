@@ -88,6 +88,15 @@
 // Usage is an estimate at 4 bytes a token: the prompt is the request's message texts and tool
 // calls, the completion the answer's text or tool calls. "model" is the request's model, or
 // "rollout-sim".
+//
+// # Context
+//
+// A model of a model's context, not evidence about any real one (context.go): with
+// Options.ContextLimit a request over it is refused with vLLM's 400; ContextErrorSlope and
+// DistanceErrorSlope make a wrong argument likelier with a longer prompt and with a value read
+// more rounds ago; a value the request no longer holds resolves to null. A request for a
+// briefing (no tools, the last message a user message that mentions a "briefing") is answered
+// with the results the request holds, as fact lines that later requests are read back from.
 package sim
 
 import (
