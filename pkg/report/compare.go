@@ -453,6 +453,19 @@ func (c *Comparison) headline() string {
 		c.Sides[1].Scope, c.Sides[0].Scope, c.MeanDiff, c.StdErr, ci, c.Pairs, c.Tasks, c.Won, c.Lost, c.Tied)
 }
 
+// cost is what B costs against A in one line: the change of its mean tokens (prompt and
+// completion) and of its mean latency per rollout, each side over its own rollouts with a
+// reward; "" when a side has no such rollout.
+func (c *Comparison) cost() string {
+	a, b := &c.Sides[0], &c.Sides[1]
+	ta, tb := a.MeanPromptTokens+a.MeanCompletionTokens, b.MeanPromptTokens+b.MeanCompletionTokens
+	if ta <= 0 || tb <= 0 || a.MeanLatencyMs <= 0 || b.MeanLatencyMs <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s − %s: tokens %+.1f%% a rollout (%.1f vs %.1f), latency %+.1f%% (%.1f vs %.1f ms)",
+		b.Scope, a.Scope, 100*(tb-ta)/ta, tb, ta, 100*(b.MeanLatencyMs-a.MeanLatencyMs)/a.MeanLatencyMs, b.MeanLatencyMs, a.MeanLatencyMs)
+}
+
 // method says how the tasks were paired and the numbers computed, in one line.
 func (c *Comparison) method() string {
 	return fmt.Sprintf("paired by %s and repeat; std err clustered by task; 95%% CI: bootstrap over tasks", c.PairedBy)
@@ -484,6 +497,9 @@ func (c *Comparison) notes() []string {
 // WriteText writes the headline and a side-by-side table.
 func (c *Comparison) WriteText(w io.Writer) error {
 	fmt.Fprintln(w, c.headline())
+	if cost := c.cost(); cost != "" {
+		fmt.Fprintln(w, cost)
+	}
 	fmt.Fprintln(w, c.method())
 	for _, n := range c.notes() {
 		fmt.Fprintf(w, "warning: %s\n", n)
@@ -498,7 +514,11 @@ func (c *Comparison) WriteText(w io.Writer) error {
 
 // WriteMarkdown writes the headline and the table in Markdown.
 func (c *Comparison) WriteMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "%s\n\n%s.\n\n", c.headline(), c.method())
+	fmt.Fprintf(w, "%s\n\n", c.headline())
+	if cost := c.cost(); cost != "" {
+		fmt.Fprintf(w, "%s\n\n", cost)
+	}
+	fmt.Fprintf(w, "%s.\n\n", c.method())
 	if notes := c.notes(); len(notes) > 0 {
 		for _, n := range notes {
 			fmt.Fprintf(w, "- warning: %s\n", n)
