@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet fuzz soak interop scale-demo screenshots clean
+.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet fuzz soak interop scale-demo screenshots clean
 
 all: build
 
@@ -40,6 +40,17 @@ run: build
 	echo "== single-step vs multi-step on the extraction tasks"; $(BIN) compare out/extraction --arms single,multi; echo; \
 	echo "== multi-step vs workflow on the workflow tasks"; $(BIN) compare out/workflow --arms multi,workflow; echo; \
 	echo "== see them in a browser (local, offline; Ctrl-C stops it):"; echo "  $(BIN) view out/extraction out/workflow"
+
+# Context strategies as arms: the extraction tasks with full, window:2, budget:600 and briefing
+# context, and full with --degrade, on the same tasks and seeds (data/context.yaml), against
+# the simulator with its context model (a 900-token context, more wrong arguments with longer
+# prompts and older values: a model of a model, not evidence about one); then each arm against
+# full: the reward difference with its CI, tokens and latency. Results go to out/context.
+context: build
+	@mkdir -p out
+	@echo "rollout: running data/extraction.jsonl with arms full, window:2, budget:600, briefing, full+degrade against the simulator ..." >&2
+	@$(BIN) run --config data/context.yaml --overwrite --quiet > out/context.txt; status=$$?; cat out/context.txt; [ $$status -eq 0 ] || exit $$status
+	@for arm in window:2 budget:600 briefing full+degrade; do echo; echo "== $$arm vs full"; $(BIN) compare out/context --arms full,$$arm || exit $$?; done
 
 # NeMo Gym compatibility: the 15 NeMo Gym example tasks against the built-in
 # Go re-implementations of NeMo Gym's three example resource servers, with the

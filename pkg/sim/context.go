@@ -18,8 +18,9 @@ import (
 // A request that offers no tools and whose last message is a user message mentioning a
 // "briefing" is a request for one (rollout's briefing strategy sends such a request after each
 // round). A planned conversation's briefing lists, one line a fact, the result of every plan
-// call the request holds (in tool messages or in an earlier briefing), each left out with
-// probability Options.BriefingDrop, and how many rounds of the plan remain:
+// call the request holds (in tool messages or in an earlier briefing) that a later round or the
+// final text refers to, each left out with probability Options.BriefingDrop, and how many
+// rounds of the plan remain:
 //
 //	Briefing of the simulator.
 //	Facts:
@@ -136,12 +137,13 @@ func (req *chatRequest) distance(i int) int {
 // documentation).
 func (s *Simulator) briefing(p *plan.Plan, sn seen, d drawer, round int) answer {
 	calls := p.Calls()
+	needed := neededLater(p, sn.next)
 	var b strings.Builder
 	b.WriteString("Briefing of the simulator.\nFacts:\n")
 	for _, n := range slices.Sorted(maps.Keys(sn.made)) {
 		id := sn.made[n]
 		text, ok := sn.outputs[id]
-		if !ok {
+		if !ok || !needed[n] {
 			continue
 		}
 		if d.hit(s.opt.BriefingDrop, "briefing-drop", round, n) {
@@ -153,6 +155,22 @@ func (s *Simulator) briefing(p *plan.Plan, sn seen, d drawer, round int) answer 
 	fmt.Fprintf(&b, "Remaining: %d more rounds of tool calls.", max(len(p.Rounds)-sn.next, 0))
 	s.c.briefings.Add(1)
 	return textAnswer(b.String())
+}
+
+// neededLater is the plan calls whose results the rounds from next on, or the final text,
+// refer to: what a briefing must keep.
+func neededLater(p *plan.Plan, next int) map[int]bool {
+	needed := map[int]bool{}
+	track := func(n int) (any, bool) {
+		needed[n] = true
+		return nil, false
+	}
+	calls := p.Calls()
+	for n := p.First(next); n < len(calls); n++ {
+		plan.Resolve(calls[n].Arguments, track) //nolint:errcheck // only the references are wanted
+	}
+	p.FinalText(track) //nolint:errcheck // likewise
+	return needed
 }
 
 // contextRate is the WrongArgument probability's raise by the context model for a round whose
