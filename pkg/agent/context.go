@@ -129,7 +129,8 @@ const degradePrompt = "The tool calls of the last %d rounds all failed, and no m
 // answer it), with each message's size as sent cached.
 type conversation struct {
 	nTask int
-	sizes []int // JSON bytes of each message of the trajectory, as sendable() sends it
+	sizes []int       // JSON bytes of each message of the trajectory, as sendable() sends it
+	cut   map[int]int // JSON bytes of budget's shortened tool results, by message index
 }
 
 // messageBytes is the size of m in a request's messages array: its JSON as go-openai's
@@ -191,32 +192,33 @@ func (cv *conversation) view(s ContextStrategy, msgs []openai.ChatCompletionMess
 		return msgs, all
 	}
 	var out []openai.ChatCompletionMessage
+	var sizes []int
 	switch s.Kind {
 	case ContextWindow:
 		if len(starts) <= s.N {
 			return msgs, all
 		}
-		out = append(append(out, msgs[:cv.nTask]...), msgs[starts[len(starts)-s.N]:]...)
+		from := starts[len(starts)-s.N]
+		out = append(append(out, msgs[:cv.nTask]...), msgs[from:]...)
+		sizes = append(append(sizes, full[:cv.nTask]...), full[from:]...)
 	case ContextBriefing:
 		if briefing == "" {
 			return msgs, all
 		}
-		out = append(out, msgs[:cv.nTask]...)
-		out = append(out, userMessage(briefingHeader+briefing))
-		out = append(out, msgs[starts[len(starts)-1]:]...)
+		from := starts[len(starts)-1]
+		b := userMessage(briefingHeader + briefing)
+		out = append(append(append(out, msgs[:cv.nTask]...), b), msgs[from:]...)
+		sizes = append(append(append(sizes, full[:cv.nTask]...), messageBytes(b)), full[from:]...)
 	case ContextBudget:
 		return cv.budget(s.N*BytesPerToken, msgs, starts, full, all)
 	}
-	return out, cv.measure(out, all)
+	return out, measure(sizes, all)
 }
 
-// measure is the ContextRound of sending out instead of the whole conversation (all).
-func (cv *conversation) measure(out []openai.ChatCompletionMessage, all ContextRound) ContextRound {
-	sizes := make([]int, len(out))
-	for i := range out {
-		sizes[i] = messageBytes(out[i])
-	}
-	cr := ContextRound{Messages: len(out), Bytes: arrayBytes(sizes)}
+// measure is the ContextRound of sending messages of these sizes instead of the whole
+// conversation (all).
+func measure(sizes []int, all ContextRound) ContextRound {
+	cr := ContextRound{Messages: len(sizes), Bytes: arrayBytes(sizes)}
 	cr.RemovedMessages = max(all.Messages-cr.Messages, 0)
 	cr.RemovedBytes = max(all.Bytes-cr.Bytes, 0)
 	return cr
@@ -253,7 +255,15 @@ func (cv *conversation) budget(limit int, msgs []openai.ChatCompletionMessage, s
 		}
 		head := strings.ToValidUTF8(m.Content[:keepHead], "")
 		out[i].Content = head + cutMarker(len(m.Content)-len(head))
-		n := messageBytes(out[i])
+		n, ok := cv.cut[i]
+		if !ok {
+			// The same message is shortened the same way in every later round: measured once.
+			n = messageBytes(out[i])
+			if cv.cut == nil {
+				cv.cut = map[int]int{}
+			}
+			cv.cut[i] = n
+		}
 		total += n - sizes[i]
 		sizes[i] = n
 		shortened++
@@ -272,8 +282,9 @@ func (cv *conversation) budget(limit int, msgs []openai.ChatCompletionMessage, s
 	}
 	if from > 0 {
 		out = append(append([]openai.ChatCompletionMessage(nil), out[:cv.nTask]...), out[starts[from]:]...)
+		sizes = append(sizes[:cv.nTask], sizes[starts[from]:]...)
 	}
-	cr := cv.measure(out, all)
+	cr := measure(sizes, all)
 	cr.Shortened = shortened
 	return out, cr
 }

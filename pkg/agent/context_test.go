@@ -179,6 +179,9 @@ func TestContextBudget(t *testing.T) {
 		if len(raw) > budget*agent.BytesPerToken {
 			t.Errorf("request %d: %d bytes of messages, over the budget of %d", i, len(raw), budget*agent.BytesPerToken)
 		}
+		if cr := tr.Context.Rounds[i]; cr.Bytes != len(raw) || cr.Messages != len(req.Messages) {
+			t.Errorf("request %d: the trace says %d bytes %d messages, the request had %d and %d", i, cr.Bytes, cr.Messages, len(raw), len(req.Messages))
+		}
 		if i > 0 && got == 0 {
 			t.Errorf("request %d: the last round was dropped", i)
 		}
@@ -257,6 +260,11 @@ func TestContextBriefing(t *testing.T) {
 	r4 := m.request(4)
 	if got := checkSent(t, 4, r4, counterTask); got != 1 || !strings.HasSuffix(*r4.Messages[2].Content, "Facts: count is 2. Remaining: answer.") || r4.Messages[3].ToolCalls[0].ID != "a1" {
 		t.Fatalf("round 2 was sent %+v", r4.Messages)
+	}
+	for j, i := range []int{0, 2, 4} {
+		if cr, raw := tr.Context.Rounds[j], m.rawBody(i)["messages"]; cr.Bytes != len(raw) || cr.PromptTokens != 100*(i+1) {
+			t.Errorf("round %d: the trace says %d bytes, %d prompt tokens; the request had %d bytes, the usage said %d", j, cr.Bytes, cr.PromptTokens, len(raw), 100*(i+1))
+		}
 	}
 	if tr.Usage.PromptTokens != 1500 || tr.Usage.CompletionTokens != 52 {
 		t.Fatalf("usage %+v, want every call's (1500 prompt, 52 completion)", tr.Usage)
