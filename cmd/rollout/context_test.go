@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,8 +35,8 @@ func TestRunContextArms(t *testing.T) {
 			seeds[rec.TaskIndex] = map[string]int64{}
 		}
 		seeds[rec.TaskIndex][rec.Arm] = rec.Seed
-		if rec.ContextTokensMax <= 0 {
-			t.Errorf("arm %s task %d: no context tokens", rec.Arm, rec.TaskIndex)
+		if rec.ContextTokensMax <= 0 || len(rec.ContextTokens) != int(rec.Rounds) || slices.Max(rec.ContextTokens) != rec.ContextTokensMax {
+			t.Errorf("arm %s task %d: context tokens %v, max %d, %d rounds", rec.Arm, rec.TaskIndex, rec.ContextTokens, rec.ContextTokensMax, rec.Rounds)
 		}
 		switch rec.Arm {
 		case "full":

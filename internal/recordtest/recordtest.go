@@ -63,6 +63,15 @@ func Fixture(n int) []record.Record {
 		default:
 			r.ToolNames = []string{"search", "python", "search"}
 		}
+		switch i % 6 {
+		case 1:
+			r.Context, r.ContextTokens = "full", []int64{}
+		case 2:
+			r.Context, r.ContextTokens, r.ContextTokensMax = "window:2", []int64{812, 1020, 640}, 1020
+			r.ContextRemovedMessages, r.ContextRemovedBytes = 4, 9_000_000_000
+		case 5:
+			r.Context, r.ContextTokens, r.ContextTokensMax, r.BriefingCalls = "briefing", []int64{-1, 0, 1 << 40}, 1<<40, 2
+		}
 		if i%5 == 3 {
 			r.FailureClass = record.FailModelUnavailable
 			r.Error = fmt.Sprintf("dial tcp: connection refused (%d)", i)
@@ -178,6 +187,9 @@ func Diff(got, want record.Record) string {
 		}
 		if len(r.ToolNames) == 0 {
 			r.ToolNames = nil
+		}
+		if len(r.ContextTokens) == 0 {
+			r.ContextTokens = nil
 		}
 		if len(r.TaskFields) == 0 {
 			r.TaskFields = nil

@@ -31,16 +31,16 @@ func fieldOfKey(key []byte) int {
 // concurrent use.
 type Decoder struct {
 	names   map[string]string
-	last    [64]string // by slot: the string last read there, which the next record often repeats
+	last    [96]string // by slot: the string last read there, which the next record often repeats
 	scratch []byte
 }
 
 // Slots of Decoder.last: a field's own (its number), or 8 per list or map, by position.
 const (
-	slotToolNames  = 32
-	slotRewardKeys = 40
-	slotFieldKeys  = 48
-	slotFieldVals  = 56
+	slotToolNames  = 64
+	slotRewardKeys = 72
+	slotFieldKeys  = 80
+	slotFieldVals  = 88
 	noIntern       = -1
 )
 
@@ -51,6 +51,10 @@ const (
 	maxInterned    = 4096
 	maxInternedLen = 64
 )
+
+// A record's fields fit the decoder: a bit each in its seen set, and below the list and map
+// slots of Decoder.last (a name's slot is its field's number).
+var _ [slotToolNames - numRecordFields]struct{}
 
 // emptyNames is the empty, non-nil tool_names that "[]" decodes to.
 var emptyNames = []string{}
@@ -136,7 +140,7 @@ func (d *Decoder) record(b []byte, r *Record, full bool) bool {
 	if i < len(b) && b[i] == '}' {
 		return jsonfast.SkipSpace(b, i+1) == len(b)
 	}
-	var seen uint32
+	var seen uint64
 	expect := 0 // the field the Sink writes next
 	for {
 		if i >= len(b) || b[i] != '"' {
@@ -254,10 +258,49 @@ func (d *Decoder) field(b []byte, i, f int, r *Record, full bool) int {
 		*(*time.Time)(p) = t
 	case kindStrings:
 		return d.toolNames(b, i, (*[]string)(p), full)
+	case kindInt64s:
+		return int64s(b, i, (*[]int64)(p), full)
 	case kindFloatMap, kindStringMap:
 		return d.object(b, i, fd.kind, p, full)
 	}
 	return end
+}
+
+// int64s reads a JSON array of integers (a null element is left to encoding/json).
+func int64s(b []byte, i int, dst *[]int64, full bool) int {
+	if b[i] != '[' {
+		return -1
+	}
+	i = jsonfast.SkipSpace(b, i+1)
+	xs := []int64{} // "[]" is an empty, non-nil list, as encoding/json makes it
+	if i < len(b) && b[i] == ']' {
+		if full {
+			*dst = xs
+		}
+		return i + 1
+	}
+	for {
+		x, end, ok := jsonfast.ParseInt(b, i, 64)
+		if !ok {
+			return -1
+		}
+		if full {
+			xs = append(xs, x)
+		}
+		if i = jsonfast.SkipSpace(b, end); i >= len(b) {
+			return -1
+		}
+		if b[i] == ']' {
+			if full {
+				*dst = xs
+			}
+			return i + 1
+		}
+		if b[i] != ',' {
+			return -1
+		}
+		i = jsonfast.SkipSpace(b, i+1)
+	}
 }
 
 // toolNames reads a JSON array of strings.

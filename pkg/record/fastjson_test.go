@@ -107,6 +107,13 @@ func TestRecordDecoderMatchesEncodingJSON(t *testing.T) {
 		{"Kelvin sign key", "{\"tas\u212a_index\":5}", false},
 		{"unknown key", `{"task_index":1,"extra":{"a":[1,2,{"b":null}]}}`, false},
 		{"null in a list", `{"tool_names":["a",null]}`, false},
+		{"context tokens", `{"context":"window:2","context_tokens":[ 812 , -3,0,9223372036854775807 ],"context_tokens_max":812}`, true},
+		{"empty context tokens", `{"context_tokens":[]}`, true},
+		{"null in context tokens", `{"context_tokens":[1,null]}`, false},
+		{"float in context tokens", `{"context_tokens":[1.5]}`, false},
+		{"string in context tokens", `{"context_tokens":["1"]}`, false},
+		{"context tokens not a list", `{"context_tokens":7}`, false},
+		{"torn context tokens", `{"context_tokens":[1,`, false},
 		{"null map value", `{"reward_components":{"a":null}}`, false},
 		{"time with offset", `{"started_at":"2025-03-14T15:09:26.5+05:00"}`, true},
 		{"time not a string", `{"started_at":12}`, false},
@@ -203,6 +210,7 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 			r.TaskFields = map[string]string{str(): str(), str(): str()}
 			r.RewardComponents = map[string]float64{str(): num()}
 			r.ToolNames = []string{str(), str()}
+			r.ContextTokens = []int64{rng.Int64(), -rng.Int64N(1000), 0}
 			r.StartedAt = time.Unix(rng.Int64N(1<<35), rng.Int64N(1e9)).In(time.FixedZone("", 60*(rng.IntN(1440)-720)))
 		}
 		switch i % 7 {
@@ -214,6 +222,10 @@ func TestRecordJSONRoundTrip(t *testing.T) {
 			r.RewardComponents, r.TaskFields = map[string]float64{}, nil
 		case 4:
 			r.StartedAt = time.Time{}
+		case 5:
+			r.ContextTokens = []int64{}
+		case 6:
+			r.ContextTokens = nil
 		}
 		enc.Reset()
 		if err := je.Encode(&r); err != nil {

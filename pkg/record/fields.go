@@ -45,6 +45,7 @@ const (
 	rfSourceFile
 	rfSourceLine
 	rfContext
+	rfContextTokens
 	rfContextTokensMax
 	rfContextRemovedMessages
 	rfContextRemovedBytes
@@ -65,6 +66,7 @@ const (
 	kindName                // a string that repeats from record to record: the decoder interns it
 	kindTime                // time.Time: RFC 3339 in JSON, optional timestamp(millisecond) in Parquet
 	kindStrings             // []string: a JSON array, a Parquet list
+	kindInt64s              // []int64: a JSON array of numbers, a Parquet list
 	kindFloatMap            // map[string]float64: a JSON object, a Parquet map (two leaf columns)
 	kindStringMap           // map[string]string: likewise
 )
@@ -111,6 +113,7 @@ var recordFields = derive([numRecordFields]recordField{
 	rfSourceLine:       {name: "source_line", kind: kindInt64, off: unsafe.Offsetof(Record{}.SourceLine)},
 
 	rfContext:                {name: "context", kind: kindName, omitEmpty: true, off: unsafe.Offsetof(Record{}.Context), cost: 2},
+	rfContextTokens:          {name: "context_tokens", kind: kindInt64s, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextTokens), cost: 4},
 	rfContextTokensMax:       {name: "context_tokens_max", kind: kindInt64, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextTokensMax)},
 	rfContextRemovedMessages: {name: "context_removed_messages", kind: kindInt32, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextRemovedMessages)},
 	rfContextRemovedBytes:    {name: "context_removed_bytes", kind: kindInt64, omitEmpty: true, off: unsafe.Offsetof(Record{}.ContextRemovedBytes)},
@@ -141,6 +144,7 @@ var kindTypes = [...]reflect.Type{
 	kindName:      reflect.TypeFor[string](),
 	kindTime:      reflect.TypeFor[time.Time](),
 	kindStrings:   reflect.TypeFor[[]string](),
+	kindInt64s:    reflect.TypeFor[[]int64](),
 	kindFloatMap:  reflect.TypeFor[map[string]float64](),
 	kindStringMap: reflect.TypeFor[map[string]string](),
 }

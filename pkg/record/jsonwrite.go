@@ -51,6 +51,20 @@ func AppendJSON(dst []byte, r *Record, keys []string) (out []byte, _ []string, o
 				return dst[:n], keys, false
 			}
 			dst = append(t, '"')
+		case kindInt64s:
+			xs := *(*[]int64)(p)
+			if xs == nil {
+				dst = append(dst, "null"...)
+				break
+			}
+			dst = append(dst, '[')
+			for i, x := range xs {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = strconv.AppendInt(dst, x, 10)
+			}
+			dst = append(dst, ']')
 		case kindStrings:
 			names := *(*[]string)(p)
 			if names == nil {
@@ -93,6 +107,8 @@ func empty(k fieldKind, p unsafe.Pointer) bool {
 		return *(*string)(p) == ""
 	case kindStrings:
 		return len(*(*[]string)(p)) == 0
+	case kindInt64s:
+		return len(*(*[]int64)(p)) == 0
 	case kindFloatMap:
 		return len(*(*map[string]float64)(p)) == 0
 	case kindStringMap:

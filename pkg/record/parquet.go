@@ -136,11 +136,12 @@ type parquetRecord struct {
 	SourceFile       string             `parquet:"source_file,dict"`
 	SourceLine       int64              `parquet:"source_line"`
 
-	Context                string `parquet:"context,dict"`
-	ContextTokensMax       int64  `parquet:"context_tokens_max"`
-	ContextRemovedMessages int32  `parquet:"context_removed_messages"`
-	ContextRemovedBytes    int64  `parquet:"context_removed_bytes"`
-	BriefingCalls          int32  `parquet:"briefing_calls"`
+	Context                string  `parquet:"context,dict"`
+	ContextTokens          []int64 `parquet:"context_tokens,list"`
+	ContextTokensMax       int64   `parquet:"context_tokens_max"`
+	ContextRemovedMessages int32   `parquet:"context_removed_messages"`
+	ContextRemovedBytes    int64   `parquet:"context_removed_bytes"`
+	BriefingCalls          int32   `parquet:"briefing_calls"`
 
 	TaskFields map[string]string `parquet:"task_fields" parquet-key:",dict" parquet-value:",dict"`
 }
@@ -416,6 +417,16 @@ func (wk *pqWorker) writeField(cols []*parquet.ColumnWriter, f int, recs []Recor
 				v = append(v, parquet.NullValue())
 			} else {
 				v = append(v, withLevels(parquet.Int64Value(t.UnixMilli()), 0, 1, c))
+			}
+		}
+	case kindInt64s:
+		for i := range recs {
+			xs := *(*[]int64)(at(&recs[i], fd.off))
+			if len(xs) == 0 {
+				v = append(v, parquet.NullValue())
+			}
+			for j, x := range xs {
+				v = append(v, withLevels(parquet.Int64Value(x), min(j, 1), 1, c))
 			}
 		}
 	case kindStrings:

@@ -41,16 +41,17 @@ type Record struct {
 	SourceFile       string             `parquet:"source_file" json:"source_file"`
 	SourceLine       int64              `parquet:"source_line" json:"source_line"`
 	// Context is the arm's context strategy (full, window:N, budget:TOKENS, briefing; "" when
-	// the run set none: full). ContextTokensMax is the largest prompt of one of the rollout's
-	// rounds, in tokens, as the endpoint's usage counted it; ContextRemovedMessages and
+	// the run set none: full). ContextTokens is the prompt tokens of each round's request, as
+	// the endpoint's usage counted them; ContextTokensMax the largest; ContextRemovedMessages and
 	// ContextRemovedBytes sum, over the rounds' requests, the messages and bytes the strategy
 	// left out of the whole conversation; BriefingCalls counts the briefing strategy's extra
 	// model calls (their tokens are in prompt_tokens and completion_tokens).
-	Context                string `parquet:"context" json:"context,omitempty"`
-	ContextTokensMax       int64  `parquet:"context_tokens_max" json:"context_tokens_max,omitempty"`
-	ContextRemovedMessages int32  `parquet:"context_removed_messages" json:"context_removed_messages,omitempty"`
-	ContextRemovedBytes    int64  `parquet:"context_removed_bytes" json:"context_removed_bytes,omitempty"`
-	BriefingCalls          int32  `parquet:"briefing_calls" json:"briefing_calls,omitempty"`
+	Context                string  `parquet:"context" json:"context,omitempty"`
+	ContextTokens          []int64 `parquet:"context_tokens,list" json:"context_tokens,omitempty"`
+	ContextTokensMax       int64   `parquet:"context_tokens_max" json:"context_tokens_max,omitempty"`
+	ContextRemovedMessages int32   `parquet:"context_removed_messages" json:"context_removed_messages,omitempty"`
+	ContextRemovedBytes    int64   `parquet:"context_removed_bytes" json:"context_removed_bytes,omitempty"`
+	BriefingCalls          int32   `parquet:"briefing_calls" json:"briefing_calls,omitempty"`
 	// TaskFields are the row's small scalar top-level fields (e.g. category, difficulty), as
 	// text, so that results can be grouped by them offline (rollout report --group-by).
 	TaskFields map[string]string `parquet:"task_fields" json:"task_fields,omitempty"`

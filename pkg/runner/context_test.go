@@ -151,12 +151,21 @@ func TestContextLengthIsScoredPerStrategy(t *testing.T) {
 			if r.ContextRemovedMessages != 0 || r.ContextTokensMax == 0 {
 				t.Errorf("full: removed %d messages, max context %d tokens", r.ContextRemovedMessages, r.ContextTokensMax)
 			}
+			// The model's usage counts a token per 4 bytes of messages: each round's prompt
+			// grows; the largest is the last.
+			if len(r.ContextTokens) != 4 || r.ContextTokens[3] != r.ContextTokensMax || r.ContextTokens[0] >= r.ContextTokens[1] || r.ContextTokens[2] >= r.ContextTokens[3] {
+				t.Errorf("full: context tokens per round %v, max %d", r.ContextTokens, r.ContextTokensMax)
+			}
 		case "window":
 			if r.Termination != string(agent.Completed) || r.Reward != 1 || r.Context != "window:1" || r.Rounds != 7 {
 				t.Errorf("window: termination %q reward %v context %q rounds %d (%s)", r.Termination, r.Reward, r.Context, r.Rounds, r.Error)
 			}
 			if r.ContextRemovedMessages == 0 || r.ContextRemovedBytes == 0 || r.ContextTokensMax == 0 || r.ContextTokensMax > int64(vm.limit/4) {
 				t.Errorf("window: removed %d messages %d bytes, max context %d tokens", r.ContextRemovedMessages, r.ContextRemovedBytes, r.ContextTokensMax)
+			}
+			// From the third round on, a window of one round sends the same size.
+			if len(r.ContextTokens) != 7 || r.ContextTokens[2] != r.ContextTokens[5] {
+				t.Errorf("window: context tokens per round %v", r.ContextTokens)
 			}
 		default:
 			t.Errorf("arm %q", r.Arm)

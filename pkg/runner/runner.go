@@ -511,15 +511,17 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 }
 
 // contextColumns fills the record's context columns when the arm has a context strategy or
-// degrades: the strategy, the largest prompt of a round (from the endpoint's usage), what the
-// strategy removed, and the briefing calls.
+// degrades: the strategy, each round's prompt tokens (from the endpoint's usage) and the
+// largest, what the strategy removed, and the briefing calls.
 func contextColumns(rec *record.Record, cfg *agent.Config, tr *agent.Trajectory) {
 	if cfg.Context.Kind == "" && !cfg.Degrade {
 		return
 	}
 	rec.Context = cfg.Context.String()
-	for _, rd := range tr.Rounds {
-		rec.ContextTokensMax = max(rec.ContextTokensMax, int64(rd.Usage.PromptTokens))
+	rec.ContextTokens = make([]int64, len(tr.Rounds))
+	for i, rd := range tr.Rounds {
+		rec.ContextTokens[i] = int64(rd.Usage.PromptTokens)
+		rec.ContextTokensMax = max(rec.ContextTokensMax, rec.ContextTokens[i])
 	}
 	if ct := tr.Context; ct != nil {
 		for _, cr := range ct.Rounds {
