@@ -246,6 +246,26 @@ func TestParquetReadByArrow(t *testing.T) {
 					t.Errorf("row %d tool_names: got %q, want %q", row, got, want)
 				}
 			})
+			// Likewise context_tokens, a list of int64.
+			each(t, af, "context_tokens", func(row int, a *array.List, i int) {
+				if a.IsNull(i) {
+					t.Errorf("row %d context_tokens: null, want a (possibly empty) list", row)
+					return
+				}
+				values := a.ListValues().(*array.Int64)
+				start, end := a.ValueOffsets(i)
+				got := []int64{}
+				for j := start; j < end; j++ {
+					got = append(got, values.Value(int(j)))
+				}
+				want := recs[row].ContextTokens
+				if want == nil {
+					want = []int64{}
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("row %d context_tokens: got %v, want %v", row, got, want)
+				}
+			})
 			// A zero time is written as null; others to the millisecond, in UTC.
 			each(t, af, "started_at", func(row int, a *array.Timestamp, i int) {
 				want := recs[row].StartedAt

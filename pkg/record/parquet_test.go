@@ -20,7 +20,9 @@ var wantColumns = []string{
 	"reward", "has_reward", "reward_components", "rounds", "tool_calls",
 	"tool_names", "tool_errors", "prompt_tokens", "completion_tokens",
 	"latency_ms", "termination", "failure_class", "error", "attempts",
-	"started_at", "seed", "source_file", "source_line", "task_fields",
+	"started_at", "seed", "source_file", "source_line",
+	"context", "context_tokens", "context_tokens_max", "context_removed_messages", "context_removed_bytes", "briefing_calls",
+	"task_fields",
 }
 
 func writeParquet(t testing.TB, path string, opt record.ParquetOptions, recs []record.Record) {
