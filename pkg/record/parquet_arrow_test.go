@@ -102,6 +102,16 @@ func each[A arrow.Array](t *testing.T, af *arrowFile, name string, fn func(row i
 	}
 }
 
+// listAt is the list at row i of a, whose values are values: never nil.
+func listAt[T any](a *array.List, values interface{ Value(int) T }, i int) []T {
+	start, end := a.ValueOffsets(i)
+	got := []T{}
+	for j := start; j < end; j++ {
+		got = append(got, values.Value(int(j)))
+	}
+	return got
+}
+
 func TestParquetReadByArrow(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -232,12 +242,7 @@ func TestParquetReadByArrow(t *testing.T) {
 					t.Errorf("row %d tool_names: null, want a (possibly empty) list", row)
 					return
 				}
-				values := a.ListValues().(*array.String)
-				start, end := a.ValueOffsets(i)
-				got := []string{}
-				for j := start; j < end; j++ {
-					got = append(got, values.Value(int(j)))
-				}
+				got := listAt[string](a, a.ListValues().(*array.String), i)
 				want := recs[row].ToolNames
 				if want == nil {
 					want = []string{}
@@ -252,12 +257,7 @@ func TestParquetReadByArrow(t *testing.T) {
 					t.Errorf("row %d context_tokens: null, want a (possibly empty) list", row)
 					return
 				}
-				values := a.ListValues().(*array.Int64)
-				start, end := a.ValueOffsets(i)
-				got := []int64{}
-				for j := start; j < end; j++ {
-					got = append(got, values.Value(int(j)))
-				}
+				got := listAt[int64](a, a.ListValues().(*array.Int64), i)
 				want := recs[row].ContextTokens
 				if want == nil {
 					want = []int64{}
