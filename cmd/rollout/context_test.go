@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // --context with a list makes an arm of each strategy, on the same tasks and seeds; each record
@@ -153,5 +155,49 @@ func TestRunContextFlags(t *testing.T) {
 	}
 	if man := readFile(t, filepath.Join(out, "manifest.json")); !strings.Contains(man, "w2-degrade=multi,context=window:2,degrade=true") {
 		t.Errorf("manifest:\n%s", man)
+	}
+}
+
+// With and without --degrade as two arms on the same tasks and seeds: every rollout that ends
+// tool_error without it ends degraded with it, after one more model call (a round without
+// tool calls), and is verified; the other rollouts are the same in both arms.
+func TestRunDegradeArms(t *testing.T) {
+	input := headLines(t, extractionData, 30)
+	cfg := filepath.Join(t.TempDir(), "run.yaml")
+	os.WriteFile(cfg, []byte("arms:\n  - {name: full, policy: multi}\n  - {name: degrade, policy: multi, degrade: true}\n"), 0o644)
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--sim-seed", "3",
+		"--sim-malformed-tool-call", "0.5", "--server", "builtin:extraction", "--config", cfg, "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	by := map[int64]map[string]record.Record{}
+	for _, rec := range readRecords(t, dir) {
+		if by[rec.TaskIndex] == nil {
+			by[rec.TaskIndex] = map[string]record.Record{}
+		}
+		by[rec.TaskIndex][rec.Arm] = rec
+	}
+	degraded := 0
+	for task, arms := range by {
+		full, deg := arms["full"], arms["degrade"]
+		if full.Context != "" || deg.Context != "full" {
+			t.Errorf("task %d: context columns %q and %q", task, full.Context, deg.Context)
+		}
+		if full.Termination != "tool_error" {
+			if deg.Termination != full.Termination || deg.Rounds != full.Rounds || deg.Reward != full.Reward {
+				t.Errorf("task %d: without a tool_error the arms differ: %s %d rounds %v, %s %d rounds %v", task,
+					full.Termination, full.Rounds, full.Reward, deg.Termination, deg.Rounds, deg.Reward)
+			}
+			continue
+		}
+		degraded++
+		if deg.Termination != "degraded" || deg.Rounds != full.Rounds+1 || deg.ToolCalls != full.ToolCalls || !deg.HasReward || deg.FailureClass != "" {
+			t.Errorf("task %d: tool_error after %d rounds; with --degrade %s after %d rounds, %d tool calls (%d), reward %v %v",
+				task, full.Rounds, deg.Termination, deg.Rounds, deg.ToolCalls, full.ToolCalls, deg.HasReward, deg.Reward)
+		}
+	}
+	if degraded == 0 {
+		t.Fatal("no rollout ended tool_error: the test shows nothing")
 	}
 }
