@@ -65,6 +65,9 @@ func (req *chatRequest) briefingRequest() bool {
 	return last.Role == "user" && strings.Contains(strings.ToLower(last.text), "briefing")
 }
 
+// briefingTitle starts the simulator's briefings; a request that holds it holds a briefing.
+const briefingTitle = "Briefing of the simulator."
+
 // factPrefix starts a fact line of a briefing.
 const factPrefix = "- call_"
 
@@ -75,12 +78,24 @@ type seen struct {
 	outputs map[string]string
 	at      map[string]int // call id → index of the message its result was read from
 	next    int            // the round after the last round with a call made
+	first   int            // the plan round of the first assistant message's first plan call (-1: none)
+	briefed bool           // a user message holds one of the simulator's briefings
+}
+
+// trimmed reports whether the request cannot be the whole conversation of plan p: it holds a
+// briefing, or its first round of calls is not the plan's first. A whole conversation's first
+// calls are round 0's, or round 1's when a skipped step emptied round 0 (one call, skipped:
+// then the same answer played round 1), so a first round of 2 or more, or of 1 when round 0
+// has several calls, says that rounds were left out. (A window that starts at round 1 of a
+// plan whose round 0 has one call looks like the whole conversation, and is taken for it.)
+func (sn *seen) trimmed(p *plan.Plan) bool {
+	return sn.briefed || sn.first >= 2 || sn.first == 1 && len(p.Rounds[0]) > 1
 }
 
 // holds reads what req holds of the plan's calls: the assistant messages' calls, the tool
 // messages' results, and the facts of briefings in user messages.
 func holds(req *chatRequest, d drawer, calls []plan.Call, roundOf []int) seen {
-	sn := seen{made: map[int]string{}, outputs: map[string]string{}, at: map[string]int{}}
+	sn := seen{made: map[int]string{}, outputs: map[string]string{}, at: map[string]int{}, first: -1}
 	for i, m := range req.Messages {
 		switch m.Role {
 		case "assistant":
@@ -88,11 +103,15 @@ func holds(req *chatRequest, d drawer, calls []plan.Call, roundOf []int) seen {
 				if n, ok := planCallIndex(d, tc.ID); ok && n < len(calls) {
 					sn.made[n] = tc.ID
 					sn.next = max(sn.next, roundOf[n]+1)
+					if sn.first < 0 {
+						sn.first = roundOf[n]
+					}
 				}
 			}
 		case "tool":
 			sn.outputs[m.ToolCallID], sn.at[m.ToolCallID] = m.text, i
 		case "user":
+			sn.briefed = sn.briefed || strings.Contains(m.text, briefingTitle)
 			for line := range strings.SplitSeq(m.text, "\n") {
 				rest, ok := strings.CutPrefix(line, factPrefix)
 				if !ok {
@@ -139,7 +158,7 @@ func (s *Simulator) briefing(p *plan.Plan, sn seen, d drawer, round int) answer 
 	calls := p.Calls()
 	needed := neededLater(p, sn.next)
 	var b strings.Builder
-	b.WriteString("Briefing of the simulator.\nFacts:\n")
+	b.WriteString(briefingTitle + "\nFacts:\n")
 	for _, n := range slices.Sorted(maps.Keys(sn.made)) {
 		id := sn.made[n]
 		text, ok := sn.outputs[id]

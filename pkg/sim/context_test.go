@@ -2,7 +2,9 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -180,3 +182,51 @@ func TestContextLimit(t *testing.T) {
 }
 
 func len64[T any](s []T) int64 { return int64(len(s)) }
+
+// A chain whose every round uses the round before's results, round 0 with two calls.
+const chainRow = `{"id": 5, "responses_create_params": {"input": "Do the chain task.",
+ "tools": [
+  {"type": "function", "name": "step", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}, "s": {"type": "string"}}}}]},
+ "reference_plan": {"rounds": [
+   [{"name": "step", "arguments": {"x": 1, "s": "a"}}, {"name": "step", "arguments": {"x": 2, "s": "b"}}],
+   [{"name": "step", "arguments": {"x": {"$ref": "0/x"}, "s": {"$ref": "1/s"}}}],
+   [{"name": "step", "arguments": {"x": {"$ref": "2/x"}, "s": {"$ref": "2/s"}}}],
+   [{"name": "step", "arguments": {"x": {"$ref": "3/x"}, "s": {"$ref": "3/s"}}}],
+   [{"name": "step", "arguments": {"x": {"$ref": "4/x"}, "s": {"$ref": "4/s"}}}]],
+  "final": "done"}}`
+
+// The simulator keys its draws on the plan's round also when a strategy shows it fewer rounds:
+// with every value still in view, window:1 and briefing get the very arguments, wrong ones
+// included, that the whole conversation gets.
+func TestDrawsFollowThePlanRound(t *testing.T) {
+	tasks, rows := mustTasks(t, chainRow)
+	echo := func(args *[]string) toolsFunc {
+		return func(_, a string) string {
+			*args = append(*args, a)
+			var v map[string]any
+			if json.Unmarshal([]byte(a), &v) != nil {
+				return "Error: not JSON"
+			}
+			b, _ := json.Marshal(map[string]any{"x": v["x"], "s": v["s"]})
+			return string(b)
+		}
+	}
+	s, srv := newSim(t, tasks, Options{WrongArgument: 0.5})
+	for seed := range 8 {
+		var want []string
+		simAgent(t, srv.URL, agent.ContextStrategy{Kind: agent.ContextFull}).Run(context.Background(), rows[0], echo(&want), int64(seed))
+		if len(want) != 6 {
+			t.Fatalf("seed %d: %d calls with the whole conversation: %v", seed, len(want), want)
+		}
+		for _, st := range []agent.ContextStrategy{{Kind: agent.ContextWindow, N: 1}, {Kind: agent.ContextBriefing}} {
+			var got []string
+			simAgent(t, srv.URL, st).Run(context.Background(), rows[0], echo(&got), int64(seed))
+			if !slices.Equal(got, want) {
+				t.Errorf("seed %d, %s: arguments\n%v\nwant (the whole conversation's)\n%v", seed, st, got, want)
+			}
+		}
+	}
+	if s.Stats().Injected.WrongArgument == 0 {
+		t.Fatal("no wrong argument was drawn: the test shows nothing")
+	}
+}

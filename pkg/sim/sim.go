@@ -407,10 +407,10 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 	}
 	sn := holds(req, d, calls, roundOf)
 	made, outputs, next := sn.made, sn.outputs, sn.next
-	if round < next-1 {
-		// A context strategy left earlier rounds out of the request: the draws are the plan's
-		// round's, not the same few again.
-		round = next
+	if sn.trimmed(p) {
+		// A context strategy left earlier rounds out of the request: the draws are keyed on
+		// the plan's round, as with the whole conversation, not on the few rounds shown.
+		round = max(round, next)
 	}
 	out := func(n int) (any, bool) {
 		id, ok := made[n]
