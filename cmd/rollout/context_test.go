@@ -70,6 +70,15 @@ func TestRunContextArms(t *testing.T) {
 	if r.code != 0 || len(readRecords(t, dir)) != 24 {
 		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
 	}
+	// The run's own command line again, with --resume: the same arms.
+	r = runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--quiet", "--context", "full, window:1,budget:300,briefing")
+	if r.code != 0 || len(readRecords(t, dir)) != 24 {
+		t.Fatalf("resume with the same --context: exit %d: %s", r.code, r.stderr)
+	}
+	r = runCLI(t, context.Background(), nil, "run", "--resume", "--out", dir, "--quiet", "--context", "full,window:2")
+	if want := "--context full,window:2: the arms already have their own contexts (full,window:1,budget:300,briefing)"; r.code != exitUsage || !strings.Contains(r.stderr, want) {
+		t.Fatalf("resume with another --context: exit %d, stderr %q; want %q", r.code, r.stderr, want)
+	}
 }
 
 // The briefing prompt is the file's; --degrade and a single --context are the run's, kept in

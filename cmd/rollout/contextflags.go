@@ -59,6 +59,19 @@ func (c *contextFlags) apply(opts *runner.Options, defaultArm string) error {
 	if len(arms) == 0 {
 		arms = []runner.Arm{{Name: defaultArm, Policy: agent.PolicyMulti}}
 	}
+	if given := armContexts(arms); given != "" {
+		// The arms (of --config, or of the run resumed) have their contexts already: the
+		// list's arms, as a resume with the run's own command line gives them again, are
+		// kept; others are refused.
+		names := make([]string, len(strategies))
+		for i, st := range strategies {
+			names[i] = st.String()
+		}
+		if given == strings.Join(names, ",") {
+			return nil
+		}
+		return badUsage("--context %s: the arms already have their own contexts (%s): give --context or the arms' contexts, not both", c.context, given)
+	}
 	var out []runner.Arm
 	for _, a := range arms {
 		for _, st := range strategies {
@@ -76,6 +89,18 @@ func (c *contextFlags) apply(opts *runner.Options, defaultArm string) error {
 	}
 	opts.Arms = out
 	return nil
+}
+
+// armContexts is the arms' contexts as --context lists them, "" when an arm has none.
+func armContexts(arms []runner.Arm) string {
+	var list []string
+	for _, a := range arms {
+		if a.Context.Kind == "" {
+			return ""
+		}
+		list = append(list, a.Context.String())
+	}
+	return strings.Join(list, ",")
 }
 
 // armSettings are an arm's context settings as the manifest names them (",context=S",
