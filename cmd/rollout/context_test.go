@@ -62,6 +62,12 @@ func TestRunContextArms(t *testing.T) {
 			t.Errorf("task %d: seeds by arm %v", task, by)
 		}
 	}
+	// rollout show names the strategy and prints the briefings.
+	r = runCLI(t, context.Background(), nil, "show", dir, "--task", "0", "--arm", "briefing")
+	if r.code != 0 || !strings.Contains(r.stdout, "\ncontext briefing · prompt tokens by round [") || !strings.Contains(r.stdout, "[briefing after round 0, ") ||
+		!strings.Contains(r.stdout, "  Briefing of the simulator.\n  Facts:\n  - call_0_") {
+		t.Errorf("show: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	m := readFile(t, filepath.Join(dir, "manifest.json"))
 	if !strings.Contains(m, "window:1=multi,context=window:1") || !strings.Contains(m, "briefing=multi,context=briefing") {
 		t.Errorf("the manifest does not hold the arms' contexts:\n%s", m)

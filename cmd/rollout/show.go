@@ -25,7 +25,8 @@ func cmdShow(_ context.Context, args []string, e env) error {
 		fmt.Fprintf(w, "Usage: rollout show DIR --task ID [--repeat K] [--arm ARM]\n\n"+
 			"Prints one rollout of the run in DIR: its reward and reward components, termination and\n"+
 			"failure (from journal.jsonl), then its transcript (from trajectories.jsonl): every message,\n"+
-			"each tool call with its arguments, status and latency, and the tool's result.\n\n"+
+			"each tool call with its arguments, status and latency, and the tool's result; with a context\n"+
+			"strategy, its columns and the briefings.\n\n"+
 			"Example:\n  rollout show out/extraction --task extraction-0013 --arm multi\n\n")
 	})
 	task := fs.String("task", "", "the task's `ID` (its id field, or its 0-based index in the input)")
@@ -135,6 +136,10 @@ func printRollout(w io.Writer, r *record.Record, tr *agent.Trajectory, max int) 
 	}
 	fmt.Fprintf(bw, "termination %s · %d rounds · %d tool calls, %d failed · %d prompt + %d completion tokens\n",
 		orDash(r.Termination), r.Rounds, r.ToolCalls, r.ToolErrors, r.PromptTokens, r.CompletionTokens)
+	if r.Context != "" {
+		fmt.Fprintf(bw, "context %s · prompt tokens by round %v · left out %d messages, %d bytes · %d briefing calls\n",
+			r.Context, r.ContextTokens, r.ContextRemovedMessages, r.ContextRemovedBytes, r.BriefingCalls)
+	}
 	if r.Error != "" {
 		fmt.Fprintf(bw, "error %s\n", r.Error)
 	}
@@ -176,6 +181,11 @@ func printRollout(w io.Writer, r *record.Record, tr *agent.Trajectory, max int) 
 				fmt.Fprintf(bw, "  → %s(%s)\n", tc.Function.Name, clip(tc.Function.Arguments))
 			}
 			fmt.Fprintln(bw)
+		}
+	}
+	if tr.Context != nil {
+		for _, b := range tr.Context.Briefings {
+			fmt.Fprintf(bw, "[briefing after round %d, %d prompt + %d completion tokens]\n%s\n\n", b.Round, b.Usage.PromptTokens, b.Usage.CompletionTokens, indent(clip(b.Text)))
 		}
 	}
 	fmt.Fprintf(bw, "ended: %s", orDash(string(tr.Termination)))
