@@ -20,9 +20,9 @@ type contextFlags struct {
 
 // define adds the flags to fs.
 func (c *contextFlags) define(fs *flag.FlagSet) {
-	fs.StringVar(&c.context, "context", "", "what the model is shown each round: `STRATEGY` full, window:N, budget:TOKENS, briefing; a list makes an arm of each")
-	fs.StringVar(&c.briefingPrompt, "briefing-prompt", "", "the briefing strategy's request after each round, from `FILE` (default: rollout's, in the README)")
-	fs.BoolVar(&c.degrade, "degrade", false, "after --max-failed-rounds rounds of failed tool calls, one last call without tools for the answer (termination degraded)")
+	fs.StringVar(&c.context, "context", "", "`CTX` sent each round: full, window:N, budget:TOKENS, briefing, or a list")
+	fs.StringVar(&c.briefingPrompt, "briefing-prompt", "", "the briefing strategy's request, from `FILE` (default: the README's)")
+	fs.BoolVar(&c.degrade, "degrade", false, "after --max-failed-rounds failed rounds, ask for an answer without tools")
 }
 
 // apply sets opts' context settings: the briefing prompt and --degrade for every arm; one

@@ -352,7 +352,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
 	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
 	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
-	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end as tool_error (or, with --degrade, ask for a last answer) after `N` rounds of failed tool calls")
+	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end as tool_error after `N` rounds of failed tool calls")
 	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls (`N`) in one answer; more end it as invalid_output")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "most tokens (`N`) per model call (0: the rows' max_output_tokens)")
 	fs.Float64Var(&f.temperature, "temperature", -1, "sampling temperature `T`, over the rows' (-1: the rows')")
