@@ -47,8 +47,8 @@ func (r resumeFlag) Set(v string) error {
 
 // shardFlags registers --shard and --resume into f.
 func shardFlags(fs *flag.FlagSet, f *runFlags) {
-	fs.Var(resumeFlag{&f.resume, &f.resumeAuto}, "resume", "finish the run in --out, with its own flags: run what has no record (=auto: resume if --out holds a run, else start it)")
-	fs.StringVar(&f.shardArg, "shard", "", "run shard `I/N`: the tasks whose index is I mod N; auto/N takes I from $JOB_COMPLETION_INDEX")
+	fs.Var(resumeFlag{&f.resume, &f.resumeAuto}, "resume", "finish the run in --out, by its own flags (=auto: if any; else start)")
+	fs.StringVar(&f.shardArg, "shard", "", "shard `I/N`: tasks of index I mod N; auto/N: I is $JOB_COMPLETION_INDEX")
 }
 
 // resolveShard reads --shard into f.shard, once --resume has set it from the manifest when it
