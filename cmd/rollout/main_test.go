@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -419,11 +418,15 @@ func TestRunUsageErrors(t *testing.T) {
 // Concurrency is a sliding window: the model sees exactly --concurrency
 // calls in flight, never more.
 func TestRunConcurrencyWindow(t *testing.T) {
-	var mu sync.Mutex
-	m := newFakeModel(t, func(w http.ResponseWriter, req map[string]any, n int64) {
-		mu.Lock()
-		mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+	var m *fakeModel
+	m = newFakeModel(t, func(w http.ResponseWriter, req map[string]any, n int64) {
+		// Until 8 calls have been in flight at once, each call waits for the others (for at
+		// most 5 s, so that a runner that allows fewer shows as a smaller maximum rather than
+		// a hang): the maximum then does not depend on how loaded the machine is.
+		for deadline := time.Now().Add(5 * time.Second); m.maxIn.Load() < 8 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond)
 		writeChat(w, "done")
 	})
 	dir := t.TempDir()
