@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -236,26 +237,34 @@ func TestSimNetworkKnobsAreDeterministic(t *testing.T) {
 		_, srv := newSim(t, tasks, Options{Seed: 9, ConnectionReset: 0.3, Hang: 0.2})
 		c := freshClient(0)
 		res := make([]byte, 40)
+		// The 40 requests go out at once (in the order asked), each with 2 s to answer: a hang
+		// never answers, and an answer, even on a loaded machine, comes well within that.
+		var wg sync.WaitGroup
 		for k := range 40 {
 			seed := k
 			if reverse {
 				seed = 39 - k
 			}
 			body, _ := json.Marshal(baseRequest(rows[0], seed))
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			status, err := rawPost(ctx, c, srv.URL, body)
-			cancel()
-			switch {
-			case err == nil && status == 200:
-				res[seed] = 'o'
-			case errors.Is(err, context.DeadlineExceeded):
-				res[seed] = 'h'
-			case err != nil:
-				res[seed] = 'r'
-			default:
-				res[seed] = '?'
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				status, err := rawPost(ctx, c, srv.URL, body)
+				switch {
+				case err == nil && status == 200:
+					res[seed] = 'o'
+				case errors.Is(err, context.DeadlineExceeded):
+					res[seed] = 'h'
+				case err != nil:
+					res[seed] = 'r'
+				default:
+					res[seed] = '?'
+				}
+			}()
 		}
+		wg.Wait()
 		return string(res)
 	}
 	a, b := outcome(false), outcome(true)
