@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -36,6 +37,17 @@ type Case struct {
 	Concurrency int  // rollouts in flight; with Auto, the most
 	Auto        bool // adaptive concurrency per endpoint
 	Serving     serving.Config
+	// Every, when set, samples the endpoints' limits and requests in flight at this interval
+	// (Result.Trace).
+	Every time.Duration
+}
+
+// Sample is the pool's state at one moment of a case.
+type Sample struct {
+	At       time.Duration // since the start
+	Done     int64         // rollouts ended
+	Limits   []float64     // per endpoint (0: no limit)
+	InFlight []int         // requests per endpoint
 }
 
 // Result is what one case measured.
@@ -50,13 +62,21 @@ type Result struct {
 	RoundP99            float64 // model-call latency p99, ms (the slowest endpoint's)
 	Limits              []float64
 	Rejected            int64 // 429s the replicas answered
+	Trace               []Sample
 }
 
 // records keeps the records of a run (the runner's one writer goroutine calls Write).
-type records struct{ recs []record.Record }
+type records struct {
+	recs []record.Record
+	done atomic.Int64
+}
 
-func (c *records) Write(r *record.Result) error { c.recs = append(c.recs, r.Record); return nil }
-func (c *records) Close() error                 { return nil }
+func (c *records) Write(r *record.Result) error {
+	c.recs = append(c.recs, r.Record)
+	c.done.Add(1)
+	return nil
+}
+func (c *records) Close() error { return nil }
 
 // Run runs one case.
 func Run(ctx context.Context, c Case) (Result, error) {
@@ -112,8 +132,13 @@ func Run(ctx context.Context, c Case) (Result, error) {
 		ro.Window = pool.Window(c.Concurrency)
 	}
 	start := time.Now()
+	stop := make(chan struct{})
+	traced := make(chan []Sample, 1)
+	go func() { traced <- trace(pool, out, start, c.Every, stop) }()
 	_, err = runner.Run(ctx, ro, []runner.Output{out})
 	res.Elapsed = time.Since(start)
+	close(stop)
+	res.Trace = <-traced
 	if err != nil {
 		return res, err
 	}
@@ -145,6 +170,44 @@ func Run(ctx context.Context, c Case) (Result, error) {
 		res.Limits = append(res.Limits, s.Limit)
 	}
 	return res, nil
+}
+
+// trace samples the pool every interval until stop is closed (none when every is 0).
+func trace(pool *fleet.Pool, out *records, start time.Time, every time.Duration, stop <-chan struct{}) []Sample {
+	if every <= 0 {
+		return nil
+	}
+	var samples []Sample
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return samples
+		case <-tick.C:
+		}
+		s := Sample{At: time.Since(start), Done: out.done.Load()}
+		for _, e := range pool.Stats() {
+			s.Limits = append(s.Limits, e.Limit)
+			s.InFlight = append(s.InFlight, e.InFlight)
+		}
+		samples = append(samples, s)
+	}
+}
+
+// WriteTrace writes a case's samples as lines: time, rollouts ended, and per endpoint its
+// requests in flight / its limit.
+func WriteTrace(w io.Writer, r Result) error {
+	for _, s := range r.Trace {
+		var eps []string
+		for i := range s.Limits {
+			eps = append(eps, fmt.Sprintf("%d/%.0f", s.InFlight[i], s.Limits[i]))
+		}
+		if _, err := fmt.Fprintf(w, "%6.2fs %4d done  %s\n", s.At.Seconds(), s.Done, strings.Join(eps, " ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // quantile of sorted values (nearest rank).

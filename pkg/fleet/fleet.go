@@ -289,6 +289,7 @@ type outcome struct {
 	class   record.FailureClass // "" on success
 	health  bool                // a failure that counts towards ejection
 	drop    bool                // an overload answer (429, 503): the limit goes down
+	start   time.Time           // when the attempt was sent
 	latency time.Duration
 	sampled bool // the latency is a sample for the adaptive limit
 	detail  string
@@ -384,7 +385,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Header.Set(agent.EndpointHeader, ep.Name)
 	o := statusOutcome(resp.StatusCode)
 	resp.Body = &doneBody{ReadCloser: resp.Body, done: func(readErr error) {
-		o.latency = p.now().Sub(start)
+		o.start, o.latency = start, p.now().Sub(start)
 		if readErr != nil && o.class == "" {
 			o = failed(ctx, readErr, o.latency)
 		}

@@ -58,7 +58,7 @@ func (g *gate) acquire(ctx context.Context, mu *sync.Mutex) error {
 func (g *gate) release(o outcome) {
 	g.inflight--
 	if g.adapt != nil && o.sampled {
-		g.adapt.sample(o.latency, o.drop, g.inflight+1)
+		g.adapt.sample(o.start, o.latency, o.drop, g.inflight+1)
 		g.limit = g.adapt.limit
 	}
 	g.wake()
@@ -84,12 +84,20 @@ func (g *gate) wake() {
 //	limit    = limit × gradient + sqrt(limit)
 //
 // Until the first time the gradient falls below 1 the limit doubles every window instead (a slow
-// start, as TCP's), so that a large fleet is reached in a few windows. Gradient2 smooths the new
-// limit and lets the gradient halve it; runs of a few minutes recover too slowly from a noisy
-// window that way, so here a window moves the limit by its gradient at most 20% down, at once,
-// and a 429 or 503 is the sharp signal: it multiplies the
-// limit by Backoff at once, at most once a window. A window in which fewer than half the limit
-// were in flight does not raise it: the limit is not the bottleneck then.
+// start, as TCP's), so that a large fleet is reached in a few windows. A doubling is capped at
+// Tolerance × noLoad / mean times the limit (where the latency would reach the tolerance if it
+// grew in proportion to the requests in flight, as a queue's does), and the slow start ends at
+// the first window so capped, as TCP's HyStart leaves slow start when the round trip grows. In
+// slow start a window counts only the answers to requests sent after the limit last changed:
+// the answers to requests sent before measure the old, lower limit, and doubling on them
+// overshoots (two doublings before the first answer at the new limit comes back, each server's
+// queue then several batches deep and every rollout's first rounds slow).
+//
+// Gradient2 smooths the new limit and lets the gradient halve it; runs of a few minutes recover
+// too slowly from a noisy window that way, so here a window moves the limit by its gradient at
+// most 20% down, at once, and a 429 or 503 is the sharp signal: it multiplies the limit by
+// Backoff at once, at most once a window. A window in which fewer than half the limit were in
+// flight does not raise it: the limit is not the bottleneck then.
 type Adaptive struct {
 	// Initial, Min and Max bound the limit (defaults 8, 1, 1024; an endpoint's MaxConcurrency
 	// lowers Max).
@@ -112,6 +120,7 @@ type adaptive struct {
 	limit      float64
 	noLoad     float64 // seconds; 0: not known yet
 	slowStart  bool
+	changed    time.Time // when the limit last changed (the end of the answer that changed it)
 	n          int
 	sum        float64
 	peak       int
@@ -142,16 +151,19 @@ func (a Adaptive) start(maxConc int) *adaptive {
 	return &adaptive{cfg: a, limit: float64(a.Initial), slowStart: true}
 }
 
-// sample learns from one answer: its latency, whether it was an overload answer, and the
-// requests in flight when it ended (itself included).
-func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
+// sample learns from one answer: when its request was sent, its latency, whether it was an
+// overload answer, and the requests in flight when it ended (itself included).
+func (a *adaptive) sample(sent time.Time, latency time.Duration, drop bool, inflight int) {
+	end := sent.Add(latency)
 	if drop {
 		if !a.dropped {
 			a.dropped = true
 			a.slowStart = false
-			a.set(a.limit * a.cfg.Backoff)
+			a.set(a.limit*a.cfg.Backoff, end)
 		}
 		a.windowDrop = true
+	} else if a.slowStart && sent.Before(a.changed) {
+		return // sent under the previous limit: it does not measure this one
 	} else {
 		a.n++
 		a.sum += latency.Seconds()
@@ -173,20 +185,30 @@ func (a *adaptive) sample(latency time.Duration, drop bool, inflight int) {
 	gradient := min(1, max(0.8, a.cfg.Tolerance*a.noLoad/mean))
 	appLimited := float64(a.peak) < a.limit/2
 	if a.slowStart && gradient == 1 {
+		// Grow at most to where the latency would reach the tolerance if it grew in
+		// proportion to the requests in flight (a queue); once that is less than a doubling,
+		// the latency has risen past half the tolerance and the slow start ends there.
+		growth := min(2, a.cfg.Tolerance*a.noLoad/mean)
 		if !appLimited {
-			a.set(2 * a.limit)
+			a.set(a.limit*growth, end)
+		}
+		if growth < 2 {
+			a.slowStart = false
 		}
 		return
 	}
 	a.slowStart = false
 	next := a.limit*gradient + math.Sqrt(a.limit)
 	if next < a.limit || !appLimited {
-		a.set(next)
+		a.set(next, end)
 	}
 }
 
-func (a *adaptive) set(l float64) {
-	a.limit = min(max(l, float64(a.cfg.Min)), float64(a.cfg.Max))
+// set changes the limit to l (within its bounds) at the moment at.
+func (a *adaptive) set(l float64, at time.Time) {
+	if next := min(max(l, float64(a.cfg.Min)), float64(a.cfg.Max)); next != a.limit {
+		a.limit, a.changed = next, at
+	}
 }
 
 func boolInt(b bool) int {

@@ -6,34 +6,41 @@ import (
 	"time"
 )
 
-// feed gives a limiter n samples of latency d, with inflight requests in flight.
-func feed(a *adaptive, n int, d time.Duration, inflight int) {
+// epoch is the synthetic clock's start.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// feed gives a limiter n answers of latency d, with inflight requests in flight, all sent at
+// *at, which then moves on by d (the next answers were sent after these came back).
+func feed(a *adaptive, at *time.Time, n int, d time.Duration, inflight int) {
 	for range n {
-		a.sample(d, false, inflight)
+		a.sample(*at, d, false, inflight)
 	}
+	*at = at.Add(d)
 }
 
 func TestAdaptiveLimit(t *testing.T) {
 	t.Run("slow start doubles while latency stays flat", func(t *testing.T) {
 		a := Adaptive{Initial: 4, Max: 100}.start(0)
+		at := epoch
 		for range 4 {
-			feed(a, max(10, int(a.limit)), 100*time.Millisecond, int(a.limit))
+			feed(a, &at, max(10, int(a.limit)), 100*time.Millisecond, int(a.limit))
 		}
 		if a.limit != 64 {
 			t.Errorf("limit %g after four flat windows from 4, want 64", a.limit)
 		}
-		feed(a, 200, 100*time.Millisecond, 64)
+		feed(a, &at, 200, 100*time.Millisecond, 64)
 		if a.limit != 100 {
 			t.Errorf("limit %g, want the max 100", a.limit)
 		}
 	})
 	t.Run("latency past the tolerance lowers it", func(t *testing.T) {
 		a := Adaptive{Initial: 64}.start(0)
-		feed(a, 64, 100*time.Millisecond, 64) // the no-load latency
+		at := epoch
+		feed(a, &at, 64, 100*time.Millisecond, 64) // the no-load latency
 		before := a.limit
 		for range 20 {
 			last := a.limit
-			feed(a, int(a.limit)+10, 400*time.Millisecond, int(a.limit)) // 4x: past 2.5x
+			feed(a, &at, int(a.limit)+10, 400*time.Millisecond, int(a.limit)) // 4x: past 2.5x
 			if a.limit >= last {
 				t.Fatalf("limit %g after a window 4x the no-load latency, was %g", a.limit, last)
 			}
@@ -45,8 +52,8 @@ func TestAdaptiveLimit(t *testing.T) {
 	})
 	t.Run("a 429 halves it once a window", func(t *testing.T) {
 		a := Adaptive{Initial: 40}.start(0)
-		a.sample(0, true, 40)
-		a.sample(0, true, 40)
+		a.sample(epoch, 0, true, 40)
+		a.sample(epoch, 0, true, 40)
 		if a.limit != 20 {
 			t.Errorf("limit %g after two 429s in one window, want 20", a.limit)
 		}
@@ -54,9 +61,41 @@ func TestAdaptiveLimit(t *testing.T) {
 			t.Error("still in slow start after a 429")
 		}
 	})
+	t.Run("slow start does not double on answers sent under the old limit", func(t *testing.T) {
+		a := Adaptive{Initial: 8}.start(0)
+		at := epoch
+		sent := at
+		feed(a, &at, 10, 100*time.Millisecond, 8)
+		if a.limit != 16 {
+			t.Fatalf("limit %g after a flat window from 8, want 16", a.limit)
+		}
+		for range 100 { // still in flight when it doubled: sent at 8
+			a.sample(sent, 150*time.Millisecond, false, 16)
+		}
+		if a.limit != 16 {
+			t.Errorf("limit %g after answers sent under the limit of 8, want it kept at 16", a.limit)
+		}
+		feed(a, &at, 16, 100*time.Millisecond, 16)
+		if a.limit != 32 {
+			t.Errorf("limit %g after a flat window sent at 16, want 32", a.limit)
+		}
+	})
+	t.Run("slow start ends capped where the latency would reach the tolerance", func(t *testing.T) {
+		a := Adaptive{Initial: 32}.start(0)
+		at := epoch
+		feed(a, &at, 32, 100*time.Millisecond, 32) // the no-load latency: doubles
+		feed(a, &at, 64, 200*time.Millisecond, 64) // 2x: a queue would reach 2.5x at 80
+		if a.limit < 79 || a.limit > 81 {          // the no-load latency creeps up 0.2% a window
+			t.Errorf("limit %g, want about 64 × 2.5/2 = 80", a.limit)
+		}
+		if a.slowStart {
+			t.Error("still in slow start after a capped window")
+		}
+	})
 	t.Run("not raised when it is not the bottleneck", func(t *testing.T) {
 		a := Adaptive{Initial: 32}.start(0)
-		feed(a, 100, 100*time.Millisecond, 3)
+		at := epoch
+		feed(a, &at, 100, 100*time.Millisecond, 3)
 		if a.limit != 32 {
 			t.Errorf("limit %g with 3 in flight of 32, want it kept at 32", a.limit)
 		}
@@ -66,9 +105,10 @@ func TestAdaptiveLimit(t *testing.T) {
 		if a.limit != 16 {
 			t.Errorf("limit %g: want the endpoint's max concurrency 16", a.limit)
 		}
+		at := epoch
 		for range 20 {
-			a.sample(0, true, 1)
-			feed(a, 9, time.Millisecond, 1) // the rest of the window
+			a.sample(at, 0, true, 1)
+			feed(a, &at, 9, time.Millisecond, 1) // the rest of the window
 		}
 		if a.limit != 1 {
 			t.Errorf("limit %g after many 429s, want the min 1", a.limit)

@@ -23,6 +23,7 @@ func main() {
 	replicas := flag.Int("replicas", 4, "simulated servers `N`")
 	concs := flag.String("concurrency", "32,128,512", "fixed concurrencies `LIST`")
 	routes := flag.String("routes", "affinity,least-outstanding,round-robin", "routes `LIST`")
+	every := flag.Duration("trace", 0, "print every `INTERVAL` the endpoints' requests in flight and limits to stderr")
 	cfg := serving.Default
 	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 16, "sequences `N` per replica's batch")
 	flag.Float64Var(&cfg.Speed, "speed", 2, "model time runs `X` times faster than the clock")
@@ -48,13 +49,14 @@ func main() {
 		}
 		cases = append(cases, fleetbench.Case{Concurrency: maxConc, Auto: true})
 		for _, c := range cases {
-			c.Tasks, c.Limit, c.Repeats, c.Replicas, c.Route, c.Serving = *tasks, *limit, *repeats, *replicas, route, cfg
+			c.Tasks, c.Limit, c.Repeats, c.Replicas, c.Route, c.Serving, c.Every = *tasks, *limit, *repeats, *replicas, route, cfg, *every
 			res, err := fleetbench.Run(context.Background(), c)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "fleetbench:", err)
 				os.Exit(1)
 			}
 			fmt.Fprintf(os.Stderr, "fleetbench: %s concurrency %d auto %v: %.1f rollouts/s\n", route, c.Concurrency, c.Auto, res.RolloutsPerSec)
+			fleetbench.WriteTrace(os.Stderr, res)
 			results = append(results, res)
 		}
 	}
