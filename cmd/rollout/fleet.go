@@ -312,6 +312,22 @@ func printPool(w io.Writer, dir string, pool *fleet.Pool, sims *serving.Fleet, s
 	return durable.WriteFileAtomic(filepath.Join(dir, EndpointsFile), append(data, '\n'), 0o644)
 }
 
+// summaryEndpoints is the pool's per-endpoint table for summary.json, its names, URLs and
+// model names redacted as printPool redacts them (nil without a pool).
+func summaryEndpoints(f fleetFlags) []fleet.EndpointStats {
+	if f.pool == nil {
+		return nil
+	}
+	stats := f.pool.Stats()
+	if r := redact.Replacer(f.secrets); r != nil {
+		for i := range stats {
+			s := &stats[i]
+			s.Name, s.URL, s.Model = r.Replace(s.Name), r.Replace(s.URL), r.Replace(s.Model)
+		}
+	}
+	return stats
+}
+
 // servingKnobs defines the serving simulator's flags on fs, each named prefix+knob, with the
 // defaults of an 8B model on one GPU (serving.Default).
 func servingKnobs(fs *flag.FlagSet, prefix string) *serving.Config {

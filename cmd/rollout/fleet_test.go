@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -218,6 +219,44 @@ func TestFleetConfigEndpoints(t *testing.T) {
 	if strings.Contains(readFile(t, filepath.Join(dir, EndpointsFile)), "secret-a") {
 		t.Error("the key is in endpoints.json")
 	}
+	// summary.json keeps the same table, and rollout report prints it from there.
+	summary := readFile(t, filepath.Join(dir, "summary.json"))
+	var sum struct {
+		Rollouts  int                   `json:"rollouts"`
+		Endpoints []fleet.EndpointStats `json:"endpoints"`
+	}
+	if err := json.Unmarshal([]byte(summary), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Endpoints) != 2 || sum.Endpoints[0].Name != "left" || sum.Endpoints[0].Calls != eps[0].Calls || sum.Endpoints[1].Calls != eps[1].Calls || sum.Endpoints[0].Calls+sum.Endpoints[1].Calls < int64(sum.Rollouts) {
+		t.Errorf("summary.json endpoints %+v, endpoints.json %+v (rollouts %d)", sum.Endpoints, eps, sum.Rollouts)
+	}
+	if strings.Contains(summary, "secret-a") {
+		t.Error("the key is in summary.json")
+	}
+	for _, format := range []string{"text", "markdown"} {
+		rep := runCLI(t, context.Background(), nil, "report", dir, "--format", format)
+		if rep.code != 0 {
+			t.Fatalf("report --format %s: exit %d: %s", format, rep.code, rep.stderr)
+		}
+		_, table, ok := strings.Cut(rep.stdout, "Endpoints of "+dir)
+		if !ok {
+			t.Fatalf("report --format %s has no endpoint table:\n%s", format, rep.stdout)
+		}
+		for i, name := range []string{"left", "right"} {
+			row := regexp.MustCompile(`(?m)^` + name + ` +(\d+) `).FindStringSubmatch(table)
+			if row == nil || row[1] != strconv.FormatInt(eps[i].Calls, 10) {
+				t.Errorf("report --format %s: row of %s %q, want %d calls:\n%s", format, name, row, eps[i].Calls, table)
+			}
+		}
+		if format == "markdown" && strings.Count(table, "```") != 2 {
+			t.Errorf("report --format markdown: the table is not in a code block:\n%s", table)
+		}
+	}
+	rep := runCLI(t, context.Background(), nil, "report", dir, "--format", "json")
+	if rep.code != 0 || strings.Contains(rep.stdout, "Endpoints of") || !json.Valid([]byte(rep.stdout)) {
+		t.Errorf("report --format json: exit %d, not JSON alone:\n%s", rep.code, rep.stdout)
+	}
 }
 
 // A pool's URLs are each redacted in the manifest: a password in the second is not kept.
@@ -260,7 +299,11 @@ func TestFleetRedactsEvents(t *testing.T) {
 	if !strings.Contains(r.stdout, "ejected: 1 consecutive failures") {
 		t.Fatalf("no ejection in the summary:\n%s", r.stdout)
 	}
-	if strings.Contains(r.stdout+file, "topsecret-value-1234") {
-		t.Errorf("the secret is in the output:\n%s\n%s", r.stdout, file)
+	summary := readFile(t, filepath.Join(dir, "summary.json"))
+	if !strings.Contains(summary, `"endpoints"`) {
+		t.Errorf("summary.json has no endpoints:\n%s", summary)
+	}
+	if strings.Contains(r.stdout+file+summary, "topsecret-value-1234") {
+		t.Errorf("the secret is in the output:\n%s\n%s\n%s", r.stdout, file, summary)
 	}
 }

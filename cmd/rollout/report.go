@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/rundir"
@@ -25,6 +27,8 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
 			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n"+
+			"A DIR whose summary.json has a per-endpoint table (a run through several endpoints) gets it\n"+
+			"printed after the statistics (not with --format json).\n"+
 			"The shard directories of one sharded run (rollout run --shard I/N) are one run: every shard must\n"+
 			"be there and finished, of the same input and config (rollout merge --partial merges what is there).\n\n")
 		fmt.Fprintf(w, "With --html FILE it writes instead one HTML file that opens offline: the overview and the\n"+
@@ -84,6 +88,42 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	}
 	if err := res.Write(e.stdout, format); err != nil {
 		return fmt.Errorf("report: %w", err)
+	}
+	if format != "json" {
+		if err := printEndpoints(e.stdout, paths, format); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	return nil
+}
+
+// printEndpoints prints the per-endpoint table of each run directory among paths whose
+// summary.json has one (a run through a pool of model endpoints); markdown puts it in a code
+// block. A directory without summary.json, or whose summary has no table, prints nothing.
+func printEndpoints(w io.Writer, paths []string, format string) error {
+	for _, p := range paths {
+		data, err := os.ReadFile(filepath.Join(p, rundir.SummaryFile))
+		if err != nil {
+			continue // a file, or a run not finished: no summary
+		}
+		var sum report.Summary
+		if err := json.Unmarshal(data, &sum); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(p, rundir.SummaryFile), err)
+		}
+		if len(sum.Endpoints) == 0 {
+			continue
+		}
+		fence := ""
+		if format == "markdown" {
+			fence = "```\n"
+		}
+		fmt.Fprintf(w, "\nEndpoints of %s (summary.json: the counts of the process that finished the run):\n%s", p, fence)
+		if err := fleet.WriteTable(w, sum.Endpoints, nil); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, fence); err != nil {
+			return err
+		}
 	}
 	return nil
 }

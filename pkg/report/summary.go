@@ -129,6 +129,10 @@ type Summary struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	ToolErrors       int64 `json:"tool_errors"`
+	// Endpoints is the per-endpoint table of a run through a pool of model endpoints (nil
+	// otherwise): the counters of the process that finished the run, not computed from the
+	// records.
+	Endpoints []EndpointStats `json:"endpoints,omitempty"`
 }
 
 // Progress is the few numbers a progress display needs, without the

@@ -17,6 +17,8 @@ type FinishOptions struct {
 	// Complete marks the run complete in its manifest (Manifest.Complete): it ended without an
 	// interrupt, every rollout has a record. Merging shards needs every shard complete.
 	Complete bool
+	// Endpoints is the per-endpoint table summary.json keeps (Summary.Endpoints; nil: none).
+	Endpoints []report.EndpointStats
 }
 
 // Finished is what Finish wrote.
@@ -33,7 +35,7 @@ type Finished struct {
 func Finish(dir string, o FinishOptions) (Finished, error) {
 	var fin Finished
 	var err error
-	if fin.Summary, fin.Evaluation, err = FinalizeWith(dir, FinalizeOptions{Stats: o.Stats}); err != nil {
+	if fin.Summary, fin.Evaluation, err = FinalizeWith(dir, FinalizeOptions{Stats: o.Stats, Endpoints: o.Endpoints}); err != nil {
 		return fin, err
 	}
 	var b bytes.Buffer

@@ -488,6 +488,8 @@ type FinalizeOptions struct {
 	// Stats say how the Evaluation is computed. The summary's standard error and interval
 	// are its overall ones.
 	Stats report.StatsOptions
+	// Endpoints go to the summary as they are (Summary.Endpoints).
+	Endpoints []report.EndpointStats
 }
 
 // Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
@@ -538,6 +540,7 @@ func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Eval
 	// depend on the order of the journal (a merge of shards has the records in another order
 	// than one process).
 	sum.MeanRounds, sum.MeanToolCalls, sum.MeanLatencyMs = eval.Overall.MeanRounds, eval.Overall.MeanToolCalls, eval.Overall.MeanLatencyMs
+	sum.Endpoints = opt.Endpoints
 	if err := report.WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
 		return report.Summary{}, nil, err
 	}
