@@ -18,6 +18,14 @@ func feed(a *adaptive, at *time.Time, n int, d time.Duration, inflight int) {
 	*at = at.Add(d)
 }
 
+// wantLimit checks a limiter's limit after what was fed to it.
+func wantLimit(t *testing.T, a *adaptive, want float64, after string) {
+	t.Helper()
+	if a.limit != want {
+		t.Errorf("limit %g after %s, want %g", a.limit, after, want)
+	}
+}
+
 func TestAdaptiveLimit(t *testing.T) {
 	t.Run("slow start doubles while latency stays flat", func(t *testing.T) {
 		a := Adaptive{Initial: 4, Max: 100}.start(0)
@@ -25,13 +33,9 @@ func TestAdaptiveLimit(t *testing.T) {
 		for range 4 {
 			feed(a, &at, max(10, int(a.limit)), 100*time.Millisecond, int(a.limit))
 		}
-		if a.limit != 64 {
-			t.Errorf("limit %g after four flat windows from 4, want 64", a.limit)
-		}
+		wantLimit(t, a, 64, "four flat windows from 4")
 		feed(a, &at, 200, 100*time.Millisecond, 64)
-		if a.limit != 100 {
-			t.Errorf("limit %g, want the max 100", a.limit)
-		}
+		wantLimit(t, a, 100, "more flat windows (the max)")
 	})
 	t.Run("latency past the tolerance lowers it", func(t *testing.T) {
 		a := Adaptive{Initial: 64}.start(0)
@@ -66,19 +70,13 @@ func TestAdaptiveLimit(t *testing.T) {
 		at := epoch
 		sent := at
 		feed(a, &at, 10, 100*time.Millisecond, 8)
-		if a.limit != 16 {
-			t.Fatalf("limit %g after a flat window from 8, want 16", a.limit)
-		}
+		wantLimit(t, a, 16, "a flat window from 8")
 		for range 100 { // still in flight when it doubled: sent at 8
 			a.sample(sent, 150*time.Millisecond, false, 16)
 		}
-		if a.limit != 16 {
-			t.Errorf("limit %g after answers sent under the limit of 8, want it kept at 16", a.limit)
-		}
+		wantLimit(t, a, 16, "answers sent under the limit of 8 (kept)")
 		feed(a, &at, 16, 100*time.Millisecond, 16)
-		if a.limit != 32 {
-			t.Errorf("limit %g after a flat window sent at 16, want 32", a.limit)
-		}
+		wantLimit(t, a, 32, "a flat window sent at 16")
 	})
 	t.Run("slow start ends capped where the latency would reach the tolerance", func(t *testing.T) {
 		a := Adaptive{Initial: 32}.start(0)
