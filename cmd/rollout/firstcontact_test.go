@@ -213,9 +213,10 @@ func TestEarlyStopThenResume(t *testing.T) {
 		t.Errorf("last line of stderr: %s", last)
 	}
 	recs := readRecords(t, out)
-	// With one rollout in flight, the 21st may have started before the 20th was written.
-	if len(recs) < 20 || len(recs) > 21 {
-		t.Fatalf("%d records, want 20 (or 21)", len(recs))
+	// When the 20th is written, the 21st may wait in the runner's results buffer (one slot at
+	// --concurrency 1) and the 22nd be running: both are kept, and no more start.
+	if len(recs) < 20 || len(recs) > 22 {
+		t.Fatalf("%d records, want 20 (up to 22)", len(recs))
 	}
 	if !strings.Contains(r.stdout, "  model_unavailable  ") || !strings.Contains(r.stdout, "× model call in round 0: Post ") {
 		t.Errorf("the summary does not give the class's most common message:\n%s", r.stdout)
