@@ -3,7 +3,9 @@
 package durable
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -21,7 +23,16 @@ func SyncDir(path string) error {
 
 // WriteFileAtomic writes data to path+".tmp", syncs it and renames it to
 // path, then syncs the directory. On error the temporary file is removed.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return WriteAtomic(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteAtomic is WriteFileAtomic for content written by write, through a
+// buffer, so that a large file need not be held in memory whole.
+func WriteAtomic(path string, perm os.FileMode, write func(w io.Writer) error) (err error) {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
 	if err != nil {
@@ -32,7 +43,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	bw := bufio.NewWriterSize(f, 1<<16)
+	if err = write(bw); err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
 		f.Close()
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -36,13 +37,15 @@ type TrajIndex struct {
 	entries []trajEntry
 }
 
+// trajEntry is 24 bytes in memory (a run's rollout indexes are its repeats, far below 2^31).
 type trajEntry struct {
-	task, rollout int64
-	arm           uint32
-	offset        int64
+	task    int64
+	offset  int64
+	rollout int32
+	arm     uint32
 }
 
-const trajEntrySize = 8 + 8 + 4 + 8
+const trajEntrySize = 8 + 8 + 4 + 8 // on disk: task, rollout, arm, offset
 
 // Len is the number of rollouts indexed.
 func (x *TrajIndex) Len() int { return len(x.entries) }
@@ -53,7 +56,10 @@ func (x *TrajIndex) lookup(task, rollout int64, arm string) (int64, bool) {
 	if a < 0 {
 		return 0, false
 	}
-	i, ok := slices.BinarySearchFunc(x.entries, trajEntry{task: task, rollout: rollout, arm: uint32(a)}, compareTrajEntry)
+	if rollout < 0 || rollout > math.MaxInt32 {
+		return 0, false
+	}
+	i, ok := slices.BinarySearchFunc(x.entries, trajEntry{task: task, rollout: int32(rollout), arm: uint32(a)}, compareTrajEntry)
 	if !ok {
 		return 0, false
 	}
@@ -101,13 +107,16 @@ func BuildTrajIndex(dir string) (*TrajIndex, error) {
 			}
 			task, rollout, arm = k.Task, k.Rollout, k.Arm
 		}
+		if rollout < 0 || rollout > math.MaxInt32 {
+			return fmt.Errorf("%s:%d: rollout_index %d out of range", path, n, rollout)
+		}
 		a, ok := armOf[arm]
 		if !ok {
 			a = uint32(len(x.arms))
 			armOf[arm] = a
 			x.arms = append(x.arms, arm)
 		}
-		x.entries = append(x.entries, trajEntry{task: task, rollout: rollout, arm: a, offset: at})
+		x.entries = append(x.entries, trajEntry{task: task, rollout: int32(rollout), arm: a, offset: at})
 		return nil
 	})
 	if err != nil {
@@ -134,14 +143,14 @@ func WriteTrajIndex(dir string) (*TrajIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trajectory index: %w", err)
 	}
-	if err := durable.WriteFileAtomic(join(dir, TrajIndexFile), x.encode(), 0o644); err != nil {
+	if err := durable.WriteAtomic(join(dir, TrajIndexFile), 0o644, x.encode); err != nil {
 		return nil, fmt.Errorf("trajectory index: %w", err)
 	}
 	return x, nil
 }
 
-func (x *TrajIndex) encode() []byte {
-	b := make([]byte, 0, len(trajIndexMagic)+16+len(x.entries)*trajEntrySize)
+func (x *TrajIndex) encode(w io.Writer) error {
+	b := make([]byte, 0, 1<<12)
 	b = append(b, trajIndexMagic...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(x.covered))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(x.arms)))
@@ -152,11 +161,18 @@ func (x *TrajIndex) encode() []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(x.entries)))
 	for _, e := range x.entries {
 		b = binary.LittleEndian.AppendUint64(b, uint64(e.task))
-		b = binary.LittleEndian.AppendUint64(b, uint64(e.rollout))
+		b = binary.LittleEndian.AppendUint64(b, uint64(int64(e.rollout)))
 		b = binary.LittleEndian.AppendUint32(b, e.arm)
 		b = binary.LittleEndian.AppendUint64(b, uint64(e.offset))
+		if len(b) >= 1<<12-trajEntrySize {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
 	}
-	return b
+	_, err := w.Write(b)
+	return err
 }
 
 // decodeTrajIndex reads an index file's bytes; an error says what is wrong with them.
@@ -195,8 +211,11 @@ func decodeTrajIndex(b []byte) (*TrajIndex, error) {
 	for i := range x.entries {
 		e := b[i*trajEntrySize:]
 		x.entries[i] = trajEntry{
-			task: int64(binary.LittleEndian.Uint64(e)), rollout: int64(binary.LittleEndian.Uint64(e[8:])),
+			task: int64(binary.LittleEndian.Uint64(e)), rollout: int32(binary.LittleEndian.Uint64(e[8:])),
 			arm: binary.LittleEndian.Uint32(e[16:]), offset: int64(binary.LittleEndian.Uint64(e[20:])),
+		}
+		if r := binary.LittleEndian.Uint64(e[8:]); r > math.MaxInt32 {
+			return nil, fmt.Errorf("entry %d: rollout index %d", i, r)
 		}
 		if x.entries[i].arm >= narms {
 			return nil, fmt.Errorf("entry %d: arm %d of %d", i, x.entries[i].arm, narms)
@@ -237,7 +256,7 @@ func (t *Trajectories) load(rebuild bool) error {
 	}
 	t.index = x
 	if size >= 0 {
-		_ = durable.WriteFileAtomic(join(t.dir, TrajIndexFile), x.encode(), 0o644) // best effort: the index is a cache
+		_ = durable.WriteAtomic(join(t.dir, TrajIndexFile), 0o644, x.encode) // best effort: the index is a cache
 	}
 	return nil
 }
