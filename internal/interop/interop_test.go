@@ -192,8 +192,9 @@ func (s suite) run(t *testing.T, args ...string) (string, string) {
 
 // record is the part of a trajectories.jsonl line the checks read.
 type record struct {
-	TaskIndex    int `json:"task_index"`
-	RolloutIndex int `json:"rollout_index"`
+	TaskIndex    int    `json:"task_index"`
+	RolloutIndex int    `json:"rollout_index"`
+	Arm          string `json:"arm"`
 	Trajectory   struct {
 		Messages []struct {
 			Role       string `json:"role"`
@@ -214,11 +215,29 @@ type record struct {
 			} `json:"usage"`
 			FinishReason string `json:"finish_reason"`
 			ToolCalls    []struct {
+				CallID string `json:"call_id"`
 				Name   string `json:"name"`
 				Status int    `json:"status"`
 				Failed bool   `json:"failed"`
 			} `json:"tool_calls"`
 		} `json:"rounds"`
+		Context *struct {
+			Strategy string `json:"strategy"`
+			Rounds   []struct {
+				Messages        int `json:"messages"`
+				Bytes           int `json:"bytes"`
+				RemovedMessages int `json:"removed_messages"`
+				PromptTokens    int `json:"prompt_tokens"`
+			} `json:"rounds"`
+			Briefings []struct {
+				Round int    `json:"round"`
+				Text  string `json:"text"`
+				Usage struct {
+					PromptTokens     int `json:"prompt_tokens"`
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			} `json:"briefings"`
+		} `json:"context"`
 		Termination    string `json:"termination"`
 		FailureClass   string `json:"failure_class"`
 		Error          string `json:"error"`
