@@ -1,7 +1,6 @@
 package interop_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -159,22 +158,8 @@ type strategyRun struct {
 func readStrategyRun(t *testing.T, out string, want int) strategyRun {
 	t.Helper()
 	run := strategyRun{recs: map[armRollout]journalRecord{}, trajs: map[armRollout]record{}}
-	f, err := os.Open(filepath.Join(out, "journal.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var r journalRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("journal.jsonl: %v", err)
-		}
+	for _, r := range readJSONL[journalRecord](t, filepath.Join(out, "journal.jsonl")) {
 		run.recs[armRollout{r.Arm, r.TaskIndex, r.RolloutIndex}] = r
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	for _, r := range records(t, out) {
 		run.trajs[armRollout{r.Arm, r.TaskIndex, r.RolloutIndex}] = r

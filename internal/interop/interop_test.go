@@ -250,25 +250,31 @@ func (r *record) key() string { return fmt.Sprintf("task %d rollout %d", r.TaskI
 // records reads out/trajectories.jsonl.
 func records(t *testing.T, out string) []record {
 	t.Helper()
-	f, err := os.Open(filepath.Join(out, "trajectories.jsonl"))
+	return readJSONL[record](t, filepath.Join(out, "trajectories.jsonl"))
+}
+
+// readJSONL decodes each line of the file at path.
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var recs []record
+	var rows []T
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
-		var r record
+		var r T
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("trajectories.jsonl: %v", err)
+			t.Fatalf("%s: line %d: %v", filepath.Base(path), len(rows)+1, err)
 		}
-		recs = append(recs, r)
+		rows = append(rows, r)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return recs
+	return rows
 }
 
 // summary reads out/summary.json.
