@@ -169,31 +169,17 @@ func WriteNemoGym(dir, dest string) (written int, err error) {
 		return 0, err
 	}
 	defer in.Close()
-	tmp := dest + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	var n int
+	err = durable.WriteAtomic(dest, 0o644, func(w io.Writer) error {
+		cw := &lineCounter{w: w}
+		_, err := io.Copy(cw, in)
+		n = cw.lines
+		return err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("nemo gym output: %w", err)
+		return 0, fmt.Errorf("nemo gym output %s: %w", dest, err)
 	}
-	defer func() {
-		if err != nil {
-			out.Close()
-			os.Remove(tmp)
-		}
-	}()
-	cw := &lineCounter{w: out}
-	if _, err = io.Copy(cw, in); err != nil {
-		return 0, fmt.Errorf("nemo gym output %s: %w", tmp, err)
-	}
-	if err = out.Sync(); err != nil {
-		return 0, fmt.Errorf("nemo gym output %s: %w", tmp, err)
-	}
-	if err = out.Close(); err != nil {
-		return 0, fmt.Errorf("nemo gym output %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, dest); err != nil {
-		return 0, fmt.Errorf("nemo gym output: %w", err)
-	}
-	return cw.lines, durable.SyncDir(dest)
+	return n, nil
 }
 
 // lineCounter counts the newlines written through it.
