@@ -284,11 +284,15 @@ func startRollout(t *testing.T, bin string, args ...string) (cmd *exec.Cmd, stde
 	return cmd, stderr, w
 }
 
-// TestMain removes the binary buildRollout built, once every test is done.
+// TestMain removes the binary buildRollout built and the attack table's base run, once every
+// test is done.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if builtBin != "" {
 		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	if attackBaseDir != "" {
+		os.RemoveAll(attackBaseDir)
 	}
 	os.Exit(code)
 }
