@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,5 +133,132 @@ func TestResumeKeepsCaptureTokens(t *testing.T) {
 		if len(rd.Gen) == 0 || len(rd.Gen) != rd.Usage.CompletionTokens {
 			t.Errorf("round %d: %d generation ids, usage %d", i, len(rd.Gen), rd.Usage.CompletionTokens)
 		}
+	}
+}
+
+// contiguityBreaks checks, for every rollout in dir's trajectories.jsonl, what NeMo RL's
+// nemo_gym postprocessing asserts of each model call after the first ("Non-contiguous
+// messages found!"): its prompt ids begin with the previous call's prompt ids and generated
+// ids. It returns the breaks found and the number of calls checked.
+func contiguityBreaks(t *testing.T, dir string) (breaks []string, checked int) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "trajectories.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var line struct {
+			TaskIndex    int64  `json:"task_index"`
+			RolloutIndex int64  `json:"rollout_index"`
+			Arm          string `json:"arm"`
+			Trajectory   *struct {
+				Rounds []capturedRound `json:"rounds"`
+			} `json:"trajectory"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		if line.Trajectory == nil {
+			continue
+		}
+		var seen []int32
+		for i, rd := range line.Trajectory.Rounds {
+			if len(rd.Gen) == 0 {
+				continue // NeMo RL skips an item without generation ids
+			}
+			if i > 0 {
+				checked++
+			}
+			if len(rd.Prompt) < len(seen) || !slices.Equal(rd.Prompt[:len(seen)], seen) {
+				breaks = append(breaks, fmt.Sprintf("task %d rollout %d arm %s call %d: prompt ids do not begin with the previous call's prompt and generated ids",
+					line.TaskIndex, line.RolloutIndex, line.Arm, i))
+			}
+			seen = append(slices.Clone(rd.Prompt), rd.Gen...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return breaks, checked
+}
+
+// Token contiguity against the simulator: every call's token ids go back on its answer in the
+// next request (as NeMo Gym sends them), the simulator builds the next prompt from them (as
+// NeMo RL's servers do), and so every call after the first has prompt ids that begin with the
+// previous call's prompt ids and generated ids, in every arm (multi-round rollouts included).
+func TestCaptureTokensContiguous(t *testing.T) {
+	dir, _ := capturedRun(t, 6, 2)
+	breaks, checked := contiguityBreaks(t, dir)
+	if checked < 12 {
+		t.Fatalf("only %d calls after a first one: the run has too few multi-call rollouts to check", checked)
+	}
+	if len(breaks) > 0 {
+		t.Fatalf("%d of %d calls break contiguity:\n%s", len(breaks), checked, strings.Join(breaks, "\n"))
+	}
+}
+
+// nemoRLPostprocess is NeMo RL's nemo_gym postprocessing of one rollout line (nemo_rl/
+// environments/nemo_gym.py): the output items with generation_token_ids, in order, each
+// asserted to have prompt ids that begin with the ids seen so far ("Non-contiguous messages
+// found!"), which then become its prompt and generated ids. It returns the trainable items.
+func nemoRLPostprocess(line []byte) (int, error) {
+	var row struct {
+		Response struct {
+			Output []map[string]json.RawMessage `json:"output"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(line, &row); err != nil {
+		return 0, err
+	}
+	var seen []int32
+	n := 0
+	for _, item := range row.Response.Output {
+		var gen, prompt []int32
+		if raw, ok := item["generation_token_ids"]; ok {
+			if err := json.Unmarshal(raw, &gen); err != nil {
+				return n, err
+			}
+		}
+		if len(gen) == 0 {
+			continue // _is_trainable_output_item
+		}
+		var lp []float64
+		if err := json.Unmarshal(item["prompt_token_ids"], &prompt); err != nil {
+			return n, fmt.Errorf("prompt_token_ids: %v", err)
+		}
+		if err := json.Unmarshal(item["generation_log_probs"], &lp); err != nil || len(lp) != len(gen) {
+			return n, fmt.Errorf("generation_log_probs: %d for %d ids (%v)", len(lp), len(gen), err)
+		}
+		if len(prompt) < len(seen) || !slices.Equal(prompt[:len(seen)], seen) {
+			return n, fmt.Errorf("Non-contiguous messages found! (trainable item %d)", n)
+		}
+		seen = append(slices.Clone(prompt), gen...)
+		n++
+	}
+	return n, nil
+}
+
+// The nemo-gym export of a simulated run with --capture-tokens passes NeMo RL's nemo_gym
+// postprocessing, line by line, and export gives no contiguity warning.
+func TestExportCapturedPassesNemoRL(t *testing.T) {
+	dir, _ := capturedRun(t, 6, 2)
+	out := filepath.Join(t.TempDir(), "ng.jsonl")
+	r := runCLI(t, context.Background(), nil, "export", dir, "--format", "nemo-gym", "-o", out)
+	if r.code != 0 || strings.Contains(r.stderr, "contiguous") {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	items := 0
+	for i, line := range strings.Split(strings.TrimSpace(readFile(t, out)), "\n") {
+		n, err := nemoRLPostprocess([]byte(line))
+		if err != nil {
+			t.Fatalf("%s:%d: %v", out, i+1, err)
+		}
+		items += n
+	}
+	if items < 36 {
+		t.Fatalf("%d trainable items in 24 rollouts", items)
 	}
 }

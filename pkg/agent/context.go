@@ -317,7 +317,7 @@ func (c *Config) brief(ctx context.Context, req openai.ChatCompletionRequest, cv
 	if prompt == "" {
 		prompt = DefaultBriefingPrompt
 	}
-	resp, latency, tap, err := c.call(ctx, withoutTools(req, append(slices.Clip(sent), userMessage(prompt))))
+	resp, latency, tap, err := c.call(ctx, withoutTools(req, append(slices.Clip(sent), userMessage(prompt))), lastRound(tr))
 	if err != nil {
 		term, class := modelFailure(ctx, err)
 		tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("briefing call after round %d: %s", round, modelErrorText(err, term, tap))
@@ -344,7 +344,7 @@ func (c *Config) brief(ctx context.Context, req openai.ChatCompletionRequest, cv
 // in it is not made.
 func (c *Config) degrade(ctx context.Context, req openai.ChatCompletionRequest, cv *conversation, tr *Trajectory, briefing string, round, failed int) {
 	sent, cr := cv.send(c.Context, tr, briefing)
-	resp, latency, tap, err := c.call(ctx, withoutTools(req, append(slices.Clip(sent), userMessage(fmt.Sprintf(degradePrompt, failed)))))
+	resp, latency, tap, err := c.call(ctx, withoutTools(req, append(slices.Clip(sent), userMessage(fmt.Sprintf(degradePrompt, failed)))), lastRound(tr))
 	if err != nil {
 		term, class := modelFailure(ctx, err)
 		tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("degraded final call in round %d: %s", round, modelErrorText(err, term, tap))

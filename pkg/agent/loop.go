@@ -274,7 +274,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	for round := 0; ; round++ {
 		var cr *ContextRound
 		req.Messages, cr = cv.send(c.Context, tr, briefing)
-		resp, latency, tap, err := c.call(ctx, req)
+		resp, latency, tap, err := c.call(ctx, req, lastRound(tr))
 		if err != nil {
 			term, class := modelFailure(ctx, err)
 			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, modelErrorText(err, term, tap))
@@ -503,7 +503,10 @@ func (c *Config) baseRequest(p *dataset.Params, seed int64) openai.ChatCompletio
 	return req
 }
 
-func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, time.Duration, *answerTap, error) {
+// call makes one model call. prev is the trajectory's last round (nil for none): with
+// --capture-tokens its token ids go back on the request's last assistant message when that
+// message is prev's answer (tokens.go, sendTokens).
+func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, prev *Round) (openai.ChatCompletionResponse, time.Duration, *answerTap, error) {
 	parent := ctx
 	if c.ModelTimeout > 0 {
 		var cancel context.CancelFunc
@@ -514,6 +517,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature}
 	if tc := c.CaptureTokens; tc != nil {
 		tap.capture, tap.vllm = true, !tc.plain.Load()
+		tap.prev = sendTokens(req.Messages, prev)
 	}
 	start := time.Now()
 	resp, err := c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
@@ -521,7 +525,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest) (op
 		// The endpoint (OpenAI's) refuses vLLM's options: ask again, and from now on, for
 		// log-probs only (tokens.go).
 		c.CaptureTokens.refused(err)
-		tap = &answerTap{zeros: tap.zeros, capture: true}
+		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev}
 		resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
 	}
 	if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -100,6 +100,7 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 				body, changed = zeroSampling(body)
 			}
 			if t.capture {
+				body = withTokens(body, t.prev)
 				body, changed = askTokens(body, t.vllm), true // tokens.go
 			}
 			return body, changed
@@ -149,6 +150,8 @@ type answerTap struct {
 	// vllm is set, and keeps the whole answer in body.
 	capture, vllm bool
 	body          []byte
+	// prev is the previous call's tokens, sent back on an assistant message (sendTokens).
+	prev *tokenPrefix
 }
 
 type tapKey struct{}

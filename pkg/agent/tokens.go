@@ -6,19 +6,23 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	openai "github.com/sashabaranov/go-openai"
 )
 
 // Token capture (Config.CaptureTokens): each model call asks the endpoint for what training
 // needs, as vLLM's OpenAI-compatible server takes it, and the round keeps it under NeMo Gym's
 // names (Round.PromptTokenIDs, GenerationTokenIDs, GenerationLogProbs).
 //
-// The request gets "logprobs": true and "top_logprobs": 0 (the sampled token's log-probability,
-// no alternatives), "return_tokens_as_token_ids": true (vLLM then writes each logprobs token
+// The request gets "logprobs": true and "top_logprobs": 1 (the sampled token's log-probability
+// and one alternative: llama.cpp's llama-server returns no log-probs at all for 0, which it
+// takes as n_probs 0), "return_tokens_as_token_ids": true (vLLM then writes each logprobs token
 // as "token_id:N" instead of its text, which two ids may share) and "return_token_ids": true
 // (newer vLLM then adds "prompt_token_ids" at the top level of the answer and "token_ids" to
 // each choice). The answer is read in each shape:
-//   - choices[0].token_ids present: the generation's ids; else the ids of the "token_id:N"
-//     logprobs tokens (vLLM without return_token_ids); else none.
+//   - choices[0].token_ids present: the generation's ids; else each logprobs token's "id"
+//     (llama-server's answer); else the ids of the "token_id:N" logprobs tokens (vLLM without
+//     return_token_ids); else none.
 //   - choices[0].logprobs.content[].logprob: the generation's log-probabilities.
 //   - prompt_token_ids: the prompt's ids; missing on vLLM without return_token_ids, and then
 //     the round says so in TokenNote rather than inventing them.
@@ -59,7 +63,7 @@ func refusesTokenOptions(err error) bool {
 
 // Members askTokens adds at the start of a request's JSON object: OpenAI's, and vLLM's.
 const (
-	logprobFields = `"logprobs":true,"top_logprobs":0`
+	logprobFields = `"logprobs":true,"top_logprobs":1`
 	vllmFields    = `,"return_tokens_as_token_ids":true,"return_token_ids":true`
 )
 
@@ -92,6 +96,7 @@ type tokenAnswer struct {
 		TokenIDs []int32 `json:"token_ids"`
 		Logprobs *struct {
 			Content []struct {
+				ID      *int32  `json:"id"` // llama-server's
 				Token   string  `json:"token"`
 				Logprob float64 `json:"logprob"`
 			} `json:"content"`
@@ -133,6 +138,10 @@ func tokensOf(rd *Round, body []byte) bool {
 	case ch.Logprobs != nil:
 		ids := make([]int32, 0, len(ch.Logprobs.Content))
 		for _, t := range ch.Logprobs.Content {
+			if t.ID != nil {
+				ids = append(ids, *t.ID)
+				continue
+			}
 			n, ok := strings.CutPrefix(t.Token, "token_id:")
 			id, err := strconv.ParseInt(n, 10, 32)
 			if !ok || err != nil {
@@ -173,4 +182,93 @@ func (c *Config) captureTokens(rd *Round, tap *answerTap) {
 		tc.OnNoTokens(rd.TokenNote)
 	}
 	tap.body = nil
+}
+
+// Token ids back to the server, as NeMo Gym's model server sends them (its Responses to Chat
+// Completions converter puts a model call's prompt_token_ids, generation_token_ids and
+// generation_log_probs on the assistant message that call produced): a server that trains on
+// the ids (NeMo RL's vLLM and TRT-LLM servers, rollout's simulator) then builds the next
+// prompt from the previous call's prompt and generated ids and the chat template's rendering
+// of what follows that message (NeMo RL's replace_prefix_tokens), instead of re-tokenizing the
+// previous answer's text, which need not give back the ids the model generated. Each call's
+// prompt ids then begin with the previous call's prompt and generated ids: the contiguity
+// NeMo RL's nemo_gym postprocessing asserts ("Non-contiguous messages found!"). Other servers
+// ignore the members.
+
+// tokenPrefix is the previous call's tokens and the index of its answer in the request's
+// messages.
+type tokenPrefix struct {
+	message int
+	round   *Round
+}
+
+// lastRound is tr's last round, or nil.
+func lastRound(tr *Trajectory) *Round {
+	if tr == nil || len(tr.Rounds) == 0 {
+		return nil
+	}
+	return &tr.Rounds[len(tr.Rounds)-1]
+}
+
+// sendTokens says where prev's tokens go in msgs: on the last assistant message, when it is
+// prev's answer (its text and number of tool calls) and prev has prompt and generation ids;
+// nil otherwise (a context strategy that left prev's answer out, an endpoint that returned no
+// ids).
+func sendTokens(msgs []openai.ChatCompletionMessage, prev *Round) *tokenPrefix {
+	if prev == nil || prev.PromptTokenIDs == nil || len(prev.GenerationTokenIDs) == 0 {
+		return nil
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := &msgs[i]
+		if m.Role != openai.ChatMessageRoleAssistant {
+			continue
+		}
+		sameText := m.Content == prev.Content || m.Content == emptyContent && prev.Content == ""
+		sameCalls := len(prev.ToolCalls) == 0 || len(m.ToolCalls) == len(prev.ToolCalls)
+		if !sameText || !sameCalls {
+			return nil
+		}
+		return &tokenPrefix{message: i, round: prev}
+	}
+	return nil
+}
+
+// withTokens is the request body with p's token ids on its assistant message; body as it is
+// when p is nil or the body is not what go-openai writes.
+func withTokens(body []byte, p *tokenPrefix) []byte {
+	if p == nil {
+		return body
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return body
+	}
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(obj["messages"], &msgs); err != nil || p.message >= len(msgs) {
+		return body
+	}
+	rd := p.round
+	lp := rd.GenerationLogProbs
+	if lp == nil {
+		lp = []float64{}
+	}
+	m := msgs[p.message]
+	var err error
+	if m["prompt_token_ids"], err = json.Marshal(rd.PromptTokenIDs); err != nil {
+		return body
+	}
+	if m["generation_token_ids"], err = json.Marshal(rd.GenerationTokenIDs); err != nil {
+		return body
+	}
+	if m["generation_log_probs"], err = json.Marshal(lp); err != nil {
+		return body
+	}
+	if obj["messages"], err = json.Marshal(msgs); err != nil {
+		return body
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return body
+	}
+	return out
 }

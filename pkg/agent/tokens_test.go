@@ -51,6 +51,8 @@ func TestCaptureTokensShapes(t *testing.T) {
 			nil, nil, []float64{-0.5, -1}, "without token ids", true},
 		{"ignores-options", completionJSON("done", 7, 3),
 			nil, nil, nil, "returned no token ids or log-probs", true},
+		{"llama-server-ids", withTokens("", `,"logprobs":{"content":[{"id":11,"token":"do","bytes":[100,111],"logprob":-0.5,"top_logprobs":[]},{"id":151645,"token":"","bytes":[],"logprob":-1,"top_logprobs":[]}]}`),
+			nil, []int32{11, 151645}, []float64{-0.5, -1}, "no prompt_token_ids", false},
 		{"ids-and-logprobs-disagree", withTokens(`"prompt_token_ids":[1],`, `,"token_ids":[11,12]`+logprobs),
 			[]int32{1}, []int32{11, 12}, []float64{-0.5, 0, -2.25}, "2 generation token ids but 3 log-probs", false},
 	} {
@@ -66,7 +68,7 @@ func TestCaptureTokensShapes(t *testing.T) {
 				t.Fatalf("termination %q (%s), %d rounds: capture must not fail a rollout", tr.Termination, tr.Error, len(tr.Rounds))
 			}
 			req := m.rawBody(0)
-			for k, want := range map[string]string{"logprobs": "true", "top_logprobs": "0", "return_tokens_as_token_ids": "true", "return_token_ids": "true"} {
+			for k, want := range map[string]string{"logprobs": "true", "top_logprobs": "1", "return_tokens_as_token_ids": "true", "return_token_ids": "true"} {
 				if string(req[k]) != want {
 					t.Errorf("request %s = %s, want %s", k, req[k], want)
 				}

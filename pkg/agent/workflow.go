@@ -520,7 +520,7 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 		trace.Iterations++
 		idx := len(tr.Rounds)
 		r.req.Messages = tr.Messages
-		resp, latency, tap, err := r.c.call(ctx, r.req)
+		resp, latency, tap, err := r.c.call(ctx, r.req, lastRound(tr))
 		if err != nil {
 			term, class := modelFailure(ctx, err)
 			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", idx, modelErrorText(err, term, tap))

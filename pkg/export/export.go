@@ -84,6 +84,9 @@ type Report struct {
 	GroupsDropped map[string]int
 	// MissingPromptIDs counts model calls with generation tokens but no prompt ids.
 	MissingPromptIDs int
+	// NonContiguous counts exported rollouts with a model call whose prompt ids do not begin
+	// with the previous call's prompt and generated ids (NeMo RL refuses them).
+	NonContiguous int
 }
 
 // Reasons a rollout or group is left out.
@@ -322,6 +325,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 					e.rep.MissingPromptIDs++
 				}
 			}
+			isContiguous := contiguous(tr.Rounds)
 			why, err := fn(&rollout{dir: d, rec: r, traj: tr, task: task, g: g, verify: verify})
 			if err != nil {
 				return err
@@ -330,6 +334,9 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 				e.rep.Dropped[why]++
 			} else {
 				e.rep.Kept++
+				if !isContiguous {
+					e.rep.NonContiguous++
+				}
 			}
 			return nil
 		})
@@ -392,6 +399,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.UniformGroups > 0 && r.Format == FormatRL && r.GroupsDropped[DropUniform] == 0 {
 		fmt.Fprintf(w, "  note: %d of %d groups have all rewards equal (advantage 0; --drop-uniform-groups leaves them out)\n", r.UniformGroups, r.Groups)
+	}
+	if r.NonContiguous > 0 {
+		fmt.Fprintf(w, "  warning: %d rollouts have a model call whose prompt_token_ids do not begin with the previous call's prompt and generated ids (NeMo RL refuses them: \"Non-contiguous messages found\"); the endpoint re-tokenized the history instead of taking back the generated ids\n", r.NonContiguous)
 	}
 	if r.MissingPromptIDs > 0 {
 		fmt.Fprintf(w, "  note: %d model calls have no prompt_token_ids (the endpoint did not return them)\n", r.MissingPromptIDs)

@@ -2,6 +2,7 @@ package export
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -178,4 +179,23 @@ func promptLen(msgs []Message) int {
 		}
 	}
 	return len(msgs)
+}
+
+// contiguous reports whether every model call with generated ids has prompt ids that begin
+// with the prompt and generated ids of the call before it that had generated ids, as NeMo
+// RL's nemo_gym postprocessing asserts; calls without generated ids are skipped, as it skips
+// them, and so is a trajectory without token ids.
+func contiguous(rounds []storedRound) bool {
+	var seen []int32
+	for i := range rounds {
+		r := &rounds[i]
+		if len(r.GenerationTokenIDs) == 0 {
+			continue
+		}
+		if len(r.PromptTokenIDs) < len(seen) || !slices.Equal(r.PromptTokenIDs[:len(seen)], seen) {
+			return false
+		}
+		seen = append(append(seen[:0:0], r.PromptTokenIDs...), r.GenerationTokenIDs...)
+	}
+	return true
 }

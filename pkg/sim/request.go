@@ -38,6 +38,10 @@ type chatMessage struct {
 	Content    json.RawMessage `json:"content"`
 	ToolCalls  []wireToolCall  `json:"tool_calls"`
 	ToolCallID string          `json:"tool_call_id"`
+	// An earlier call's tokens on the assistant message it produced, as NeMo Gym sends them
+	// (tokens.go, splicedPrompt).
+	PromptTokenIDs     []int32 `json:"prompt_token_ids"`
+	GenerationTokenIDs []int32 `json:"generation_token_ids"`
 
 	text string // the content's text
 }

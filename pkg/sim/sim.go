@@ -365,13 +365,17 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	completion = max(completion/4, 1)
 	prompt4 := req.promptBytes() / 4
+	spliced := req.splicedPrompt() // tokens.go
+	if spliced != nil {
+		prompt4 = len(spliced)
+	}
 	id := mix(fnvUint(fnvUint(binary.LittleEndian.Uint64(fp[:8]), uint64(s.opt.Seed)), uint64(attempt)))
 	out := chatCompletion{
 		ID: fmt.Sprintf("chatcmpl-sim-%016x", id), Object: "chat.completion", Created: s.now().Unix(), Model: model,
 		Choices: []chatChoice{{Index: 0, Message: msg, FinishReason: ans.finish}},
 		Usage:   chatUsage{PromptTokens: prompt4, CompletionTokens: completion, TotalTokens: prompt4 + completion},
 	}
-	addTokens(&out, req, &ans, prompt4, completion) // tokens.go
+	addTokens(&out, req, &ans, spliced, prompt4, completion) // tokens.go
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -85,15 +85,51 @@ type logprobContent struct {
 	Content []logprobToken `json:"content"`
 }
 
+// splicedPrompt is the prompt's ids when the request's latest assistant message carries its
+// call's prompt and generation ids (as NeMo Gym sends them): those ids, then the ids of the
+// messages after it. This is what NeMo RL's OpenAI-compatible servers do
+// (replace_prefix_tokens: the model's own ids up to the end of its last turn, the template's
+// after), so that a call's prompt begins with the previous call's prompt and generated ids;
+// re-tokenizing the previous answer's text would cut it at other places. nil when no
+// assistant message carries ids.
+func (req *chatRequest) splicedPrompt() []int32 {
+	for k := len(req.Messages) - 1; k >= 0; k-- {
+		m := &req.Messages[k]
+		if m.Role != "assistant" {
+			continue
+		}
+		if m.PromptTokenIDs == nil || len(m.GenerationTokenIDs) == 0 {
+			continue
+		}
+		var rest []byte
+		for _, m := range req.Messages[k+1:] {
+			rest = append(rest, m.text...)
+			for _, tc := range m.ToolCalls {
+				rest = append(rest, tc.Function.Name...)
+				rest = append(rest, tc.Function.Arguments...)
+			}
+		}
+		tail, _ := tokenIDs(string(rest), len(rest)/4)
+		out := make([]int32, 0, len(m.PromptTokenIDs)+len(m.GenerationTokenIDs)+len(tail))
+		out = append(out, m.PromptTokenIDs...)
+		out = append(out, m.GenerationTokenIDs...)
+		return append(out, tail...)
+	}
+	return nil
+}
+
 // addTokens adds to out what the request asked for of its tokens: prompt (prompt_tokens
-// ids) and completion (completion_tokens ids).
-func addTokens(out *chatCompletion, req *chatRequest, ans *answer, prompt, completion int) {
+// ids, or spliced when the request sent its earlier ids) and completion (completion_tokens ids).
+func addTokens(out *chatCompletion, req *chatRequest, ans *answer, spliced []int32, prompt, completion int) {
 	if !req.Logprobs && !req.ReturnTokenIDs {
 		return
 	}
 	gen, texts := tokenIDs(answerText(ans), completion)
 	if req.ReturnTokenIDs {
-		out.PromptTokenIDs, _ = tokenIDs(req.promptText(), prompt)
+		out.PromptTokenIDs = spliced
+		if spliced == nil {
+			out.PromptTokenIDs, _ = tokenIDs(req.promptText(), prompt)
+		}
 		out.Choices[0].TokenIDs = gen
 	}
 	if req.Logprobs {
