@@ -7,11 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // The attack table: hostile inputs, one row each, and what the command given them must do. Every
@@ -40,8 +43,10 @@ type attackFixture struct {
 	run   string // dir/run: the finished run
 	tasks string // dir/tasks.jsonl: the run's --input
 	// sums holds the SHA-256 of every file under dir when the fixture was made, so that a row
-	// can check that no input changed (unchanged).
+	// can check that no input changed (unchanged); ids the files themselves, so that a file
+	// replaced by one with the same bytes is caught too.
 	sums map[string]string
+	ids  map[string]os.FileInfo
 }
 
 var attacks = []attack{
@@ -53,6 +58,237 @@ var attacks = []attack{
 		},
 		exit:  2,
 		check: func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "report --html onto the run's trajectories",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"report", f.run, "--html", f.file("run/trajectories.jsonl")}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "report --html onto the run's journal",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"report", f.run, "--html", f.file("run/journal.jsonl")}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name:   "report --html onto the run's task file",
+		args:   func(t *testing.T, f *attackFixture) []string { return []string{"report", f.run, "--html", f.tasks} },
+		exit:   2,
+		stderr: "is the input",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "report --html onto a hard link to the task file",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.link(t, f.tasks, "report.html", os.Link)
+			return []string{"report", f.run, "--html", f.file("report.html")}
+		},
+		exit:   2,
+		stderr: "is the input",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "report --html through a symbolic link to the run",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.link(t, f.run, "alias", os.Symlink)
+			return []string{"report", f.run, "--html", f.file("alias/rollouts.parquet")}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "merge --jsonl-out onto a shard's journal",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return f.merge(t, "--jsonl-out", f.file("s0/journal.jsonl"))
+		},
+		exit:   2,
+		stderr: "is inside the shard directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name:   "merge --jsonl-out onto the task file",
+		args:   func(t *testing.T, f *attackFixture) []string { return f.merge(t, "--jsonl-out", f.tasks) },
+		exit:   2,
+		stderr: "is the input",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name: "merge --jsonl-out onto another run's journal",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return f.merge(t, "--jsonl-out", f.file("run/journal.jsonl"))
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name:   "merge --out onto a directory that holds a run: exit 2, as run",
+		args:   func(t *testing.T, f *attackFixture) []string { return f.mergeInto(t, f.run) },
+		exit:   2,
+		stderr: "already holds a run",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "export -o onto the run's journal",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"export", f.run, "--format", "sft", "-o", f.file("run/journal.jsonl")}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "export -o onto the run's Parquet file",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"export", f.run, "--format", "rl", "-o", f.file("run/rollouts.parquet")}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "export -o onto the run's task file",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"export", f.run, "--format", "sft", "-o", f.tasks}
+		},
+		exit:   2,
+		stderr: "is the input",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "export -o onto its --input",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.link(t, f.tasks, "other.jsonl", os.Link)
+			return []string{"export", f.run, "--format", "sft", "--input", f.file("other.jsonl"), "-o", f.file("other.jsonl")}
+		},
+		exit:   2,
+		stderr: "is the input",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "export -o onto an existing file without --overwrite",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.write(t, "notes.jsonl", "{\"keep\":1}\n")
+			return []string{"export", f.run, "--format", "sft", "-o", f.file("notes.jsonl")}
+		},
+		exit:   2,
+		stderr: "already exists",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "export -o onto an existing file with --overwrite",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.write(t, "notes.jsonl", "{\"keep\":1}\n")
+			return []string{"export", f.run, "--format", "sft", "-o", f.file("notes.jsonl"), "--overwrite"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			if n := strings.Count(readFile(t, f.file("notes.jsonl")), "\n"); n != 24 || strings.Contains(readFile(t, f.file("notes.jsonl")), "keep") {
+				t.Errorf("--overwrite: %d lines, want the 24 rows alone", n)
+			}
+		},
+	},
+	{
+		name: "export --input of lines that are not tasks",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.write(t, "junk.jsonl", "{\"foo\":1}\nnot json\n")
+			return []string{"export", f.run, "--format", "sft", "--input", f.file("junk.jsonl"), "-o", f.file("sft.jsonl")}
+		},
+		exit:   2,
+		stderr: "junk.jsonl is not the task file of",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "sft.jsonl") },
+	},
+	{
+		name: "export --format nemo-gym --input of lines that are not tasks, for a run without the input's hash",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.editManifest(t, "run", func(m *rundir.Manifest) { m.Input, m.InputSHA256 = "-", "" })
+			f.write(t, "junk.jsonl", "{\"foo\":1}\nnot json\n")
+			return []string{"export", f.run, "--format", "nemo-gym", "--input", f.file("junk.jsonl"), "-o", f.file("ng.jsonl")}
+		},
+		exit:   2,
+		stderr: "not the run's task file",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "sft.jsonl") },
+	},
+	{
+		name: "export --input that does not exist",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"export", f.run, "--format", "sft", "--input", f.file("none.jsonl"), "-o", f.file("sft.jsonl")}
+		},
+		exit:   2,
+		stderr: "none.jsonl",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "sft.jsonl") },
+	},
+	{
+		name: "run --jsonl-out onto another run's journal, with --overwrite",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"run", "--input", f.tasks, "--out", f.file("new"), "--jsonl-out", f.file("run/journal.jsonl"), "--overwrite",
+				"--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet"}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "gen -o onto a run's journal",
+		args: func(t *testing.T, f *attackFixture) []string {
+			return []string{"gen", "extraction", "--n", "3", "-o", f.file("run/journal.jsonl")}
+		},
+		exit:   2,
+		stderr: "is inside the run directory",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "resume of a copied run does not write the original's --jsonl-out",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.copiedRun(t)
+			return []string{"run", "--resume", "--retry-failed", "--out", f.file("copy"), "--quiet"}
+		},
+		exit:   2,
+		stderr: "belongs to the run",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "resume of a copied run with its own --jsonl-out",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.copiedRun(t)
+			return []string{"run", "--resume", "--retry-failed", "--out", f.file("copy"), "--jsonl-out", f.file("copy.jsonl"), "--quiet"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchangedExcept(t, "copy"+string(filepath.Separator))
+			if n := strings.Count(readFile(t, f.file("copy.jsonl")), "\n"); n != 6 {
+				t.Errorf("the copy's --jsonl-out: %d lines, want 6", n)
+			}
+		},
+	},
+	{
+		name: "resume of a moved run writes the --jsonl-out beside it",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.copiedRun(t)
+			os.RemoveAll(f.file("orig"))
+			os.Remove(f.file("orig.jsonl"))
+			os.MkdirAll(f.file("moved"), 0o755)
+			if err := os.Rename(f.file("copy"), f.file("moved/run")); err != nil {
+				t.Fatal(err)
+			}
+			f.sums = f.hashes(t)
+			return []string{"run", "--resume", "--out", f.file("moved/run"), "--quiet"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			if n := strings.Count(readFile(t, f.file("moved/orig.jsonl")), "\n"); n != 6 {
+				t.Errorf("the moved run's --jsonl-out: %d lines, want 6", n)
+			}
+			f.absent(t, "orig.jsonl")
+		},
 	},
 
 	// ---- merge trusts what a shard says ----
@@ -158,14 +394,30 @@ func (b *attackFixture) copy(t *testing.T) *attackFixture {
 		t.Fatal(err)
 	}
 	f := &attackFixture{dir: dir, run: filepath.Join(dir, "run"), tasks: filepath.Join(dir, "tasks.jsonl")}
+	// The copy's manifest names the copy's task file, so that no row reaches the base's.
+	f.editManifest(t, "run", func(m *rundir.Manifest) { m.Input = f.tasks })
 	f.sums = f.hashes(t)
 	return f
+}
+
+// editManifest changes the manifest of the run in the row's directory dir.
+func (f *attackFixture) editManifest(t *testing.T, dir string, edit func(m *rundir.Manifest)) {
+	t.Helper()
+	m, err := rundir.ReadManifest(f.file(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if err := rundir.WriteManifest(f.file(dir), m); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // hashes returns the SHA-256 of every regular file under f.dir, by path relative to it.
 func (f *attackFixture) hashes(t *testing.T) map[string]string {
 	t.Helper()
 	sums := map[string]string{}
+	f.ids = map[string]os.FileInfo{}
 	err := filepath.WalkDir(f.dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !d.Type().IsRegular() || d.Name() == ".lock" {
 			return err
@@ -177,7 +429,8 @@ func (f *attackFixture) hashes(t *testing.T) map[string]string {
 		s := sha256.Sum256(b)
 		rel, _ := filepath.Rel(f.dir, path)
 		sums[rel] = hex.EncodeToString(s[:])
-		return nil
+		f.ids[rel], err = os.Stat(path)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +442,7 @@ func (f *attackFixture) hashes(t *testing.T) map[string]string {
 // are allowed: a row checks its outputs itself).
 func (f *attackFixture) unchanged(t *testing.T) {
 	t.Helper()
+	ids := f.ids
 	now := f.hashes(t)
 	for path, sum := range f.sums {
 		switch got, ok := now[path]; {
@@ -196,6 +450,95 @@ func (f *attackFixture) unchanged(t *testing.T) {
 			t.Errorf("%s was removed", path)
 		case got != sum:
 			t.Errorf("%s was changed", path)
+		case !os.SameFile(ids[path], f.ids[path]):
+			t.Errorf("%s was replaced (by the same bytes)", path)
 		}
 	}
+}
+
+// file is the path of name inside the row's directory.
+func (f *attackFixture) file(name string) string { return filepath.Join(f.dir, name) }
+
+// write writes a file of the row's directory, and counts it as an input that must not change.
+func (f *attackFixture) write(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(f.file(name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.sums = f.hashes(t)
+}
+
+// link makes name (in the row's directory) a link to target with os.Link or os.Symlink.
+func (f *attackFixture) link(t *testing.T, target, name string, link func(string, string) error) {
+	t.Helper()
+	if err := link(target, f.file(name)); err != nil {
+		t.Fatal(err)
+	}
+	f.sums = f.hashes(t)
+}
+
+// absent checks that name does not exist in the row's directory.
+func (f *attackFixture) absent(t *testing.T, name string) {
+	t.Helper()
+	if _, err := os.Stat(f.file(name)); err == nil {
+		t.Errorf("%s was written", name)
+	}
+}
+
+// shards runs the fixture's job as two shards, in s0 and s1 (with --jsonl-out s0.jsonl and
+// s1.jsonl), and counts their files as inputs that must not change.
+func (f *attackFixture) shards(t *testing.T) {
+	t.Helper()
+	for i := range 2 {
+		s := "s" + strconv.Itoa(i)
+		r := runCLI(t, context.Background(), nil, "run", "--input", f.tasks, "--out", f.file(s), "--shard", strconv.Itoa(i)+"/2",
+			"--jsonl-out", f.file(s+".jsonl"), "--model-url", "builtin:sim", "--server", "builtin:extraction",
+			"--arms", "single,multi", "--num-repeats", "2", "--quiet")
+		if r.code != 0 {
+			t.Fatalf("shard %d: exit %d: %s", i, r.code, r.stderr)
+		}
+	}
+	f.sums = f.hashes(t)
+}
+
+// merge makes the shards and returns the command line merging them into merged, with extra.
+func (f *attackFixture) merge(t *testing.T, extra ...string) []string {
+	t.Helper()
+	f.shards(t)
+	return append([]string{"merge", "--out", f.file("merged"), f.file("s0"), f.file("s1")}, extra...)
+}
+
+// mergeInto makes the shards and returns the command line merging them into out.
+func (f *attackFixture) mergeInto(t *testing.T, out string) []string {
+	t.Helper()
+	f.shards(t)
+	return []string{"merge", "--out", out, f.file("s0"), f.file("s1")}
+}
+
+// copiedRun runs the fixture's job with --jsonl-out into orig (orig.jsonl beside it), copies
+// the directory to copy (cp -r), and counts every file as an input that must not change.
+func (f *attackFixture) copiedRun(t *testing.T) {
+	t.Helper()
+	r := runCLI(t, context.Background(), nil, "run", "--input", f.tasks, "--out", f.file("orig"), "--jsonl-out", f.file("orig.jsonl"),
+		"--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("the original run: exit %d: %s", r.code, r.stderr)
+	}
+	if out, err := exec.Command("cp", "-r", f.file("orig"), f.file("copy")).CombinedOutput(); err != nil {
+		t.Fatalf("cp -r: %v: %s", err, out)
+	}
+	os.Remove(f.file("copy/.lock"))
+	f.sums = f.hashes(t)
+}
+
+// unchangedExcept is unchanged for the files whose path (relative to the row's directory)
+// does not start with prefix: the ones the command may write.
+func (f *attackFixture) unchangedExcept(t *testing.T, prefix string) {
+	t.Helper()
+	for path := range f.sums {
+		if strings.HasPrefix(path, prefix) {
+			delete(f.sums, path)
+		}
+	}
+	f.unchanged(t)
 }

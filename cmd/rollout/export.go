@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,7 +26,9 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n\n"+
 			"Failed rollouts (infrastructure failures) are left out unless --include-failed; bad_task\n"+
 			"rows always. What was kept and dropped, and why, goes to stderr. The task file is the one\n"+
-			"in each run's manifest.json, unless --input.\n\n"+
+			"in each run's manifest.json, unless --input (which must have the same bytes). FILE may not\n"+
+			"be or be inside what the export reads (a run's directory, its task file), nor a file of\n"+
+			"another run; an existing FILE is replaced only with --overwrite.\n\n"+
 			"Example:\n  rollout export out/extraction --format rl -o rl.parquet\n"+
 			"  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl\n\n")
 	})
@@ -40,6 +43,7 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each task")
 	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
 	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
+	fs.BoolVar(&opt.Overwrite, "overwrite", false, "replace -o FILE if it exists")
 	var dirs []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		dirs, args = append(dirs, args[0]), args[1:]
@@ -66,6 +70,10 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 		return badUsage("export: %v", err)
 	}
 	rep, err := export.Run(ctx, opt)
+	var ie *export.InputError
+	if errors.As(err, &ie) {
+		return badUsage("export: %v", err)
+	}
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/servers/extraction"
 	"github.com/rollout-dev/rollout/pkg/servers/workflow"
 )
@@ -67,6 +68,9 @@ func cmdGen(_ context.Context, args []string, e env) error {
 			return err
 		}
 		return w.Flush()
+	}
+	if err := rundir.CheckOutput(rundir.Output{Flag: "--out", Path: *out}); err != nil {
+		return badUsage("gen: %v", err)
 	}
 	// Written beside the target and renamed, so a failure never leaves half a file.
 	tmp, err := os.CreateTemp(filepath.Dir(*out), filepath.Base(*out)+".*.tmp")

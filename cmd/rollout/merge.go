@@ -67,8 +67,17 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 		return badUsage("merge: %s is a whole run, not shards (rollout run --shard I/N): nothing to merge", paths[0])
 	}
 	fin, err := rundir.Merge(a.out, r, rundir.MergeOptions{NemoGym: a.jsonlOut, Overwrite: a.overwrite})
-	var re *rundir.RunError
-	if errors.As(err, &re) {
+	var (
+		re *rundir.RunError
+		oe *rundir.OverlapError
+		pe *rundir.PrepareError
+	)
+	switch {
+	case errors.As(err, &pe) && pe.Problem == rundir.HoldsRun:
+		return badUsage("merge: --out %v: pass --overwrite to replace it, or choose another directory", err)
+	case errors.As(err, &pe) && pe.Problem == rundir.NemoGymExists:
+		return badUsage("merge: --jsonl-out %v: pass --overwrite to replace it, or choose another file", err)
+	case errors.As(err, &re), errors.As(err, &oe):
 		return badUsage("merge: %v", err)
 	}
 	if err != nil {

@@ -185,7 +185,7 @@ func TestJSONLOutBelongsToTheRun(t *testing.T) {
 		t.Errorf("after --overwrite: %d lines (want 6, each with its arm):\n%s", n, readFile(t, jsonl))
 	}
 	mf, err := rundir.ReadManifest(dir)
-	if err != nil || mf.JSONLOut != rundir.ResolvePath(jsonl) {
+	if err != nil || mf.JSONLOutPath(dir) != rundir.ResolvePath(jsonl) || filepath.IsAbs(mf.JSONLOut) {
 		t.Errorf("manifest jsonl_out %q, want %q (%v)", mf.JSONLOut, jsonl, err)
 	}
 	other := filepath.Join(t.TempDir(), "other.jsonl")

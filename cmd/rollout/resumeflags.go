@@ -48,7 +48,7 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 		set("input", mf.Input)
 	}
 	if mf.JSONLOut != "" {
-		set("jsonl-out", mf.JSONLOut)
+		set("jsonl-out", mf.JSONLOutPath(out))
 	}
 	if mf.Shard != nil {
 		set("shard", mf.Shard.String())

@@ -534,14 +534,8 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 		return d, err
 	}
 	switch pe.Problem {
-	case rundir.DirHoldsInput:
-		return nil, badUsage("--out %s contains the input %s: a run's output directory must not hold its tasks; choose another --out", f.out, f.input)
-	case rundir.NemoGymIsInput:
-		return nil, badUsage("--jsonl-out %s is the input %s: the results would be written into the task file; choose another file", f.jsonlOut, f.input)
-	case rundir.NemoGymIsDir:
-		return nil, badUsage("--jsonl-out %s is --out %s (or contains it); give a file", f.jsonlOut, f.out)
-	case rundir.NemoGymIsRunFile:
-		return nil, badUsage("--jsonl-out %s is one of the files rollout writes in --out %s; choose another name", f.jsonlOut, f.out)
+	case rundir.OutputOverlaps:
+		return nil, badUsage("%v", pe.Err)
 	case rundir.DirUnusable:
 		return nil, badUsage("--out %s: %v", f.out, pe.Err)
 	case rundir.Locked:
@@ -552,6 +546,8 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 		return nil, badUsage("--out %s already holds a run (%s); pass --resume to finish it, --overwrite to replace it, or choose another directory", f.out, pe.Other)
 	case rundir.NemoGymExists:
 		return nil, badUsage("--jsonl-out %s already exists; pass --overwrite to replace it, or choose another file", f.jsonlOut)
+	case rundir.NemoGymOfAnotherRun:
+		return nil, badUsage("--resume: --jsonl-out %s belongs to the run in %s, of which %s is a copy: give the copy its own with --jsonl-out FILE", f.jsonlOut, pe.Other, f.out)
 	case rundir.OverwriteFailed:
 		return nil, badUsage("--overwrite: %v", pe.Err)
 	case rundir.NothingToResume:

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/durable"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/view"
@@ -70,20 +72,21 @@ func cmdView(ctx context.Context, args []string, e env) error {
 
 // writeHTMLReport writes the one-file report of rollout report --html.
 func writeHTMLReport(paths []string, o report.StatsOptions, statsSet bool, file string, ro view.ReportOptions) error {
+	if expanded, err := rundir.ExpandDirs(paths); err == nil {
+		if err := rundir.CheckOutput(rundir.Output{Flag: "--html", Path: file}, rundir.ReadsOf(expanded...)...); err != nil {
+			return badUsage("report: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Dir(file)); err != nil {
+		return usageError{fmt.Errorf("report: --html: %w", err)}
+	}
 	d, err := view.Load(paths, view.Options{Stats: o, StatsSet: statsSet})
 	if err != nil {
 		return usageError{fmt.Errorf("report: %w", err)}
 	}
-	f, err := os.Create(file)
-	if err != nil {
-		return usageError{fmt.Errorf("report: --html: %w", err)}
-	}
-	if err := view.WriteHTML(f, d, ro); err != nil {
-		f.Close()
+	// Written beside the file and renamed into place: a failure leaves what was there.
+	if err := durable.WriteAtomic(file, 0o644, func(w io.Writer) error { return view.WriteHTML(w, d, ro) }); err != nil {
 		return fmt.Errorf("report: --html %s: %w", file, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("report: --html: %w", err)
 	}
 	return nil
 }

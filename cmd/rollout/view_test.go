@@ -84,7 +84,8 @@ func TestView(t *testing.T) {
 		{[]string{"view", input}, "rollout: view: " + input + ": not a directory (rollout view reads run directories)\n"},
 		{[]string{"view", t.TempDir()}, "not a run's output directory\n"},
 		{[]string{"view", dir, "--addr", "127.0.0.1:http-alt-nope"}, "rollout: view: listen tcp"},
-		{[]string{"report", dir, "--html", filepath.Join(dir, "no", "such", "dir", "r.html")}, "rollout: report: --html: open "},
+		{[]string{"report", dir, "--html", filepath.Join(t.TempDir(), "no", "such", "dir", "r.html")}, "rollout: report: --html: stat "},
+		{[]string{"report", dir, "--html", filepath.Join(dir, "r.html")}, "rollout: report: --html " + filepath.Join(dir, "r.html") + " is inside the run directory " + dir},
 	} {
 		r := runCLI(t, context.Background(), nil, tt.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) {

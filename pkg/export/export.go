@@ -25,12 +25,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Formats.
@@ -67,7 +69,17 @@ type Options struct {
 	MinMargin float64
 	// IncludeFailed keeps failed rollouts (infrastructure failures), with reward 0.
 	IncludeFailed bool
+	// Overwrite replaces an existing Output; without it an existing file is refused.
+	Overwrite bool
 }
+
+// An InputError is a task file that cannot be the runs' (missing, another file's bytes, a
+// malformed row a record needs), or an output that would write over what the export reads:
+// a usage error, not a failure of the export.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
 
 // Report is what an export kept and dropped, and why.
 type Report struct {
@@ -158,12 +170,48 @@ func (opt *Options) Check() error {
 	if opt.MinMargin < 0 {
 		return fmt.Errorf("--min-margin %g: must be at least 0", opt.MinMargin)
 	}
+	reads := rundir.ReadsOf(opt.Dirs...)
+	if opt.Input != "" {
+		reads = append(reads, rundir.Read{Path: opt.Input, What: "the input"})
+	}
+	if err := rundir.CheckOutput(rundir.Output{Flag: "-o", Path: opt.Output}, reads...); err != nil {
+		return err
+	}
+	if _, err := os.Stat(opt.Output); err == nil && !opt.Overwrite {
+		return fmt.Errorf("-o %s already exists; pass --overwrite to replace it, or choose another file", opt.Output)
+	}
+	return nil
+}
+
+// checkInput checks that opt.Input, when set, is each run's task file: it can be read, and
+// its bytes are the ones in the run's manifest (when the manifest has their hash).
+func (opt *Options) checkInput() error {
+	if opt.Input == "" {
+		return nil
+	}
+	sum, err := rundir.HashFile(opt.Input)
+	if err != nil {
+		return &InputError{fmt.Errorf("--input: %w", err)}
+	}
+	for _, dir := range opt.Dirs {
+		m, err := rundir.ReadManifest(dir)
+		if err != nil || m.InputSHA256 == "" {
+			continue
+		}
+		if m.InputSHA256 != sum {
+			return &InputError{fmt.Errorf("--input %s is not the task file of %s: its sha256 is %.12s, the run's input %s had %.12s",
+				opt.Input, dir, sum, m.Input, m.InputSHA256)}
+		}
+	}
 	return nil
 }
 
 // Run exports opt.Dirs to opt.Output.
 func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.Check(); err != nil {
+		return nil, &InputError{err}
+	}
+	if err := opt.checkInput(); err != nil {
 		return nil, err
 	}
 	e := &exporter{opt: opt, groups: map[int64]*group{},
@@ -319,6 +367,11 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			if task == nil {
 				e.rep.Dropped[DropNoTask]++
 				return nil
+			}
+			if task.Err != nil {
+				// The record ran this row (a bad row's record is bad_task, never exported):
+				// the task file is not the run's.
+				return &InputError{fmt.Errorf("%v: the row of task %d, which %s ran: not the run's task file", task.Err, r.TaskIndex, dir)}
 			}
 			for i := range tr.Rounds {
 				if tr.Rounds[i].GenerationTokenIDs != nil && tr.Rounds[i].PromptTokenIDs == nil {

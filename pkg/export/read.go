@@ -222,13 +222,13 @@ func openTasks(dir, input string, need map[int64]int) (*tasks, error) {
 	if input == "" {
 		m, err := rundir.ReadManifest(dir)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w (give the task file with --input)", dir, err)
+			return nil, &InputError{fmt.Errorf("%s: %w (give the task file with --input)", dir, err)}
 		}
 		input = m.Input
 	}
 	r, err := dataset.Open(input)
 	if err != nil {
-		return nil, fmt.Errorf("%s: the run's task file: %w (give it with --input)", dir, err)
+		return nil, &InputError{fmt.Errorf("%s: the run's task file: %w (give it with --input)", dir, err)}
 	}
 	return &tasks{r: r, need: need, pending: map[int64]*dataset.Task{}}, nil
 }

@@ -25,12 +25,20 @@ type MergeOptions struct {
 // summary.json and evaluation.json derived from the merged journal, so that they are what
 // one process running the whole job writes. The manifest is the shards' identity, with the
 // directories merged and the shards missing; it is marked complete when no shard is missing
-// or incomplete. out may not be one of the shards, nor hold a run unless Overwrite.
+// or incomplete. out and the NeMo Gym file may not overlap what the merge reads (CheckOutput),
+// out may not hold a run nor the NeMo Gym file exist unless Overwrite: those errors are an
+// *OverlapError or a *PrepareError (HoldsRun, NemoGymExists).
 func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
-	abs := ResolvePath(out)
-	for _, d := range r.Dirs {
-		if rd := ResolvePath(d); rd == abs || within(rd, abs) || within(abs, rd) {
-			return fin, fmt.Errorf("--out %s is or holds the shard directory %s: merge into another directory", out, d)
+	reads := ReadsOf(r.Dirs...)
+	if err := CheckOutput(Output{Flag: "--out", Path: out, Dir: true}, reads...); err != nil {
+		return fin, err
+	}
+	if o.NemoGym != "" {
+		if err := CheckOutput(Output{Flag: "--jsonl-out", Path: o.NemoGym, Own: out}, reads...); err != nil {
+			return fin, err
+		}
+		if _, err := os.Stat(o.NemoGym); err == nil && !o.Overwrite {
+			return fin, &PrepareError{Problem: NemoGymExists, Path: o.NemoGym}
 		}
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -47,7 +55,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 			continue
 		}
 		if !o.Overwrite {
-			return fin, fmt.Errorf("%s already holds a run (%s): pass --overwrite to replace it, or choose another directory", out, name)
+			return fin, &PrepareError{Problem: HoldsRun, Path: out, Other: name}
 		}
 		if err := os.Remove(path); err != nil {
 			return fin, err
@@ -123,8 +131,9 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 	}
 	mf := *r.Manifest
 	mf.MergedFrom, mf.Missing, mf.CreatedAt = r.Dirs, r.Missing, time.Now().UTC()
+	mf.Dir = ResolvePath(out)
 	if o.NemoGym != "" {
-		mf.JSONLOut = ResolvePath(o.NemoGym)
+		mf.JSONLOut = relativeTo(mf.Dir, ResolvePath(o.NemoGym))
 	}
 	if err := WriteManifest(out, &mf); err != nil {
 		return fin, err

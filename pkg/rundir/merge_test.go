@@ -251,7 +251,7 @@ func TestOpenRunRefusals(t *testing.T) {
 		t.Error("partial: shards of another config accepted")
 	}
 	// A merge refuses to write into a shard or over a run.
-	if _, err := rundir.Merge(good[0], r, rundir.MergeOptions{}); err == nil || !strings.Contains(err.Error(), "is or holds the shard directory") {
+	if _, err := rundir.Merge(good[0], r, rundir.MergeOptions{}); err == nil || !strings.Contains(err.Error(), "is the shard directory") {
 		t.Errorf("merge into a shard: %v", err)
 	}
 	if _, err := rundir.Merge(out, r, rundir.MergeOptions{}); err == nil || !strings.Contains(err.Error(), "already holds a run") {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -57,21 +56,19 @@ func (d *Dir) OpenSink(secrets []string) (*Sink, error) {
 type Problem int
 
 const (
-	DirHoldsInput      Problem = iota + 1 // Path (the directory) is or holds Other (the input)
-	NemoGymIsInput                        // Path (the NeMo Gym file) is Other (the input)
-	NemoGymIsDir                          // Path (the NeMo Gym file) is or holds Other (the directory)
-	NemoGymIsRunFile                      // Path (the NeMo Gym file) is one of the files of Other (the directory)
-	DirUnusable                           // Path could not be created or written: Err
-	Locked                                // another process holds the lock: Err (a *LockedError)
-	InputUnreadable                       // the input could not be hashed: Err
-	HoldsRun                              // a new run's directory Path holds an earlier run's file Other
-	NemoGymExists                         // a new run's NeMo Gym file Path exists
-	OverwriteFailed                       // an earlier run's file could not be removed: Err
-	NothingToResume                       // Path has neither a manifest nor records
-	NoManifest                            // Path has Records records but no manifest
-	ManifestUnreadable                    // Err
-	ManifestDiffers                       // the input or the config differs from the manifest's: Differences
-	ResumeFailed                          // compacting the run's files failed: Err
+	OutputOverlaps      Problem = iota + 1 // an output would write over the input, another output or a run: Err (an *OverlapError)
+	DirUnusable                            // Path could not be created or written: Err
+	Locked                                 // another process holds the lock: Err (a *LockedError)
+	InputUnreadable                        // the input could not be hashed: Err
+	HoldsRun                               // a new run's directory Path holds an earlier run's file Other
+	NemoGymExists                          // a new run's NeMo Gym file Path exists
+	OverwriteFailed                        // an earlier run's file could not be removed: Err
+	NothingToResume                        // Path has neither a manifest nor records
+	NoManifest                             // Path has Records records but no manifest
+	ManifestUnreadable                     // Err
+	ManifestDiffers                        // the input or the config differs from the manifest's: Differences
+	ResumeFailed                           // compacting the run's files failed: Err
+	NemoGymOfAnotherRun                    // Path (the NeMo Gym file) is the one of the run in Other, of which the directory is a copy
 )
 
 // A PrepareError is a directory Prepare refused, or could not ready; the caller words it for
@@ -92,12 +89,12 @@ func (e *PrepareError) Error() string {
 		return fmt.Sprintf("%s has %d records in %s but no %s", e.Path, e.Records, JournalFile, ManifestFile)
 	case ManifestDiffers:
 		return strings.Join(e.Differences, "; ")
-	case DirHoldsInput, NemoGymIsInput, NemoGymIsDir, NemoGymIsRunFile:
-		return fmt.Sprintf("%s would write over %s", e.Path, e.Other)
 	case NothingToResume:
 		return fmt.Sprintf("%s holds no run to resume", e.Path)
 	case NemoGymExists:
 		return fmt.Sprintf("%s already exists", e.Path)
+	case NemoGymOfAnotherRun:
+		return fmt.Sprintf("%s belongs to the run in %s, of which this directory is a copy", e.Path, e.Other)
 	}
 	if e.Path != "" {
 		return fmt.Sprintf("%s: %v", e.Path, e.Err)
@@ -142,7 +139,8 @@ func Prepare(dir string, o PrepareOptions) (d *Dir, err error) {
 	if err != nil {
 		return nil, &PrepareError{Problem: InputUnreadable, Err: err}
 	}
-	mf.JSONLOut = nemoGym
+	mf.Dir = ResolvePath(dir)
+	mf.JSONLOut = relativeTo(mf.Dir, nemoGym)
 	mf.Shard = o.Shard
 	// What a kill during the last writes leaves: never part of a run.
 	os.Remove(filepath.Join(dir, ParquetFile+".tmp"))
@@ -200,7 +198,18 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 	} else if err != nil {
 		return &PrepareError{Problem: ManifestUnreadable, Err: err}
 	}
-	diffs := mf.Differences(old)
+	// A copy of a run (its manifest names another directory, which still holds a run) may
+	// not write that run's --jsonl-out, and may name one of its own.
+	if old.Dir != "" && old.Dir != mf.Dir && holdsRun(old.Dir) {
+		if orig := old.JSONLOutPath(old.Dir); orig != "" && orig == d.nemoGym {
+			return &PrepareError{Problem: NemoGymOfAnotherRun, Path: o.NemoGym, Other: old.Dir}
+		}
+		old.JSONLOut = mf.JSONLOut
+	}
+	// --jsonl-out is compared as a path: relative to this directory, or absolute.
+	now, was := *mf, *old
+	now.JSONLOut, was.JSONLOut = mf.JSONLOutPath(d.Path), old.JSONLOutPath(d.Path)
+	diffs := now.Differences(&was)
 	if len(diffs) > 0 && !o.Force {
 		return &PrepareError{Problem: ManifestDiffers, Path: d.Path, Differences: diffs}
 	}
@@ -220,7 +229,7 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 			return &PrepareError{Problem: ResumeFailed, Err: err}
 		}
 	}
-	old.JSONLOut = mf.JSONLOut
+	old.JSONLOut, old.Dir = mf.JSONLOut, mf.Dir
 	old.Shard = mf.Shard
 	old.Complete = nil // until this resume ends with every rollout recorded
 	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0, RetryFailed: o.RetryFailed})
@@ -240,32 +249,25 @@ func JournalLines(dir string) int {
 	return bytes.Count(b, []byte{'\n'})
 }
 
-// checkPaths refuses outputs that would write over the input or over each other: dir may not
-// be or contain the input; the NeMo Gym file may not be the input, dir, or a file of dir's.
-// Paths are compared after resolving symbolic links (and existing files by identity, so a
-// hard link is caught too). It returns the NeMo Gym file's absolute path ("" without it).
+// checkPaths refuses outputs that would write over the input or over each other, by the rule
+// of CheckOutput: dir may not be or contain the input; the NeMo Gym file may not be the
+// input, dir, a file of dir's run or of another run. It returns the NeMo Gym file's absolute
+// path ("" without it).
 func checkPaths(dir string, o PrepareOptions) (nemoGym string, err error) {
-	out := ResolvePath(dir)
-	input := ""
+	var input []Read
 	if o.Input != "-" {
-		input = ResolvePath(o.Input)
-		if input == out || within(out, input) {
-			return "", &PrepareError{Problem: DirHoldsInput, Path: dir, Other: o.Input}
-		}
+		input = []Read{{Path: o.Input, What: "the input"}}
+	}
+	if err := CheckOutput(Output{Flag: "--out", Path: dir, Dir: true}, input...); err != nil {
+		return "", &PrepareError{Problem: OutputOverlaps, Path: dir, Err: err}
 	}
 	if o.NemoGym == "" {
 		return "", nil
 	}
-	nemoGym = ResolvePath(o.NemoGym)
-	switch {
-	case input != "" && (nemoGym == input || within(nemoGym, input) || sameFile(o.NemoGym, o.Input)):
-		return "", &PrepareError{Problem: NemoGymIsInput, Path: o.NemoGym, Other: o.Input}
-	case nemoGym == out || within(nemoGym, out):
-		return "", &PrepareError{Problem: NemoGymIsDir, Path: o.NemoGym, Other: dir}
-	case filepath.Dir(nemoGym) == out && (slices.Contains(runFiles, filepath.Base(nemoGym)) || filepath.Base(nemoGym) == LockFile):
-		return "", &PrepareError{Problem: NemoGymIsRunFile, Path: o.NemoGym, Other: dir}
+	if err := CheckOutput(Output{Flag: "--jsonl-out", Path: o.NemoGym, Own: dir}, input...); err != nil {
+		return "", &PrepareError{Problem: OutputOverlaps, Path: o.NemoGym, Err: err}
 	}
-	return nemoGym, nil
+	return ResolvePath(o.NemoGym), nil
 }
 
 // ResolvePath is path made absolute with its symbolic links resolved, as far as it exists
@@ -290,14 +292,4 @@ func ResolvePath(path string) string {
 func within(dir, path string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-}
-
-// sameFile reports whether a and b both exist and are the same file.
-func sameFile(a, b string) bool {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return false
-	}
-	sb, err := os.Stat(b)
-	return err == nil && os.SameFile(sa, sb)
 }

@@ -57,20 +57,26 @@ func TestPrepare(t *testing.T) {
 	d.Unlock()
 
 	for _, tt := range []struct {
-		name string
-		o    PrepareOptions
-		want Problem
+		name    string
+		o       PrepareOptions
+		want    Problem
+		overlap Overlap
 	}{
-		{"a new run over a run", PrepareOptions{Input: input, Config: cfg}, HoldsRun},
-		{"another config", PrepareOptions{Input: input, Config: map[string]any{"num_repeats": 2}, Resume: true}, ManifestDiffers},
-		{"the input inside the directory", PrepareOptions{Input: filepath.Join(dir, JournalFile), Config: cfg}, DirHoldsInput},
-		{"NeMo Gym file over the input", PrepareOptions{Input: input, Config: cfg, NemoGym: input}, NemoGymIsInput},
-		{"NeMo Gym file over the journal", PrepareOptions{Input: input, Config: cfg, NemoGym: filepath.Join(dir, JournalFile)}, NemoGymIsRunFile},
-		{"NeMo Gym file is the directory", PrepareOptions{Input: input, Config: cfg, NemoGym: dir}, NemoGymIsDir},
-		{"a missing input", PrepareOptions{Input: filepath.Join(root, "missing.jsonl"), Config: cfg, Overwrite: true}, InputUnreadable},
+		{"a new run over a run", PrepareOptions{Input: input, Config: cfg}, HoldsRun, 0},
+		{"another config", PrepareOptions{Input: input, Config: map[string]any{"num_repeats": 2}, Resume: true}, ManifestDiffers, 0},
+		{"the input inside the directory", PrepareOptions{Input: filepath.Join(dir, JournalFile), Config: cfg}, OutputOverlaps, OverlapHolds},
+		{"NeMo Gym file over the input", PrepareOptions{Input: input, Config: cfg, NemoGym: input}, OutputOverlaps, OverlapIs},
+		{"NeMo Gym file over the journal", PrepareOptions{Input: input, Config: cfg, NemoGym: filepath.Join(dir, JournalFile)}, OutputOverlaps, OverlapRunFile},
+		{"NeMo Gym file is the directory", PrepareOptions{Input: input, Config: cfg, NemoGym: dir}, OutputOverlaps, OverlapIs},
+		{"a missing input", PrepareOptions{Input: filepath.Join(root, "missing.jsonl"), Config: cfg, Overwrite: true}, InputUnreadable, 0},
 	} {
-		if _, err := Prepare(dir, tt.o); problem(err) != tt.want {
+		_, err := Prepare(dir, tt.o)
+		if problem(err) != tt.want {
 			t.Errorf("%s: %v, want problem %d", tt.name, err, tt.want)
+		}
+		var oe *OverlapError
+		if errors.As(err, &oe) != (tt.overlap != 0) || tt.overlap != 0 && oe.Overlap != tt.overlap {
+			t.Errorf("%s: %v, want overlap %d", tt.name, err, tt.overlap)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, JournalFile)); err != nil {

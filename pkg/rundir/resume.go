@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -34,9 +35,14 @@ type Manifest struct {
 	Config       json.RawMessage `json:"config"`
 	ConfigSHA256 string          `json:"config_sha256"`
 	CreatedAt    time.Time       `json:"created_at"`
-	// JSONLOut is the run's --jsonl-out file (an absolute path), which belongs to the run like
-	// the files in its directory: made from the journal at the end, replaced by each resume.
+	// JSONLOut is the run's --jsonl-out file, which belongs to the run like the files in its
+	// directory: made from the journal at the end, replaced by each resume. It is relative to
+	// the run's directory (absolute in manifests written before), so that a copy of the
+	// directory elsewhere writes its own; JSONLOutPath resolves it.
 	JSONLOut string `json:"jsonl_out,omitempty"`
+	// Dir is the run's directory (absolute, symbolic links resolved) when the manifest was
+	// last written: a resume from another directory is of a copy or a move.
+	Dir string `json:"dir,omitempty"`
 	// Resumes lists when the run was resumed, and whether a changed input or config was
 	// forced.
 	Resumes []Resume `json:"resumes,omitempty"`
@@ -105,6 +111,24 @@ func HashFile(path string) (string, error) {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// JSONLOutPath is the absolute path of the run's --jsonl-out file ("" for none), for the run
+// in dir.
+func (m *Manifest) JSONLOutPath(dir string) string {
+	if m.JSONLOut == "" || filepath.IsAbs(m.JSONLOut) {
+		return m.JSONLOut
+	}
+	return filepath.Join(ResolvePath(dir), m.JSONLOut)
+}
+
+// relativeTo is path (absolute) relative to the directory dir (absolute), or path itself when
+// it cannot be.
+func relativeTo(dir, path string) string {
+	if rel, err := filepath.Rel(dir, path); err == nil && path != "" {
+		return rel
+	}
+	return path
 }
 
 // Differences lists how m (this invocation) differs from the recorded run: a changed input
