@@ -22,7 +22,8 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 			"every record has one (any order of the task files), else by their index in the task file;\n"+
 			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
 			"directory or a .parquet file or journal, or the shard directories of one sharded run (a glob,\n"+
-			"such as 'out/a/shard-*').\n\n")
+			"such as 'out/a/shard-*'). Sides that share no task exit 2, and sides whose common tasks have no\n"+
+			"(task, repeat) scored on both exit 1: there is no difference to give.\n\n")
 		fmt.Fprint(w, "Examples:\n  rollout compare out/extraction --arms single,multi\n  rollout compare out/qwen out/llama --format markdown\n\n")
 	})
 	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
@@ -118,5 +119,23 @@ func cmdCompare(_ context.Context, args []string, e env) error {
 		return badUsage("compare: give two runs, or one run and --arms A,B")
 	}
 	c := report.Compare(a, b, nameA, nameB, o)
-	return c.Write(e.stdout, format)
+	if err := c.Write(e.stdout, format); err != nil {
+		return err
+	}
+	return noPairs(c)
+}
+
+// noPairs is the error of a comparison over nothing: sides that share no task (exit 2: the
+// wrong runs were given), or whose common tasks have no (task, repeat) scored on both sides
+// (exit 1: every rollout of a side failed).
+func noPairs(c *report.Comparison) error {
+	if c.Pairs > 0 {
+		return nil
+	}
+	a, b := c.Sides[0].Scope, c.Sides[1].Scope
+	if c.Tasks == 0 && len(c.NoPairs) == 0 {
+		return badUsage("compare: %s and %s share no task (%d tasks only in %s, %d only in %s, paired by %s): there is no difference to give; compare runs of the same task file",
+			a, b, len(c.OnlyA), a, len(c.OnlyB), b, c.PairedBy)
+	}
+	return fmt.Errorf("compare: %s and %s have no (task, repeat) scored on both sides (%d common tasks without a pair): there is no difference to give", a, b, len(c.NoPairs))
 }

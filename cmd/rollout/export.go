@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/export"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // cmdExport writes training data from run directories (package export).
@@ -28,7 +31,9 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 			"rows always. What was kept and dropped, and why, goes to stderr. The task file is the one\n"+
 			"in each run's manifest.json, unless --input (which must have the same bytes). FILE may not\n"+
 			"be or be inside what the export reads (a run's directory, its task file), nor a file of\n"+
-			"another run; an existing FILE is replaced only with --overwrite.\n\n"+
+			"another run; an existing FILE is replaced only with --overwrite. A run that does not have\n"+
+			"every rollout it planned (interrupted, crashed, or still running) is exported as it is, with\n"+
+			"a warning.\n\n"+
 			"Example:\n  rollout export out/extraction --format rl -o rl.parquet\n"+
 			"  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl\n\n")
 	})
@@ -68,6 +73,21 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	opt.Dirs = dirs
 	if err := opt.Check(); err != nil {
 		return badUsage("export: %v", err)
+	}
+	// A run without every rollout it planned exports what it has, with a warning: its groups
+	// (the rollouts of a task) may lack repeats, which moves rl's advantages.
+	for _, dir := range dirs {
+		n := 0
+		if rundir.ScanJournal(filepath.Join(dir, rundir.JournalFile), func(*record.Record) error { n++; return nil }) != nil {
+			continue // export says what is wrong with it
+		}
+		if st, err := rundir.ReadState(dir, n); err == nil && st.Incomplete() {
+			what := "the run did not finish (rollout run --resume finishes it)"
+			if st.Live {
+				what = "a run is writing it: rollouts still running are not in the export"
+			}
+			fmt.Fprintf(e.stderr, "rollout: warning: export: %s is %s; %s, and a task's group may lack some of its repeats\n", dir, st, what)
+		}
 	}
 	rep, err := export.Run(ctx, opt)
 	var ie *export.InputError

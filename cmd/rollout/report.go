@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/fleet"
@@ -26,7 +28,10 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
-			"a .parquet file or a journal (.jsonl). The records of every argument are evaluated together.\n"+
+			"a .parquet file or a journal (.jsonl). Several runs are a leaderboard: one row per run and arm\n"+
+			"with its mean, CI, pass@k, tokens and latency, and the paired difference of its mean reward\n"+
+			"against the same arm of the --baseline run (exit 2 when a row shares no task with it); --pool\n"+
+			"evaluates the records of every argument together instead.\n"+
 			"A DIR whose summary.json has a per-endpoint table (a run through several endpoints) gets it\n"+
 			"printed after the statistics (not with --format json).\n"+
 			"The shard directories of one sharded run (rollout run --shard I/N) are one run: every shard must\n"+
@@ -36,7 +41,9 @@ func cmdReport(_ context.Context, args []string, e env) error {
 			"each arm (DIRs only).\n\n")
 		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n  rollout report out/extraction --html report.html\n\n")
 	})
-	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none)")
+	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none); a field no record has is refused")
+	baseline := fs.String("baseline", "", "with several runs: the `RUN` the others are compared with (its path as given, or its number from 1; default the first)")
+	pool := fs.Bool("pool", false, "with several runs: evaluate their records together as one set (arms of the same name pooled) instead of a row per run and arm")
 	options := statsFlags(fs)
 	htmlFile := fs.String("html", "", "write the overview, comparisons and sample transcripts to this HTML `FILE` instead")
 	perArm := fs.Int("html-per-arm", 3, "with --html: the transcripts of the first `N` rollouts of each arm")
@@ -76,13 +83,35 @@ func cmdReport(_ context.Context, args []string, e env) error {
 	if err != nil {
 		return badUsage("report: %v", err)
 	}
+	if len(runs) > 1 && !*pool {
+		return reportLeaderboard(runs, *baseline, o, format, e)
+	}
+	if *baseline != "" {
+		return badUsage("report: --baseline goes with several runs (and without --pool)")
+	}
 	ev := report.NewEvaluator(o)
+	var states []string
 	for _, r := range runs {
-		if err := r.add(ev.Add, e); err != nil {
+		n := 0
+		if err := r.add(func(rec *record.Record) { n++; ev.Add(rec) }, e); err != nil {
 			return usageError{fmt.Errorf("report: %w", err)}
 		}
+		if st, _ := runState(r, n); st != "" {
+			states = append(states, fmt.Sprintf("%s: %s", r.name, st))
+		}
+	}
+	if err := ev.UnknownGroupBy(); err != nil {
+		return usageError{fmt.Errorf("report: %w", err)}
 	}
 	res := ev.Evaluation()
+	// A run without every rollout it planned says so first: its numbers are of part of it.
+	for _, st := range states {
+		if format == "json" {
+			fmt.Fprintf(e.stderr, "rollout: warning: %s\n", st)
+		} else {
+			fmt.Fprintf(e.stdout, "%s\n", st)
+		}
+	}
 	if res.Duplicates > 0 {
 		fmt.Fprintf(e.stderr, "rollout: warning: %d records repeat the key (task, rollout, arm) of another from the same task file: the same run given twice, or runs to report apart\n", res.Duplicates)
 	}
@@ -95,6 +124,65 @@ func cmdReport(_ context.Context, args []string, e env) error {
 		}
 	}
 	return nil
+}
+
+// reportLeaderboard prints the runs side by side: a row per run and arm, each compared with
+// the baseline run. It fails (exit 2) when a row shares no task with its baseline arm: the
+// difference would be over nothing.
+func reportLeaderboard(runs []runArg, baseline string, o report.StatsOptions, format string, e env) error {
+	base, err := pickBaseline(runs, baseline)
+	if err != nil {
+		return err
+	}
+	lr := make([]report.LeaderRun, len(runs))
+	for i, r := range runs {
+		var recs []record.Record
+		if err := r.add(func(rec *record.Record) { recs = append(recs, *rec) }, e); err != nil {
+			return usageError{fmt.Errorf("report: %w", err)}
+		}
+		_, status := runState(r, len(recs))
+		lr[i] = report.LeaderRun{Name: r.name, Records: recordSeq(recs), Status: status}
+	}
+	lb, err := report.NewLeaderboard(lr, base, o)
+	if err != nil {
+		return usageError{fmt.Errorf("report: %w", err)}
+	}
+	if err := lb.Write(e.stdout, format); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if none := lb.NoCommonTasks(); len(none) > 0 {
+		return usageError{fmt.Errorf("report: no paired difference against the baseline %s for %s", lb.Baseline, strings.Join(none, "; "))}
+	}
+	return nil
+}
+
+// pickBaseline finds the run --baseline names: a path as given or a number from 1.
+func pickBaseline(runs []runArg, baseline string) (int, error) {
+	if baseline == "" {
+		return 0, nil
+	}
+	names := make([]string, len(runs))
+	for i, r := range runs {
+		if r.name == baseline || r.path == baseline && r.path != "" {
+			return i, nil
+		}
+		names[i] = fmt.Sprintf("%d %s", i+1, r.name)
+	}
+	if n, err := strconv.Atoi(baseline); err == nil && n >= 1 && n <= len(runs) {
+		return n - 1, nil
+	}
+	return 0, badUsage("report: --baseline %q is none of the runs: %s", baseline, strings.Join(names, ", "))
+}
+
+// recordSeq yields the records of a slice.
+func recordSeq(recs []record.Record) iter.Seq[*record.Record] {
+	return func(yield func(*record.Record) bool) {
+		for i := range recs {
+			if !yield(&recs[i]) {
+				return
+			}
+		}
+	}
 }
 
 // printEndpoints prints the per-endpoint table of each run directory among paths whose
@@ -136,13 +224,20 @@ func addRecords(add func(*record.Record), path string, e env) error {
 		return err // *PathError: names the path
 	}
 	if st.IsDir() {
+		// A run being written has its records in the journal (its Parquet file, if any, is of
+		// an earlier session).
+		live := rundir.Live(path)
 		pq := filepath.Join(path, rundir.ParquetFile)
-		if _, err := os.Stat(pq); err == nil {
+		if _, err := os.Stat(pq); err == nil && !live {
 			return addParquet(add, pq)
 		}
 		j := filepath.Join(path, rundir.JournalFile)
 		if _, err := os.Stat(j); err == nil {
-			fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, rundir.ParquetFile, j)
+			if live {
+				fmt.Fprintf(e.stderr, "rollout: %s is being written by a running run: reading %s\n", path, j)
+			} else {
+				fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, rundir.ParquetFile, j)
+			}
 			return addJournal(add, j)
 		}
 		return fmt.Errorf("%s: no %s or %s: not a run's output directory", path, rundir.ParquetFile, rundir.JournalFile)
@@ -227,4 +322,25 @@ func parsePaths(fs *flag.FlagSet, args []string, e env) ([]string, error) {
 		}
 		args = fs.Args()
 	}
+}
+
+// runState is "" for a run directory whose run has every rollout it planned (or a file, or
+// shards, which must be finished to be read), else what it is: "incomplete: 171 of 480
+// rollouts (the run did not finish; rollout run --resume finishes it)", "running: …".
+// The short form is without the parenthesis.
+func runState(r runArg, done int) (long, short string) {
+	if r.path == "" {
+		return "", ""
+	}
+	if st, err := os.Stat(r.path); err != nil || !st.IsDir() {
+		return "", ""
+	}
+	st, err := rundir.ReadState(r.path, done)
+	if err != nil || !st.Incomplete() {
+		return "", ""
+	}
+	if st.Live {
+		return st.String() + " (a run is writing it)", st.String()
+	}
+	return st.String() + " (the run did not finish: rollout run --resume finishes it)", st.String()
 }

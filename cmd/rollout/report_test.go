@@ -164,7 +164,7 @@ func TestReportGroupsMatchRecords(t *testing.T) {
 		t.Errorf("report of a directory with only a journal: exit %d, stderr %s", fromJournal.code, fromJournal.stderr)
 	}
 	// The same run twice: counted twice, with a warning.
-	twice := runCLI(t, context.Background(), nil, "report", dir, dir, "--format", "json")
+	twice := runCLI(t, context.Background(), nil, "report", dir, dir, "--format", "json", "--pool")
 	var ev3 report.Evaluation
 	if err := json.Unmarshal([]byte(twice.stdout), &ev3); err != nil || ev3.Duplicates != 48 || ev3.Overall.Rollouts != 96 || !strings.Contains(twice.stderr, "48 records repeat") {
 		t.Errorf("the same run twice: %v, %d duplicates, stderr %s", err, ev3.Duplicates, twice.stderr)
@@ -184,7 +184,7 @@ func TestReportGroupsMatchRecords(t *testing.T) {
 	}
 }
 
-// Two runs are evaluated together; failures scored as zero change the numbers; the text and
+// Two runs are evaluated together (--pool); failures scored as zero change the numbers; the text and
 // Markdown formats have their tables.
 func TestReportFormatsAndOptions(t *testing.T) {
 	dir := reportRun(t)
@@ -203,7 +203,7 @@ func TestReportFormatsAndOptions(t *testing.T) {
 	}
 	eval := func(args ...string) report.Evaluation {
 		t.Helper()
-		r := runCLI(t, context.Background(), nil, append([]string{"report", "--format", "json"}, args...)...)
+		r := runCLI(t, context.Background(), nil, append([]string{"report", "--format", "json", "--pool"}, args...)...)
 		if r.code != 0 {
 			t.Fatalf("report %v: exit %d\n%s", args, r.code, r.stderr)
 		}

@@ -153,6 +153,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	}
 	closers = append(closers, out.Unlock)
 	opts.Done = out.Done
+	if err := rundir.SetPlanned(f.out, runner.Planned(&opts)); err != nil {
+		return fmt.Errorf("--out %s: %w", f.out, err)
+	}
 	sink, err := out.OpenSink(ep.secrets)
 	if err != nil {
 		return badUsage("--out %s: %v", f.out, err)

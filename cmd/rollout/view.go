@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/durable"
@@ -28,7 +29,8 @@ func cmdView(ctx context.Context, args []string, e env) error {
 			"Examples:\n  rollout view out/extraction\n  rollout view out/extraction out/workflow --addr 127.0.0.1:9090\n\n")
 	})
 	addr := fs.String("addr", "127.0.0.1:8080", "listen on `HOST:PORT` (a port of 0 picks a free one)")
-	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (as rollout report)")
+	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (as rollout report); a field no record has is refused")
+	baseline := fs.String("baseline", "", "with several runs: the `RUN` the others are compared with in the overview's table of runs (its directory as given, or its number from 1; default the first)")
 	paths, err := parsePaths(fs, args, e)
 	if err != nil {
 		return err
@@ -45,24 +47,48 @@ func cmdView(ctx context.Context, args []string, e env) error {
 		return badUsage("view: %v", err)
 	}
 	o := view.Options{Stats: report.StatsOptions{GroupBy: *groupBy}, StatsSet: *groupBy != ""}
+	if *baseline != "" {
+		runs := make([]runArg, len(paths))
+		for i, p := range paths {
+			runs[i] = runArg{name: p, path: p}
+		}
+		if o.Baseline, err = pickBaseline(runs, *baseline); err != nil {
+			return badUsage("view: %v", strings.TrimPrefix(err.Error(), "report: "))
+		}
+	}
 	start := time.Now()
 	d, err := view.Load(paths, o)
 	if err != nil {
 		return usageError{fmt.Errorf("view: %w", err)}
 	}
-	h, err := view.NewHandler(d)
-	if err != nil {
-		return fmt.Errorf("view: %w", err)
-	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return badUsage("view: %v", err)
 	}
+	var hosts []string
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		h.Hosts = view.LoopbackHosts(ln.Addr().String())
+		hosts = view.LoopbackHosts(ln.Addr().String())
 	} else {
 		fmt.Fprintf(e.stderr, "rollout: warning: view listens on %s, not loopback: anyone who reaches it sees the transcripts\n", ln.Addr())
+	}
+	// A run being written is read again as its journal grows; the overview reloads itself.
+	h, err := view.NewFollow(paths, o, d, hosts)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("view: %w", err)
+	}
+	h.Reloaded = func(d *view.Data, err error) {
+		if err != nil {
+			fmt.Fprintf(e.stderr, "rollout: view: reading the runs again: %v (the pages show the last reading)\n", err)
+			return
+		}
+		fmt.Fprintf(e.stderr, "rollout: view: read the runs again: %d rollouts\n", d.Rollouts())
+	}
+	for _, r := range d.Runs {
+		if r.Status != "" {
+			fmt.Fprintf(e.stderr, "rollout: %s: %s\n", r.Dir, r.Status)
+		}
 	}
 	fmt.Fprintf(e.stderr, "rollout: %d rollouts of %d run(s) read in %.1f s\n", d.Rollouts(), len(paths), time.Since(start).Seconds())
 	fmt.Fprintf(e.stdout, "http://%s/\n", ln.Addr())

@@ -239,6 +239,36 @@ type Evaluator struct {
 		s string
 		i int32
 	}
+	// groupSeen says a record had the GroupBy field; until then fields collects the task
+	// fields the records have (at most maxFieldNames), for the error of an unknown field.
+	groupSeen bool
+	fields    map[string]bool
+}
+
+// maxFieldNames bounds the task field names an Evaluator keeps for UnknownGroupBy.
+const maxFieldNames = 64
+
+// UnknownFieldError is a group-by field that no record has.
+type UnknownFieldError struct {
+	Field string
+	Known []string // the task fields the records have, sorted
+}
+
+func (u *UnknownFieldError) Error() string {
+	known := "the records have no task field"
+	if len(u.Known) > 0 {
+		known = "the task fields are: " + strings.Join(u.Known, ", ")
+	}
+	return fmt.Sprintf("--group-by %q: no record has this task field; %s (arms and runs are rows of every report already)", u.Field, known)
+}
+
+// UnknownGroupBy returns an *UnknownFieldError when the options group by a field that none of
+// the records added has (nil without GroupBy, records, or when some record has it).
+func (e *Evaluator) UnknownGroupBy() error {
+	if e.o.GroupBy == "" || e.groupSeen || len(e.rows) == 0 {
+		return nil
+	}
+	return &UnknownFieldError{Field: e.o.GroupBy, Known: slices.Sorted(maps.Keys(e.fields))}
 }
 
 // Kinds of interned strings, for Evaluator.last.
@@ -317,6 +347,16 @@ func (e *Evaluator) Add(r *record.Record) {
 		var ok bool
 		if group, ok = r.TaskFields[e.o.GroupBy]; !ok {
 			group = NoGroup
+			if !e.groupSeen && len(e.fields) < maxFieldNames {
+				if e.fields == nil {
+					e.fields = map[string]bool{}
+				}
+				for k := range r.TaskFields {
+					e.fields[k] = true
+				}
+			}
+		} else {
+			e.groupSeen = true
 		}
 	}
 	row := evalRow{

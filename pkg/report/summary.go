@@ -103,6 +103,9 @@ type FailureMessage struct {
 // Summary is a snapshot of Stats. Its maps are never nil and are not shared
 // with the Stats.
 type Summary struct {
+	// Status is "" for a run with every rollout it planned, else what it is ("incomplete: 171
+	// of 480 rollouts"); PrintSummary puts it first.
+	Status          string         `json:"status,omitempty"`
 	Rollouts        int            `json:"rollouts"`
 	Scored          int            `json:"scored"`
 	Failed          int            `json:"failed"`
@@ -213,6 +216,9 @@ func PrintSummary(w io.Writer, s Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(label, value string) { fmt.Fprintf(tw, "%s\t%s\n", label, value) }
 
+	if s.Status != "" {
+		row("status", s.Status)
+	}
 	row("rollouts", strconv.Itoa(s.Rollouts))
 	row("scored", strconv.Itoa(s.Scored))
 	row("failed", strconv.Itoa(s.Failed))

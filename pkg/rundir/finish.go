@@ -57,6 +57,8 @@ func Finish(dir string, o FinishOptions) (Finished, error) {
 		if err := markComplete(dir, fin.Summary.Rollouts); err != nil {
 			return fin, err
 		}
+	} else if mf, err := ReadManifest(dir); err == nil {
+		fin.Summary.Status = State{Known: true, Planned: mf.Planned, Done: fin.Summary.Rollouts}.String()
 	}
 	return fin, nil
 }

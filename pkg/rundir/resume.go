@@ -52,6 +52,10 @@ type Manifest struct {
 	// Complete is set when every rollout of the run (or shard) has a record: the run ended
 	// without an interrupt. A resume clears it until it ends so.
 	Complete *Completion `json:"complete,omitempty"`
+	// Planned is the number of rollouts the run (or shard) plans in all, written when it
+	// starts (0: not known, as for a task file read from stdin). With Complete unset, the
+	// run holds fewer: it was interrupted, stopped early, crashed, or is running.
+	Planned int `json:"planned,omitempty"`
 	// MergedFrom lists the shard directories a merged run was made of.
 	MergedFrom []string `json:"merged_from,omitempty"`
 	// Missing lists the shards a partial merge did not have (by index).

@@ -266,6 +266,20 @@ type BadInputError struct{ Msg string }
 
 func (e *BadInputError) Error() string { return e.Msg }
 
+// Planned is the number of rollouts a run of o plans in all (those of o.Done included): its
+// tasks (after Limit and Shard) times Repeats times the arms; -1 when the input cannot be
+// counted beforehand (stdin).
+func Planned(o *Options) int {
+	n, err := dataset.Count(o.Input)
+	if err != nil || n < 0 {
+		return -1
+	}
+	if o.Limit > 0 {
+		n = min(n, o.Limit)
+	}
+	return o.Shard.Tasks(n) * o.Repeats * len(o.Arms)
+}
+
 // Run runs every rollout of the input and writes each result to every
 // output. It returns when all started rollouts have a record. When ctx is
 // cancelled (Ctrl-C) no new rollout starts; running ones get DrainTimeout
@@ -279,13 +293,9 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 	if err := CheckInput(&o); err != nil {
 		return nil, err
 	}
-	total := -1
-	if n, err := dataset.Count(o.Input); err == nil && n >= 0 {
-		if o.Limit > 0 {
-			n = min(n, o.Limit)
-		}
-		n = o.Shard.Tasks(n)
-		total = max(n*o.Repeats*len(o.Arms)-len(o.Done), 0)
+	total := Planned(&o)
+	if total >= 0 {
+		total = max(total-len(o.Done), 0)
 	}
 	rd, err := dataset.Open(o.Input)
 	if err != nil {

@@ -21,7 +21,11 @@ import (
 type Run struct {
 	Dir      string
 	Manifest map[string]any // manifest.json (nil when absent)
-	trajs    *rundir.Trajectories
+	// Status is "" for a finished run, else what it is ("incomplete: 171 of 480 rollouts").
+	// Live is set while a run writes the directory: its records are read from the journal.
+	Status string
+	Live   bool
+	trajs  *rundir.Trajectories
 }
 
 // row is what the pages need of one record: 80 bytes, strings interned (see strs).
@@ -76,6 +80,8 @@ type Options struct {
 	Stats report.StatsOptions
 	// StatsSet says Stats was given (flags), so that evaluation.json is not used as is.
 	StatsSet bool
+	// Baseline is the run (an index) the leaderboard of several runs compares the others with.
+	Baseline int
 }
 
 // Data is everything the pages show: the runs, their rollouts, the evaluation over them.
@@ -91,7 +97,9 @@ type Data struct {
 	sel        selector
 	lazy
 	groupField string
-	endpoints  []string // the endpoints of a pool that answered, sorted; none with one endpoint
+	// sharesFirst says, for each run, whether it has a task in common with the first.
+	sharesFirst []bool
+	endpoints   []string // the endpoints of a pool that answered, sorted; none with one endpoint
 }
 
 // Load reads the run directories in turn. A directory's records come from rollouts.parquet
@@ -109,7 +117,7 @@ func Load(dirs []string, o Options) (*Data, error) {
 	// With one run and no settings of its own, the run's evaluation.json is shown: the
 	// records need not be evaluated again.
 	evalFile := ""
-	if p := filepath.Join(dirs[0], rundir.EvaluationFile); len(dirs) == 1 && !o.StatsSet {
+	if p := filepath.Join(dirs[0], rundir.EvaluationFile); len(dirs) == 1 && !o.StatsSet && !rundir.Live(dirs[0]) {
 		if _, err := os.Stat(p); err == nil {
 			evalFile = p
 		}
@@ -132,8 +140,14 @@ func Load(dirs []string, o Options) (*Data, error) {
 				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, rundir.ManifestFile), err)
 			}
 		}
-		if err := d.loadRecords(dir, uint16(i), ev); err != nil {
+		live := rundir.Live(dir)
+		before := len(d.rows)
+		if err := d.loadRecords(dir, uint16(i), ev, live); err != nil {
 			return nil, err
+		}
+		if st, err := rundir.ReadState(dir, len(d.rows)-before); err == nil {
+			st.Live = st.Live || live
+			r.Status, r.Live = st.String(), st.Live && st.Known
 		}
 		if r.trajs, err = rundir.OpenTrajectories(dir); err != nil {
 			return nil, err
@@ -148,7 +162,20 @@ func Load(dirs []string, o Options) (*Data, error) {
 		}
 	}
 	d.arms, d.endpoints = slices.Sorted(maps.Keys(armSet)), slices.Sorted(maps.Keys(endpointSet))
+	if len(d.Runs) > 1 {
+		shares := make([]bool, len(d.Runs))
+		for i := range d.Runs {
+			shares[i] = d.shareTasks(0, i)
+		}
+		d.sharesFirst = shares
+	}
+	if o.Baseline < 0 || o.Baseline >= len(dirs) {
+		return nil, fmt.Errorf("baseline run %d: want 0 to %d", o.Baseline, len(dirs)-1)
+	}
 	if evalFile == "" {
+		if err := ev.UnknownGroupBy(); err != nil {
+			return nil, err
+		}
 		d.Evaluation, d.EvalSource = ev.Evaluation(), "computed from the records"
 		return d, nil
 	}
@@ -166,9 +193,10 @@ func Load(dirs []string, o Options) (*Data, error) {
 }
 
 // loadRecords adds the records of one run directory to the table and the evaluator.
-func (d *Data) loadRecords(dir string, run uint16, ev *report.Evaluator) error {
+// A run being written (live) is read from its journal: a Parquet file is of an earlier session.
+func (d *Data) loadRecords(dir string, run uint16, ev *report.Evaluator, live bool) error {
 	pq := filepath.Join(dir, rundir.ParquetFile)
-	if _, err := os.Stat(pq); err == nil {
+	if _, err := os.Stat(pq); err == nil && !live {
 		return d.loadParquet(pq, run, ev)
 	}
 	j := filepath.Join(dir, rundir.JournalFile)
@@ -226,6 +254,16 @@ func (d *Data) group(i int) string {
 		return v
 	}
 	return report.NoGroup
+}
+
+// Live says whether a run was being written when the runs were read.
+func (d *Data) Live() bool {
+	for _, r := range d.Runs {
+		if r.Live {
+			return true
+		}
+	}
+	return false
 }
 
 // Rollouts is the number of records over all runs.

@@ -42,6 +42,8 @@ type Setting struct{ Name, Value string }
 type RunInfo struct {
 	Index    int
 	Dir      string
+	Status   string // "" for a finished run, else "incomplete: 171 of 480 rollouts", "running: …"
+	Live     bool
 	Settings []Setting
 }
 
@@ -69,6 +71,77 @@ type Overview struct {
 	Hists                []*Histogram
 	Compares             []Link
 	FailedLink, AllLinks string
+	// Board puts several runs side by side: a row per run and arm, against the baseline run.
+	Board []BoardRow
+	// BoardMethod says how Board's numbers are computed.
+	BoardMethod string
+}
+
+// BoardRow is one row of the overview's leaderboard of several runs.
+type BoardRow struct {
+	Run, Arm, Status, Mean, CI, PassAt1, Tokens string
+	Diff, DiffCI, Note                          string
+	Pairs                                       int
+	Baseline                                    bool
+	Link                                        string // its comparison with the baseline
+}
+
+// board is the leaderboard of several runs (nil for one run).
+func (d *Data) board(l linker) ([]BoardRow, string) {
+	if len(d.Runs) < 2 {
+		return nil, ""
+	}
+	runs := make([]report.LeaderRun, len(d.Runs))
+	for i, r := range d.Runs {
+		run := i
+		runs[i] = report.LeaderRun{Name: fmt.Sprintf("%d %s", i, r.Dir), Status: r.Status, Records: func(yield func(*record.Record) bool) {
+			for j := range d.rows {
+				if int(d.rows[j].run) == run {
+					rec := d.record(j)
+					if !yield(&rec) {
+						return
+					}
+				}
+			}
+		}}
+	}
+	o := d.Evaluation.Options
+	o.GroupBy = "" // groups have their own tables
+	lb, err := report.NewLeaderboard(runs, d.opts.Baseline, o)
+	if err != nil {
+		return nil, ""
+	}
+	var out []BoardRow
+	for _, r := range lb.Rows {
+		s := &r.Scores
+		b := BoardRow{Run: r.Run, Arm: r.Arm, Status: r.Status, Mean: "-", CI: "-", PassAt1: "-", Tokens: "-", Baseline: r.IsBaseline}
+		if s.Scored > 0 {
+			b.Mean = num(s.MeanReward)
+			if s.CI95 != nil {
+				b.CI = num(s.CI95.Low) + " to " + num(s.CI95.High)
+			}
+		}
+		if p, ok := s.Pass(1); ok {
+			b.PassAt1 = num(p.PassAt)
+		}
+		if s.Rollouts > s.Failed {
+			b.Tokens = strconv.FormatFloat(s.MeanPromptTokens+s.MeanCompletionTokens, 'f', 1, 64)
+		}
+		if v := r.VsBaseline; v != nil {
+			b.Pairs, b.Note = v.Pairs, v.Note
+			if v.Pairs > 0 {
+				b.Diff = fmt.Sprintf("%+.4f", v.MeanDiff)
+				if v.CI95 != nil {
+					b.DiffCI = fmt.Sprintf("%+.4f to %+.4f", v.CI95.Low, v.CI95.High)
+				}
+				run, _ := strconv.Atoi(strings.Fields(r.Run)[0])
+				against := strings.TrimPrefix(v.Against, lb.Baseline+" ")
+				b.Link = l.compare(Side{d.opts.Baseline, against}, Side{run, r.Arm})
+			}
+		}
+		out = append(out, b)
+	}
+	return out, lb.Baseline
 }
 
 // Link is a labelled URL.
@@ -90,7 +163,7 @@ func (d *Data) overview(l linker) *Overview {
 	e := d.Evaluation
 	o := &Overview{EvalSource: d.EvalSource, Rollouts: len(d.rows), GroupBy: e.Options.GroupBy}
 	for i, r := range d.Runs {
-		ri := RunInfo{Index: i, Dir: r.Dir}
+		ri := RunInfo{Index: i, Dir: r.Dir, Status: r.Status, Live: r.Live}
 		for _, k := range slices.Sorted(maps.Keys(r.Manifest)) {
 			b, _ := json.Marshal(r.Manifest[k])
 			v := string(b)
@@ -158,6 +231,7 @@ func (d *Data) overview(l linker) *Overview {
 		o.Hists = append(o.Hists, newHistogram(c.id, c.title, vals, c.whole))
 	}
 	o.FailedLink = l.rollouts(Query{Run: -1, Sort: "failure", Desc: true})
+	o.Board, o.BoardMethod = d.board(l)
 	for _, p := range d.defaultPairs() {
 		if u := l.compare(p[0], p[1]); u != "" {
 			o.Compares = append(o.Compares, Link{Label: d.sideName(p[0]) + " vs " + d.sideName(p[1]), URL: u})
@@ -229,8 +303,8 @@ func (d *Data) defaultPairs() [][2]Side {
 		for _, a := range arms[min(1, len(arms)):] {
 			out = append(out, [2]Side{{run, arms[0]}, {run, a}})
 		}
-		if run == 0 {
-			continue
+		if run == 0 || !d.shareTasks(0, run) {
+			continue // runs of different task files have nothing to pair
 		}
 		shared := 0
 		for _, a := range arms {
@@ -244,6 +318,39 @@ func (d *Data) defaultPairs() [][2]Side {
 		}
 	}
 	return out
+}
+
+// shareTasks says whether run b has a task in common with run a: a task id or row hash (or,
+// for records with neither, a task index) both have. Load computes it against the first run.
+func (d *Data) shareTasks(a, b int) bool {
+	if a == 0 && b < len(d.sharesFirst) {
+		return d.sharesFirst[b]
+	}
+	type key struct {
+		s     uint32
+		index int64
+	}
+	keyOf := func(r *row) key {
+		switch {
+		case d.s.get(r.id) != "":
+			return key{r.id, -1}
+		case d.s.get(r.hash) != "":
+			return key{r.hash, -2}
+		}
+		return key{0, r.task}
+	}
+	keys := map[key]bool{}
+	for i := range d.rows {
+		if int(d.rows[i].run) == a {
+			keys[keyOf(&d.rows[i])] = true
+		}
+	}
+	for i := range d.rows {
+		if int(d.rows[i].run) == b && keys[keyOf(&d.rows[i])] {
+			return true
+		}
+	}
+	return false
 }
 
 // keyOrder sorts the rows by key once, for lookups of one rollout or one task.

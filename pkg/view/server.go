@@ -76,8 +76,11 @@ type Page struct {
 	Title  string
 	Kind   string // overview, rollouts, trajectory, compare, pair, report
 	Static bool   // the one-file report
-	Nav    []Link
-	Data   any
+	// Refresh, when set, makes the page reload itself after that many seconds (a meta
+	// refresh, which the pages' CSP allows: no script): the overview of a run being written.
+	Refresh int
+	Nav     []Link
+	Data    any
 }
 
 // Handler serves the pages of d. Only GET and HEAD are answered; no path of the request
@@ -211,7 +214,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	h.once.Do(func() { h.ov = h.d.overview(serverLinks{}) })
-	h.render(w, r, http.StatusOK, Page{Title: "Overview", Kind: "overview", Data: h.ov})
+	p := Page{Title: "Overview", Kind: "overview", Data: h.ov}
+	if h.d.Live() {
+		p.Refresh = LiveRefresh
+	}
+	h.render(w, r, http.StatusOK, p)
 }
 
 // RolloutsPage is the rollouts page's data.
