@@ -52,7 +52,8 @@ type Options struct {
 	Route Route // default Affinity
 	// LoadFactor is affinity's load bound (default DefaultLoadFactor; at least 1).
 	LoadFactor float64
-	// EjectAfter consecutive failures (connection errors, 5xx, timeouts) eject an endpoint
+	// EjectAfter consecutive failures (connection errors, 5xx, timeouts, redirects, answers
+	// over the client's cap) eject an endpoint
 	// (default DefaultEjectAfter).
 	EjectAfter int
 	// EjectBackoff is how long an ejected endpoint waits before its probe; it doubles with
@@ -384,9 +385,18 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Header.Set(agent.EndpointHeader, ep.Name)
 	o := statusOutcome(resp.StatusCode)
-	resp.Body = &doneBody{ReadCloser: resp.Body, done: func(readErr error) {
+	resp.Body = &doneBody{ReadCloser: resp.Body, empty: resp.ContentLength == 0, done: func(readErr error) {
 		o.start, o.latency = start, p.now().Sub(start)
-		if readErr != nil && o.class == "" {
+		switch {
+		case readErr == errClosedEarly && o.class == "" && ctx.Err() == nil:
+			// The client stopped reading a whole answer: it was larger than the client's
+			// cap (or broke its framing). That is the endpoint's failure as much as a 5xx.
+			o = outcome{class: record.FailModelError, health: true, latency: o.latency, detail: fmt.Sprintf("HTTP %d answer not read to its end (larger than the client's cap)", resp.StatusCode)}
+		case readErr == errClosedEarly:
+			if ctx.Err() != nil && o.class == "" {
+				o = failed(ctx, ctx.Err(), o.latency)
+			}
+		case readErr != nil && o.class == "":
 			o = failed(ctx, readErr, o.latency)
 		}
 		o.sampled = o.class == "" || o.drop
@@ -418,17 +428,25 @@ func statusOutcome(status int) outcome {
 		return outcome{class: record.FailModelUnavailable, health: true, detail: detail}
 	case status >= 400:
 		return outcome{class: record.FailModelError, detail: detail}
+	case status >= 300:
+		// The model client follows no redirect: an endpoint that answers with one fails
+		// every call, and counts towards its ejection like a 5xx.
+		return outcome{class: record.FailModelError, health: true, detail: detail + " (a redirect, not followed)"}
 	}
 	return outcome{}
 }
 
 // doneBody calls done once: at the end of the body (nil), at a read error (the error), or at
-// Close before either (nil).
+// Close before either (errClosedEarly; nil for an empty body).
 type doneBody struct {
 	io.ReadCloser
-	once sync.Once
-	done func(error)
+	empty bool // the answer has no body (Content-Length 0)
+	once  sync.Once
+	done  func(error)
 }
+
+// errClosedEarly is a body closed before its end.
+var errClosedEarly = errors.New("fleet: answer closed before its end")
 
 func (b *doneBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
@@ -444,7 +462,13 @@ func (b *doneBody) Read(p []byte) (int, error) {
 
 func (b *doneBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(func() { b.done(nil) })
+	b.once.Do(func() {
+		if b.empty {
+			b.done(nil)
+			return
+		}
+		b.done(errClosedEarly)
+	})
 	return err
 }
 

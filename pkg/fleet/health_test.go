@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"net/http/httptest"
+
+	openai "github.com/sashabaranov/go-openai"
+
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
@@ -172,5 +176,59 @@ func TestCancelledIsNotAFailure(t *testing.T) {
 	send(t, ctx, p, rolloutID(1, 0))
 	if st := p.Stats()[0]; st.Ejected || st.Failures["cancelled"] != 1 {
 		t.Errorf("stats after a cancelled request: %+v", st)
+	}
+}
+
+// Every failure of an endpoint counts: an endpoint whose every answer is a redirect, or a body
+// over the model client's cap (with or without a Content-Length), shows its failures and is
+// ejected, through the model client's own stack (retries, no redirects, the answer cap).
+func TestEveryFailureCounts(t *testing.T) {
+	big := strings.Repeat("x", 4096)
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+	}{
+		{"redirect", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusFound)
+		}},
+		{"oversized body with a length", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"`+big+`"}`)
+		}},
+		{"oversized chunked body", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"`)
+			w.(http.Flusher).Flush()
+			io.WriteString(w, big+`"}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			p, err := New([]Endpoint{{URL: srv.URL + "/v1", Name: "bad"}}, Options{EjectAfter: 3, EjectBackoff: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			doer := &retry.Doer{Client: &http.Client{Transport: p, CheckRedirect: retry.NoRedirect}, Policy: retry.Policy{MaxAttempts: 1}}
+			m := p.Model(agent.NewOpenAIModel(BaseURL, "", doer, agent.WithMaxAnswerBytes(1024)))
+			for range 3 {
+				if _, err := m.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m"}); err == nil {
+					t.Fatal("the call succeeded")
+				}
+			}
+			st := p.Stats()[0]
+			var failures int64
+			for _, n := range st.Failures {
+				failures += n
+			}
+			if failures != 3 || !st.Ejected || st.Ejections != 1 {
+				t.Errorf("after 3 failed calls: failures %v, ejected %v, ejections %d; want 3 failures and an ejection", st.Failures, st.Ejected, st.Ejections)
+			}
+			var table strings.Builder
+			WriteTable(&table, p.Stats(), p.Events())
+			if strings.Contains(table.String(), " - ") {
+				t.Errorf("the endpoint table shows no failure:\n%s", table.String())
+			}
+		})
 	}
 }
