@@ -298,6 +298,24 @@ var attacks = []attack{
 	// ---- Viewer and local servers ----
 
 	// ---- Fleet and config ----
+	{
+		name: "api-key-env naming an unset variable",
+		args: func(t *testing.T, f *attackFixture) []string {
+			cfg := filepath.Join(f.dir, "run.yaml")
+			if err := os.WriteFile(cfg, []byte("endpoints:\n  - url: http://127.0.0.1:1/v1\n  - url: http://127.0.0.1:2/v1\n    api-key-env: ROLLOUT_TEST_UNSET_KEY\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"run", "--config", cfg, "--input", f.tasks, "--out", filepath.Join(f.dir, "out"), "--model", "m", "--server", "builtin:extraction", "--quiet"}
+		},
+		exit:   2,
+		stderr: "run.yaml:4: endpoints: api-key-env: ROLLOUT_TEST_UNSET_KEY is not set",
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchanged(t)
+			if _, err := os.Stat(filepath.Join(f.dir, "out")); err == nil {
+				t.Error("the run wrote its output directory before refusing")
+			}
+		},
+	},
 }
 
 func TestAttacks(t *testing.T) {

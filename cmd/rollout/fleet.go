@@ -142,8 +142,9 @@ func (f *fleetFlags) check(modelURL string) error {
 //
 // Each names its URL (required), and may name its model (default --model), weight (default 1),
 // max-concurrency (default: none), api-key-env (default OPENAI_API_KEY) and name. A bad entry is
-// an error naming FILE:LINE.
-func configEndpoints(path string) (eps []fleet.Endpoint, keyEnvs []string, err error) {
+// an error naming FILE:LINE, and so is an api-key-env naming a variable that getenv does not
+// have: a key asked for and missing would otherwise send no key at all.
+func configEndpoints(path string, getenv func(string) string) (eps []fleet.Endpoint, keyEnvs []string, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, badUsage("--config: %v", err)
@@ -198,6 +199,12 @@ func configEndpoints(path string) (eps []fleet.Endpoint, keyEnvs []string, err e
 					}
 					ep.MaxConcurrency = n
 				case "api-key-env":
+					if v.Value == "" {
+						return nil, nil, at(v, "api-key-env: want the name of an environment variable")
+					}
+					if getenv(v.Value) == "" {
+						return nil, nil, at(v, "api-key-env: %s is not set (it holds this endpoint's API key: set it, or drop api-key-env for an endpoint that needs no key)", v.Value)
+					}
 					keyEnv = v.Value
 				default:
 					return nil, nil, at(k, "unknown key %q (url, model, weight, max-concurrency, api-key-env, name)", k.Value)

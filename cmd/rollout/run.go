@@ -241,7 +241,7 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 		if configArms, err = applyConfig(fs, path); err != nil {
 			return f, nil, nil, nil, err
 		}
-		if f.fleet.endpoints, f.fleet.keyEnvs, err = configEndpoints(path); err != nil {
+		if f.fleet.endpoints, f.fleet.keyEnvs, err = configEndpoints(path, e.getenv); err != nil {
 			return f, nil, nil, nil, err
 		}
 	}
