@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/rundir"
+	"github.com/rollout-dev/rollout/pkg/agent"
 )
 
 // The attack table: hostile inputs, one row each, and what the command given them must do. Every
@@ -294,6 +298,10 @@ var attacks = []attack{
 	// ---- merge trusts what a shard says ----
 
 	// ---- Values from the network taken unchecked ----
+	usageAttack("usage -5000 from the model", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, false),
+	usageAttack("usage -5000 from the model, with --metrics-addr", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, true),
+	usageAttack("usage 9e18 from the model", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, false),
+	usageAttack("usage 9e18 from the model, with --metrics-addr", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, true),
 
 	// ---- Viewer and local servers ----
 
@@ -559,4 +567,80 @@ func (f *attackFixture) unchangedExcept(t *testing.T, prefix string) {
 		}
 	}
 	f.unchanged(t)
+}
+// hostileModel starts a loopback Chat Completions endpoint that lists model m and answers every
+// completion with a final answer and usage as given (a JSON object), and returns its base URL.
+func hostileModel(t *testing.T, usage string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+	})
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":`+usage+`}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+// usageAttack is a run against a model answering usage (negative or absurd token counts), with
+// or without --metrics-addr, then a resume of it against the same model: neither panics, every
+// rollout is invalid_output (model_error) naming the usage, and the summary's token counts are
+// sound (never negative).
+func usageAttack(name, usage string, metrics bool) attack {
+	var model string // the hostile model's URL, for the resume
+	return attack{
+		name: name,
+		args: func(t *testing.T, f *attackFixture) []string {
+			model = hostileModel(t, usage)
+			args := []string{"run", "--input", f.tasks, "--out", filepath.Join(f.dir, "out"), "--model-url", model, "--model", "m",
+				"--server", "builtin:extraction", "--quiet"}
+			if metrics {
+				args = append(args, "--metrics-addr", "127.0.0.1:0")
+			}
+			return args
+		},
+		exit:   exitFailures,
+		stderr: "the answer's usage has",
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchanged(t)
+			out := filepath.Join(f.dir, "out")
+			check := func(what string) {
+				recs := readRecords(t, out)
+				if len(recs) != 6 {
+					t.Fatalf("%s: %d records, want 6", what, len(recs))
+				}
+				for _, rec := range recs {
+					if rec.FailureClass != "model_error" || !strings.Contains(rec.Error, "usage") || rec.PromptTokens < 0 || rec.CompletionTokens < 0 {
+						t.Errorf("%s: record class %q tokens %d/%d error %q; want model_error naming the usage, no negative tokens", what, rec.FailureClass, rec.PromptTokens, rec.CompletionTokens, rec.Error)
+						break
+					}
+				}
+				var sum struct {
+					Prompt     *int64 `json:"prompt_tokens"`
+					Completion *int64 `json:"completion_tokens"`
+				}
+				text := readFile(t, filepath.Join(out, "summary.json"))
+				if err := json.Unmarshal([]byte(text), &sum); err != nil || sum.Prompt == nil || sum.Completion == nil {
+					t.Fatalf("%s: summary.json without token counts (%v):\n%s", what, err, text)
+				}
+				for _, v := range []int64{*sum.Prompt, *sum.Completion} {
+					if v < 0 || v > 6*agent.MaxUsageTokens {
+						t.Errorf("%s: summary.json tokens %d/%d", what, *sum.Prompt, *sum.Completion)
+					}
+				}
+			}
+			check("the run")
+			args := []string{"run", "--resume", "--retry-failed", "--out", out, "--model-url", model, "--quiet"}
+			if metrics {
+				args = append(args, "--metrics-addr", "127.0.0.1:0")
+			}
+			if r := runCLI(t, context.Background(), nil, args...); r.code != exitFailures {
+				t.Errorf("the resume: exit %d, want %d: %s", r.code, exitFailures, r.stderr)
+			}
+			check("the resume")
+		},
+	}
 }

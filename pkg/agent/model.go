@@ -304,6 +304,10 @@ func modelFailure(ctx context.Context, err error) (Termination, record.FailureCl
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Timeout, record.FailTimeout
 	}
+	var usage *UsageError
+	if errors.As(err, &usage) {
+		return InvalidOutput, record.FailModelError
+	}
 	var tooLarge *retry.BodyTooLargeError
 	if errors.As(err, &tooLarge) {
 		// An answer too large to read is the model's error, unless its
@@ -506,6 +510,10 @@ func failureText(err error, term Termination, tap *answerTap) string {
 	var tooLarge *retry.BodyTooLargeError
 	if errors.As(err, &tooLarge) {
 		return "model " + tooLarge.Error()
+	}
+	var usage *UsageError
+	if errors.As(err, &usage) {
+		return usage.Error()
 	}
 	if term == InvalidOutput && tap != nil {
 		what := "the answer is not a chat completion"

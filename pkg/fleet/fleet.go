@@ -540,7 +540,7 @@ type countingModel struct {
 
 func (c *countingModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
 	resp, err := c.Model.CreateChatCompletion(ctx, req)
-	if err == nil {
+	if err == nil && agent.CheckUsage(resp.Usage) == nil { // usage out of range is no count (the agent refuses the answer)
 		if e, ok := c.p.byName[resp.Header().Get(agent.EndpointHeader)]; ok {
 			c.p.eps[e].stats.tokens(int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens))
 		}

@@ -106,8 +106,10 @@ func (r *Run) Write(res *record.Result) error {
 	if rec.FailureClass != record.FailNone {
 		r.failures.WithLabelValues(string(rec.FailureClass)).Inc()
 	}
-	r.tokens.WithLabelValues("prompt").Add(float64(rec.PromptTokens))
-	r.tokens.WithLabelValues("completion").Add(float64(rec.CompletionTokens))
+	// A counter panics when it would go down: a record's counts are added only when they are
+	// counts (the model client refuses usage out of range; a record is input all the same).
+	addCount(r.tokens.WithLabelValues("prompt"), rec.PromptTokens)
+	addCount(r.tokens.WithLabelValues("completion"), rec.CompletionTokens)
 	if rec.HasReward && rec.FailureClass == record.FailNone {
 		r.mu.Lock()
 		r.n++
@@ -118,6 +120,13 @@ func (r *Run) Write(res *record.Result) error {
 		r.scored.Inc()
 	}
 	return nil
+}
+
+// addCount adds n to c when n > 0 (a counter never goes down).
+func addCount(c prometheus.Counter, n int64) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
 }
 
 // Close does nothing: the metrics stay served until Serve's stop.

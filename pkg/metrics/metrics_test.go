@@ -286,3 +286,30 @@ func toolclientSession(t *testing.T, _ string) *http.Client {
 	}
 	return &http.Client{Jar: jar}
 }
+
+// A record is input: token counts that are not counts (negative, from a journal written before
+// the model client checked usage, or any other source) are not added, and never panic a
+// counter.
+func TestRunMetricsTakeAnyRecord(t *testing.T) {
+	m := metrics.NewRun()
+	for _, n := range []int64{-5000, 0, 7, -1 << 62, 1 << 62} {
+		m.Started()
+		if err := m.Write(&record.Result{Record: record.Record{Arm: "multi", Termination: "completed", PromptTokens: n, CompletionTokens: -n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "rollout_tokens_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			if v := s.GetCounter().GetValue(); v < 0 {
+				t.Errorf("rollout_tokens_total %v = %g", s.GetLabel(), v)
+			}
+		}
+	}
+}
