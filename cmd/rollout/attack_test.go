@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -17,8 +18,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // The attack table: hostile inputs, one row each, and what the command given them must do. Every
@@ -304,6 +306,34 @@ var attacks = []attack{
 	usageAttack("usage 9e18 from the model, with --metrics-addr", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, true),
 
 	// ---- Viewer and local servers ----
+	{
+		name: "show with a trajectories.idx claiming 2^62 entries",
+		args: func(t *testing.T, f *attackFixture) []string {
+			hugeTrajIndex(t, f.run)
+			return []string{"show", f.run, "--task", firstRecord(t, f.run).TaskID, "--arm", "multi"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			if !strings.Contains(r.stdout, "[assistant]") || !strings.Contains(r.stdout, "reward ") {
+				t.Errorf("show printed no transcript:\n%s", r.stdout)
+			}
+			soundTrajIndex(t, f.run)
+		},
+	},
+	{
+		name: "report --html with a trajectories.idx claiming 2^62 entries",
+		args: func(t *testing.T, f *attackFixture) []string {
+			hugeTrajIndex(t, f.run)
+			return []string{"report", f.run, "--html", filepath.Join(f.dir, "report.html")}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			if b := readFile(t, filepath.Join(f.dir, "report.html")); !strings.Contains(b, `<article class="transcript"`) {
+				t.Errorf("report.html has no transcript (%d bytes)", len(b))
+			}
+			soundTrajIndex(t, f.run)
+		},
+	},
 
 	// ---- Fleet and config ----
 	{
@@ -568,6 +598,7 @@ func (f *attackFixture) unchangedExcept(t *testing.T, prefix string) {
 	}
 	f.unchanged(t)
 }
+
 // hostileModel starts a loopback Chat Completions endpoint that lists model m and answers every
 // completion with a final answer and usage as given (a JSON object), and returns its base URL.
 func hostileModel(t *testing.T, usage string) string {
@@ -643,4 +674,44 @@ func usageAttack(name, usage string, metrics bool) attack {
 			check("the resume")
 		},
 	}
+}
+
+// hugeTrajIndex replaces run's trajectories.idx with 49 bytes: the magic line, the length of
+// trajectories.jsonl (so that the index claims to cover it), no arm, and an entry count of 2^62.
+func hugeTrajIndex(t *testing.T, run string) {
+	t.Helper()
+	st, err := os.Stat(filepath.Join(run, rundir.TrajectoriesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte("rollout-trajectories-index 1\n")
+	b = binary.LittleEndian.AppendUint64(b, uint64(st.Size()))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, 1<<62)
+	if len(b) != 49 {
+		t.Fatalf("%d bytes", len(b))
+	}
+	if err := os.WriteFile(filepath.Join(run, rundir.TrajIndexFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// soundTrajIndex checks that run's trajectories.idx was rebuilt: it finds every record's line.
+func soundTrajIndex(t *testing.T, run string) {
+	t.Helper()
+	if st, err := os.Stat(filepath.Join(run, rundir.TrajIndexFile)); err != nil || st.Size() <= 49 {
+		t.Errorf("trajectories.idx was not rebuilt (%v)", err)
+	}
+}
+
+// firstRecord is run's first record of arm multi.
+func firstRecord(t *testing.T, run string) record.Record {
+	t.Helper()
+	for _, r := range readRecords(t, run) {
+		if r.Arm == "multi" {
+			return r
+		}
+	}
+	t.Fatal("no record of arm multi")
+	return record.Record{}
 }

@@ -175,7 +175,9 @@ func (x *TrajIndex) encode(w io.Writer) error {
 	return err
 }
 
-// decodeTrajIndex reads an index file's bytes; an error says what is wrong with them.
+// decodeTrajIndex reads an index file's bytes; an error says what is wrong with them. The file is
+// input like any other: every count is checked against the bytes that are there before anything
+// is allocated by it, and every offset against the length of trajectories.jsonl it covers.
 func decodeTrajIndex(b []byte) (*TrajIndex, error) {
 	if !bytes.HasPrefix(b, []byte(trajIndexMagic)) {
 		return nil, errors.New("not a trajectory index (or another version)")
@@ -186,8 +188,14 @@ func decodeTrajIndex(b []byte) (*TrajIndex, error) {
 		return nil, short
 	}
 	x := &TrajIndex{covered: int64(binary.LittleEndian.Uint64(b))}
+	if x.covered < 0 {
+		return nil, fmt.Errorf("covers %d bytes", x.covered)
+	}
 	narms := binary.LittleEndian.Uint32(b[8:])
 	b = b[12:]
+	if uint64(narms) > uint64(len(b))/4 {
+		return nil, fmt.Errorf("%d arms in %d bytes", narms, len(b))
+	}
 	for range narms {
 		if len(b) < 4 {
 			return nil, short
@@ -204,7 +212,7 @@ func decodeTrajIndex(b []byte) (*TrajIndex, error) {
 	}
 	n := binary.LittleEndian.Uint64(b)
 	b = b[8:]
-	if uint64(len(b)) != n*trajEntrySize {
+	if n > uint64(len(b))/trajEntrySize || uint64(len(b)) != n*trajEntrySize {
 		return nil, fmt.Errorf("%d entries in %d bytes", n, len(b))
 	}
 	x.entries = make([]trajEntry, n)
@@ -219,6 +227,12 @@ func decodeTrajIndex(b []byte) (*TrajIndex, error) {
 		}
 		if x.entries[i].arm >= narms {
 			return nil, fmt.Errorf("entry %d: arm %d of %d", i, x.entries[i].arm, narms)
+		}
+		if off := x.entries[i].offset; off < 0 || off >= x.covered {
+			return nil, fmt.Errorf("entry %d: offset %d outside the %d bytes covered", i, off, x.covered)
+		}
+		if i > 0 && compareTrajEntry(x.entries[i-1], x.entries[i]) >= 0 {
+			return nil, fmt.Errorf("entry %d: out of order", i)
 		}
 	}
 	return x, nil

@@ -1,10 +1,13 @@
 package rundir
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -124,6 +127,31 @@ func TestTrajectoriesIndexDamaged(t *testing.T) {
 		"garbage":   func(string, []byte) []byte { return []byte("hello\n") },
 		"truncated": func(_ string, idx []byte) []byte { return idx[:len(idx)-5] },
 		"empty":     func(string, []byte) []byte { return nil },
+		// Counts and offsets are input: each is checked against the bytes before it is used.
+		"2^62 entries": func(_ string, idx []byte) []byte {
+			head := idxHeaderLen(t, idx)
+			return binary.LittleEndian.AppendUint64(slices.Clone(idx[:head]), 1<<62)
+		},
+		"2^32-1 arms": func(_ string, idx []byte) []byte {
+			b := slices.Clone(idx)
+			binary.LittleEndian.PutUint32(b[len(trajIndexMagic)+8:], math.MaxUint32)
+			return b
+		},
+		"negative offset": func(_ string, idx []byte) []byte {
+			b := slices.Clone(idx)
+			binary.LittleEndian.PutUint64(b[len(b)-8:], uint64(1<<63))
+			return b
+		},
+		"offset past the end": func(_ string, idx []byte) []byte {
+			b := slices.Clone(idx)
+			binary.LittleEndian.PutUint64(b[len(b)-8:], 1<<40)
+			return b
+		},
+		"negative length covered": func(dir string, idx []byte) []byte {
+			b := slices.Clone(idx)
+			binary.LittleEndian.PutUint64(b[len(trajIndexMagic):], uint64(1<<63))
+			return b
+		},
 		"stale offsets": func(dir string, idx []byte) []byte {
 			// The same lines in another order: same length, other offsets.
 			p := filepath.Join(dir, TrajectoriesFile)
@@ -155,6 +183,18 @@ func TestTrajectoriesIndexDamaged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// idxHeaderLen is the length of an index file's bytes before its entry count.
+func idxHeaderLen(t *testing.T, idx []byte) int {
+	t.Helper()
+	n := len(trajIndexMagic) + 8
+	narms := binary.LittleEndian.Uint32(idx[n:])
+	n += 4
+	for range narms {
+		n += 4 + int(binary.LittleEndian.Uint32(idx[n:]))
+	}
+	return n
 }
 
 func TestTrajectoriesIndexErrors(t *testing.T) {
