@@ -181,13 +181,13 @@ func (d *Data) overview(l linker) *Overview {
 		}
 		o.Runs = append(o.Runs, ri)
 	}
-	o.Overall = scoreRow(&e.Overall, l.rollouts(Query{Run: -1, Sort: "task"}))
+	o.Overall = scoreRow(&e.Overall, l.rollouts(AllRollouts()))
 	o.Overall.Scope = "all"
 	for i := range e.ByArm {
-		o.Arms = append(o.Arms, scoreRow(&e.ByArm[i], l.rollouts(Query{Run: -1, Arm: e.ByArm[i].Arm, Sort: "task"})))
+		o.Arms = append(o.Arms, scoreRow(&e.ByArm[i], l.rollouts(allWith(func(q *Query) { q.Arm = e.ByArm[i].Arm }))))
 	}
 	for i := range e.ByGroup {
-		o.Groups = append(o.Groups, scoreRow(&e.ByGroup[i], l.rollouts(Query{Run: -1, Group: e.ByGroup[i].Group, Sort: "task"})))
+		o.Groups = append(o.Groups, scoreRow(&e.ByGroup[i], l.rollouts(allWith(func(q *Query) { q.Group = e.ByGroup[i].Group }))))
 	}
 	armLabel := func(s *report.Scores) string {
 		if s.Arm != "" && s.Group == "" {
@@ -230,7 +230,7 @@ func (d *Data) overview(l linker) *Overview {
 		}
 		o.Hists = append(o.Hists, newHistogram(c.id, c.title, vals, c.whole))
 	}
-	o.FailedLink = l.rollouts(Query{Run: -1, Sort: "failure", Desc: true})
+	o.FailedLink = l.rollouts(allWith(func(q *Query) { q.Sort, q.Desc = "failure", true }))
 	o.Board, o.BoardMethod = d.board(l)
 	for _, p := range d.defaultPairs() {
 		if u := l.compare(p[0], p[1]); u != "" {

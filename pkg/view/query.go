@@ -34,6 +34,19 @@ var sortKeys = []string{"task", "repeat", "arm", "reward", "termination", "failu
 // DefaultPageSize is the number of rows a page of the table shows.
 const DefaultPageSize = 50
 
+// AllRollouts is the query of the whole table, unfiltered, by task, its first page: the one to
+// start a link's query from (a zero Query is not it: its bounds and page size are 0).
+func AllRollouts() Query {
+	return Query{Run: -1, Min: math.NaN(), Max: math.NaN(), Sort: "task", PageSize: DefaultPageSize}
+}
+
+// allWith is AllRollouts changed by set.
+func allWith(set func(*Query)) Query {
+	q := AllRollouts()
+	set(&q)
+	return q
+}
+
 // ParseQuery reads a query from a URL's values; an error names the parameter.
 func ParseQuery(v url.Values, runs int) (Query, error) {
 	q := Query{Run: -1, Arm: v.Get("arm"), Term: v.Get("termination"), Fail: v.Get("failure"), Group: v.Get("group"),
@@ -97,13 +110,13 @@ func (q Query) Values() url.Values {
 	set("group", q.Group)
 	set("endpoint", q.Endpoint)
 	set("q", q.Text)
-	if !math.IsNaN(q.Min) {
+	if q.hasBounds && !math.IsNaN(q.Min) {
 		v.Set("min", strconv.FormatFloat(q.Min, 'g', -1, 64))
 	}
-	if !math.IsNaN(q.Max) {
+	if q.hasBounds && !math.IsNaN(q.Max) {
 		v.Set("max", strconv.FormatFloat(q.Max, 'g', -1, 64))
 	}
-	if q.Sort != "task" {
+	if q.Sort != "task" && q.Sort != "" {
 		v.Set("sort", q.Sort)
 	}
 	if q.Desc {
@@ -112,7 +125,7 @@ func (q Query) Values() url.Values {
 	if q.Page > 0 {
 		v.Set("page", strconv.Itoa(q.Page))
 	}
-	if q.PageSize != DefaultPageSize {
+	if q.PageSize > 0 && q.PageSize != DefaultPageSize {
 		v.Set("size", strconv.Itoa(q.PageSize))
 	}
 	return v

@@ -187,7 +187,7 @@ func (serverLinks) pair(a, b Key) string {
 
 func (h *Handler) nav() []Link {
 	l := serverLinks{}
-	nav := []Link{{"Overview", "/"}, {"Rollouts", l.rollouts(Query{Run: -1, Sort: "task"})}}
+	nav := []Link{{"Overview", "/"}, {"Rollouts", l.rollouts(AllRollouts())}}
 	if p := h.d.defaultPairs(); len(p) > 0 {
 		nav = append(nav, Link{"Compare", l.compare(p[0][0], p[0][1])})
 	}
