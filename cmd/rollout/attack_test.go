@@ -298,6 +298,119 @@ var attacks = []attack{
 	},
 
 	// ---- merge trusts what a shard says ----
+	{
+		name: "merge of a shard marked complete whose journal was cut",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t)
+			f.cutLines(t, "s1/journal.jsonl", 4)
+			return args
+		},
+		exit:   2,
+		stderr: "s1: shard 1/2 is marked complete, but its journal has 8 of its 12 rollouts",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name: "merge --partial of a shard marked complete whose journal was cut",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t, "--partial")
+			f.cutLines(t, "s1/journal.jsonl", 4)
+			return args
+		},
+		exit:   0,
+		stderr: "8 of its 12 rollouts",
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchanged(t)
+			mf, err := rundir.ReadManifest(f.file("merged"))
+			if err != nil || mf.Complete != nil || len(mf.Short) != 1 || mf.Short[0].Records != 8 || mf.Short[0].Rollouts != 12 || mf.Short[0].Shard != 1 {
+				t.Errorf("the merged manifest: %+v (%v), want not complete, shard 1 short: 8 of 12", mf, err)
+			}
+			if n := len(readRecords(t, f.file("merged"))); n != 20 {
+				t.Errorf("%d records merged, want 20", n)
+			}
+		},
+	},
+	{
+		name: "merge of a shard marked complete whose journal was cut, the input gone",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t)
+			f.cutLines(t, "s1/journal.jsonl", 4)
+			os.Remove(f.tasks)
+			f.sums = f.hashes(t)
+			return args
+		},
+		exit:   2,
+		stderr: "s1: shard 1/2 is marked complete, but its journal has 8 of its 12 rollouts",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name: "report of shards, one marked complete whose journal was cut",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.shards(t)
+			f.cutLines(t, "s1/journal.jsonl", 4)
+			return []string{"report", f.file("s0"), f.file("s1")}
+		},
+		exit:   2,
+		stderr: "8 of its 12 rollouts",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "merge of a shard with a record of a task past the input",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t)
+			f.strayRecord(t, "s0", func(m map[string]any) { m["task_index"] = 6 })
+			return args
+		},
+		exit:   2,
+		stderr: "task 6 is past the input's 6 tasks",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name: "merge of a shard with a record of repeat 7 of 2",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t)
+			f.strayRecord(t, "s0", func(m map[string]any) { m["rollout_index"] = 7 })
+			return args
+		},
+		exit:   2,
+		stderr: "repeat 7 is past --num-repeats 2",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name: "merge of a shard with a record of an arm the config never had",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t, "--partial")
+			f.strayRecord(t, "s1", func(m map[string]any) { m["arm"] = "ghost" })
+			return args
+		},
+		exit:   2,
+		stderr: "arm ghost is not one of the run's arms (single, multi)",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
+	{
+		name: "report of shards, one with a record of repeat 7",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.shards(t)
+			f.strayRecord(t, "s1", func(m map[string]any) { m["rollout_index"] = 7 })
+			return []string{"report", f.file("s0"), f.file("s1")}
+		},
+		exit:   2,
+		stderr: "repeat 7 is past --num-repeats 2",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "merge of a shard without trajectories.jsonl",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t)
+			if err := os.Remove(f.file("s1/trajectories.jsonl")); err != nil {
+				t.Fatal(err)
+			}
+			f.sums = f.hashes(t)
+			return args
+		},
+		exit:   2,
+		stderr: "s1: 12 records, but trajectories.jsonl has the trajectories of 0 of them",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t); f.absent(t, "merged/manifest.json") },
+	},
 
 	// ---- Values from the network taken unchecked ----
 	usageAttack("usage -5000 from the model", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, false),
@@ -714,4 +827,31 @@ func firstRecord(t *testing.T, run string) record.Record {
 	}
 	t.Fatal("no record of arm multi")
 	return record.Record{}
+}
+
+// cutLines removes the last n lines of the file name (in the row's directory), and counts the
+// result as an input that must not change.
+func (f *attackFixture) cutLines(t *testing.T, name string, n int) {
+	t.Helper()
+	lines := strings.SplitAfter(readFile(t, f.file(name)), "\n")
+	lines = lines[:len(lines)-1-n] // the empty string after the last newline, and n lines
+	f.write(t, name, strings.Join(lines, ""))
+}
+
+// strayRecord appends to the journal of the run in dir a copy of its first record, changed by
+// edit, and counts it as an input that must not change.
+func (f *attackFixture) strayRecord(t *testing.T, dir string, edit func(m map[string]any)) {
+	t.Helper()
+	journal := filepath.Join(dir, rundir.JournalFile)
+	content := readFile(t, f.file(journal))
+	var m map[string]any
+	if err := json.Unmarshal([]byte(content[:strings.IndexByte(content, '\n')]), &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	line, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.write(t, journal, content+string(line)+"\n")
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
+	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/rundir"
@@ -59,7 +62,7 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 	if err != nil {
 		return badUsage("merge: %v", err)
 	}
-	r, err := rundir.OpenRun(paths, rundir.OpenOptions{Partial: a.partial})
+	r, err := rundir.OpenRun(paths, rundir.OpenOptions{Partial: a.partial, Expect: expectOf})
 	if err != nil {
 		return badUsage("merge: %v", err)
 	}
@@ -87,7 +90,11 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "rollout: merged %d of %d shards (%d rollouts) into %s\n", len(r.Dirs), r.Shards, fin.Summary.Rollouts, a.out)
-	if len(r.Missing) > 0 || len(r.Incomplete) > 0 {
+	for _, s := range r.Short {
+		fmt.Fprintf(e.stderr, "rollout: warning: --partial: %s: shard %d/%d is marked complete, but has %d of its %d rollouts (%d with a trajectory); %s says which are missing\n",
+			s.Dir, s.Shard, r.Shards, s.Records, s.Rollouts, s.Trajectories, filepath.Join(a.out, rundir.ManifestFile))
+	}
+	if len(r.Missing) > 0 || len(r.Incomplete) > 0 || len(r.Short) > 0 {
 		var missing []string
 		for _, i := range r.Missing {
 			missing = append(missing, fmt.Sprintf("%d/%d", i, r.Shards))
@@ -96,6 +103,34 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 			dashList(missing), dashList(r.Incomplete), a.out)
 	}
 	return nil
+}
+
+// expectOf is what the records of the run of manifest m must be: its config's arms and
+// repeats, and its input's tasks (after --limit) when the input is there with the bytes the
+// manifest hashed.
+func expectOf(m *rundir.Manifest) (*rundir.Expect, error) {
+	var cfg runConfig
+	if err := json.Unmarshal(m.Config, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: config: %v", rundir.ManifestFile, err)
+	}
+	x := &rundir.Expect{Repeats: cfg.Repeats, Tasks: -1}
+	for _, a := range cfg.Arms {
+		name, _, _ := strings.Cut(a, "=")
+		x.Arms = append(x.Arms, name)
+	}
+	if m.Input == "-" || m.InputSHA256 == "" {
+		return x, nil
+	}
+	if sum, err := rundir.HashFile(m.Input); err != nil || sum != m.InputSHA256 {
+		return x, nil // the input moved or changed: the counts come from the manifests
+	}
+	if n, err := dataset.Count(m.Input); err == nil && n >= 0 {
+		x.Tasks = int64(n)
+		if cfg.Limit > 0 && x.Tasks > int64(cfg.Limit) {
+			x.Tasks = int64(cfg.Limit)
+		}
+	}
+	return x, nil
 }
 
 func dashList(s []string) string {
@@ -148,7 +183,7 @@ func runArgs(paths []string) ([]runArg, error) {
 		if ds == nil {
 			continue
 		}
-		r, err := rundir.OpenRun(ds, rundir.OpenOptions{})
+		r, err := rundir.OpenRun(ds, rundir.OpenOptions{Expect: expectOf})
 		if err != nil {
 			return nil, fmt.Errorf("the shards %s: %w", strings.Join(ds, ", "), err)
 		}

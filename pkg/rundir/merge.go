@@ -88,6 +88,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 		}
 	}
 	var intern record.Decoder
+	r.Short = nil
 	for i, dir := range r.Dirs {
 		journal := files[JournalFile]
 		done, err := r.scanDir(i, func(line []byte, _ *record.Record) error { return journal.writeLine(line) }, problem)
@@ -96,6 +97,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 		}
 		// A side line is kept when it is the first of a record kept: an unfinished shard may
 		// have lines of rollouts that had no record yet.
+		trajectories := 0
 		for _, side := range []struct{ name, task, rollout, arm string }{
 			{TrajectoriesFile, "task_index", "rollout_index", "arm"},
 			{NemoGymFile, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey},
@@ -116,7 +118,11 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 			if err != nil {
 				return fin, err
 			}
+			if side.name == TrajectoriesFile {
+				trajectories = len(seen)
+			}
 		}
+		r.checkCount(i, done, trajectories, problem)
 	}
 	if err := runProblems(problems, extra); err != nil {
 		return fin, err
@@ -130,7 +136,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 		}
 	}
 	mf := *r.Manifest
-	mf.MergedFrom, mf.Missing, mf.CreatedAt = r.Dirs, r.Missing, time.Now().UTC()
+	mf.MergedFrom, mf.Missing, mf.Short, mf.CreatedAt = r.Dirs, r.Missing, r.Short, time.Now().UTC()
 	mf.Dir = ResolvePath(out)
 	if o.NemoGym != "" {
 		mf.JSONLOut = relativeTo(mf.Dir, ResolvePath(o.NemoGym))
@@ -138,7 +144,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 	if err := WriteManifest(out, &mf); err != nil {
 		return fin, err
 	}
-	return Finish(out, FinishOptions{Stats: o.Stats, NemoGym: o.NemoGym, Complete: len(r.Missing) == 0 && len(r.Incomplete) == 0})
+	return Finish(out, FinishOptions{Stats: o.Stats, NemoGym: o.NemoGym, Complete: len(r.Missing) == 0 && len(r.Incomplete) == 0 && len(r.Short) == 0})
 }
 
 // mergedFile is a file of the merged run, written a line at a time, counting its lines.

@@ -60,6 +60,9 @@ type Manifest struct {
 	MergedFrom []string `json:"merged_from,omitempty"`
 	// Missing lists the shards a partial merge did not have (by index).
 	Missing []int `json:"missing_shards,omitempty"`
+	// Short lists the shards a partial merge took although they lack records or trajectories
+	// their manifests say they finished with.
+	Short []ShortShard `json:"short_shards,omitempty"`
 }
 
 // Shard is the part of a sharded run a directory holds: the tasks whose index is Index mod

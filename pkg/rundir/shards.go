@@ -33,13 +33,46 @@ type Run struct {
 	// not end with every rollout recorded: both empty unless OpenOptions.Partial.
 	Missing    []int
 	Incomplete []string
+	// Short lists the shards marked complete that lack records or trajectories, found by a
+	// scan (Scan, Merge) of a Partial run; without Partial they are refused.
+	Short []ShortShard
+
+	expect   *Expect
+	partial  bool
+	complete []int // per directory: the records its manifest says it completed with (-1: not complete)
+}
+
+// Expect is what a run's records must be, from its config and input: every record of an arm
+// of Arms, a repeat below Repeats and a task below Tasks, and a directory marked complete has
+// one record of each (task of its shard, repeat, arm).
+type Expect struct {
+	Arms    []string // the arms' names (none: any)
+	Repeats int      // --num-repeats (0: any)
+	Tasks   int64    // the tasks of the input the run runs (after --limit); -1 when unknown
+}
+
+// ShortShard is a shard marked complete that lacks records or their trajectories, as a
+// partial merge records it in its manifest.
+type ShortShard struct {
+	Dir          string `json:"dir"`
+	Shard        int    `json:"shard"`
+	Rollouts     int    `json:"rollouts"`     // the rollouts the shard has (its tasks × repeats × arms)
+	Records      int    `json:"records"`      // the records found
+	Trajectories int    `json:"trajectories"` // the records found with a trajectory
+	// Missing names the first rollouts without a record ("task 5 repeat 1 arm multi"), when
+	// the input is known.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // OpenOptions say what OpenRun accepts.
 type OpenOptions struct {
 	// Partial accepts a sharded run with shards missing or not complete (listed in
-	// Run.Missing and Run.Incomplete) rather than refusing it.
+	// Run.Missing and Run.Incomplete), or marked complete but short of records (listed in
+	// Run.Short by a scan), rather than refusing it.
 	Partial bool
+	// Expect, when set, says what the records of the run of a manifest must be; each record
+	// and each directory's count are checked against it by Scan and Merge.
+	Expect func(m *Manifest) (*Expect, error)
 }
 
 // A RunError is a set of directories that are not one run, with every reason found.
@@ -144,7 +177,15 @@ func OpenRun(dirs []string, o OpenOptions) (*Run, error) {
 	}
 	n := first.Shard.Count
 	byIndex := make([][]string, n)
-	r := &Run{Manifest: identity(first), Shards: n}
+	r := &Run{Manifest: identity(first), Shards: n, partial: o.Partial}
+	if o.Expect != nil {
+		x, err := o.Expect(first)
+		if err != nil {
+			return nil, &RunError{Problems: append(problems, fmt.Sprintf("%s: %v", dirs[0], err))}
+		}
+		r.expect = x
+	}
+	completed := map[string]int{}
 	for i, m := range mfs {
 		if m.Shard.Index < 0 || m.Shard.Index >= n {
 			problems = append(problems, fmt.Sprintf("%s: shard %s is out of range", dirs[i], m.Shard))
@@ -153,6 +194,8 @@ func OpenRun(dirs []string, o OpenOptions) (*Run, error) {
 		byIndex[m.Shard.Index] = append(byIndex[m.Shard.Index], dirs[i])
 		if m.Complete == nil {
 			r.Incomplete = append(r.Incomplete, dirs[i])
+		} else {
+			completed[dirs[i]] = m.Complete.Rollouts
 		}
 	}
 	for i, ds := range byIndex {
@@ -162,7 +205,11 @@ func OpenRun(dirs []string, o OpenOptions) (*Run, error) {
 		case len(ds) > 1:
 			problems = append(problems, fmt.Sprintf("shard %d/%d given %d times: %s", i, n, len(ds), strings.Join(ds, ", ")))
 		default:
-			r.Dirs, r.Index = append(r.Dirs, ds[0]), append(r.Index, i)
+			c, ok := completed[ds[0]]
+			if !ok {
+				c = -1
+			}
+			r.Dirs, r.Index, r.complete = append(r.Dirs, ds[0]), append(r.Index, i), append(r.complete, c)
 		}
 	}
 	if !o.Partial {
@@ -184,7 +231,7 @@ func OpenRun(dirs []string, o OpenOptions) (*Run, error) {
 // identity is m without what belongs to one directory: its shard, completion and resumes.
 func identity(m *Manifest) *Manifest {
 	c := *m
-	c.Shard, c.Complete, c.Resumes, c.MergedFrom, c.Missing, c.JSONLOut = nil, nil, nil, nil, nil, ""
+	c.Shard, c.Complete, c.Resumes, c.MergedFrom, c.Missing, c.Short, c.JSONLOut, c.Dir = nil, nil, nil, nil, nil, nil, "", ""
 	return &c
 }
 
@@ -235,19 +282,80 @@ const maxNamed = 20
 func (r *Run) Scan(fn func(rec *record.Record) error) error {
 	var problems []string
 	extra := 0
+	problem := func(p string) {
+		if len(problems) < maxNamed {
+			problems = append(problems, p)
+		} else {
+			extra++
+		}
+	}
+	r.Short = nil
 	for i := range r.Dirs {
-		_, err := r.scanDir(i, func(_ []byte, rec *record.Record) error { return fn(rec) }, func(p string) {
-			if len(problems) < maxNamed {
-				problems = append(problems, p)
-			} else {
-				extra++
-			}
-		})
+		done, err := r.scanDir(i, func(_ []byte, rec *record.Record) error { return fn(rec) }, problem)
 		if err != nil {
 			return err
 		}
+		r.checkCount(i, done, -1, problem)
 	}
 	return runProblems(problems, extra)
+}
+
+// shardTasks is the number of the tasks [0, tasks) of shard index of count (count 0: all).
+func shardTasks(tasks int64, index, count int) int64 {
+	if count == 0 {
+		return tasks
+	}
+	if int64(index) >= tasks {
+		return 0
+	}
+	return (tasks - int64(index) + int64(count) - 1) / int64(count)
+}
+
+// checkCount checks that directory i, when its manifest marks it complete, has a record of
+// each of its rollouts (done are its records' keys) and, when trajectories is not -1, that
+// many of them with a trajectory: a short one is a problem, or with Partial a ShortShard.
+func (r *Run) checkCount(i int, done record.Done, trajectories int, problem func(string)) {
+	if r.complete == nil || r.complete[i] < 0 {
+		return // not marked complete: refused, or listed as Incomplete, by OpenRun
+	}
+	want := r.complete[i]
+	x := r.expect
+	if x != nil && x.Tasks >= 0 && len(x.Arms) > 0 && x.Repeats > 0 {
+		want = int(shardTasks(x.Tasks, r.Index[i], r.Shards)) * len(x.Arms) * x.Repeats
+	}
+	if trajectories < 0 {
+		trajectories = len(done)
+	}
+	if len(done) == want && trajectories == len(done) {
+		return
+	}
+	dir := r.Dirs[i]
+	what := fmt.Sprintf("%s: shard %d/%d is marked complete, but its journal has %d of its %d rollouts", dir, r.Index[i], r.Shards, len(done), want)
+	if len(done) == want {
+		what = fmt.Sprintf("%s: %d records, but %s has the trajectories of %d of them", dir, len(done), TrajectoriesFile, trajectories)
+	}
+	var missing []string
+	if x != nil && x.Tasks >= 0 && len(done) < want {
+		for t := int64(r.Index[i]); t < x.Tasks && len(missing) < maxNamed; t += int64(max(r.Shards, 1)) {
+			for k := 0; k < x.Repeats && len(missing) < maxNamed; k++ {
+				for _, arm := range x.Arms {
+					if !done.Has(t, int64(k), arm) && len(missing) < maxNamed {
+						missing = append(missing, fmt.Sprintf("task %d repeat %d arm %s", t, k, arm))
+					}
+				}
+			}
+		}
+		what += " (missing: " + strings.Join(missing, ", ")
+		if want-len(done) > len(missing) {
+			what += fmt.Sprintf(" and %d more", want-len(done)-len(missing))
+		}
+		what += ")"
+	}
+	if !r.partial {
+		problem(what)
+		return
+	}
+	r.Short = append(r.Short, ShortShard{Dir: dir, Shard: r.Index[i], Rollouts: want, Records: len(done), Trajectories: trajectories, Missing: missing})
 }
 
 func runProblems(problems []string, extra int) error {
@@ -288,6 +396,23 @@ func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, pro
 			return fmt.Errorf("%s:%d: not a record: %v", path, n, res.err)
 		}
 		rec := &res.rec
+		if x := r.expect; x != nil {
+			why := ""
+			switch {
+			case len(x.Arms) > 0 && !slices.Contains(x.Arms, rec.Arm):
+				why = fmt.Sprintf("arm %s is not one of the run's arms (%s)", rec.Arm, strings.Join(x.Arms, ", "))
+			case rec.RolloutIndex < 0 || x.Repeats > 0 && rec.RolloutIndex >= int64(x.Repeats):
+				why = fmt.Sprintf("repeat %d is past --num-repeats %d", rec.RolloutIndex, x.Repeats)
+			case rec.TaskIndex < 0:
+				why = fmt.Sprintf("task %d is not a task index", rec.TaskIndex)
+			case x.Tasks >= 0 && rec.TaskIndex >= x.Tasks:
+				why = fmt.Sprintf("task %d is past the input's %d tasks", rec.TaskIndex, x.Tasks)
+			}
+			if why != "" {
+				problem(fmt.Sprintf("%s:%d: %s", path, n, why))
+				return nil
+			}
+		}
 		if r.Shards > 0 && int(rec.TaskIndex)%r.Shards != r.Index[i] {
 			problem(fmt.Sprintf("%s:%d: task %d belongs to shard %d/%d, not to this directory's %d/%d", path, n, rec.TaskIndex,
 				int(rec.TaskIndex)%r.Shards, r.Shards, r.Index[i], r.Shards))
