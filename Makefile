@@ -145,7 +145,7 @@ soak:
 # rollout against a real inference server: llama.cpp's llama-server, built from the llama.cpp
 # source in the npm package node-llama-cpp (pinned) with cmake and g++ (about 10 minutes on 2
 # cores, once: the binary is cached in $(INTEROP_CACHE)), with tiny generated Qwen2 models.
-# See README.md, "Against a real model". Without its prerequisites it says so and skips, but
+# See docs/interop.md. Without its prerequisites it says so and skips, but
 # under CI=true it fails.
 INTEROP_CACHE ?= $(HOME)/.cache/rollout-interop
 interop:
@@ -168,12 +168,12 @@ interop:
 # processes sharing their sessions in a real redis-server (behind a round-robin proxy, as a
 # Service), the simulator, 4 `rollout run --shard I/4` processes at once, one killed with -9
 # mid-run and started again with the same command (--resume=auto), `rollout merge`; the merge
-# is checked against the same job run as one process. About 20 s on 2 cores. See README.md,
-# "Running on Kubernetes".
+# is checked against the same job run as one process. About 20 s on 2 cores. See
+# docs/kubernetes.md.
 scale-demo:
 	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo$$' -v -count=1 -timeout 5m ./cmd/rollout
 
-# The README's screenshots of rollout view (docs/img/view-*.png), taken by the browser tests
+# The screenshots of rollout view in docs/statistics.md (docs/img/view-*.png), taken by the browser tests
 # (headless Chromium) from make run's output. The test binary runs from here, so that the pages
 # name the runs as a reader would type them (out/extraction), not by this checkout's path.
 screenshots: run

@@ -48,7 +48,7 @@ const DefaultAutoMax = 1024
 func fleetFlagSet(fs *flag.FlagSet, f *runFlags) {
 	f.concurrency = runner.DefaultConcurrency
 	fs.Var(&concurrencyFlag{n: &f.concurrency, auto: &f.fleet.auto}, "concurrency",
-		"`N` rollouts in flight, or auto[:MAX] (README \"Fleets\")")
+		"`N` rollouts in flight, or auto[:MAX] (docs/fleets.md)")
 	fs.StringVar(&f.fleet.route, "route", string(fleet.Affinity), "with several endpoints, `ROUTE`: affinity (a task's rollouts stay on one endpoint, under a load bound), least-outstanding, round-robin")
 	fs.IntVar(&f.fleet.ejectAfter, "eject-after", fleet.DefaultEjectAfter, "with several endpoints, eject one after `N` consecutive failures (connection, 5xx, timeout) until it answers a probe")
 	fs.Float64Var(&f.fleet.loadFactor, "load-factor", fleet.DefaultLoadFactor, "affinity's load bound `F`: an endpoint takes new tasks while within F times its share of the requests in flight")
