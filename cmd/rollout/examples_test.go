@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,19 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// freeAddr is a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+	"github.com/rollout-dev/rollout/internal/testnet"
+)
 
 // startCart builds examples/cart and starts it as a process of its own; it returns its URL.
 func startCart(t *testing.T) string {
@@ -35,14 +24,13 @@ func startCart(t *testing.T) string {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/cart").CombinedOutput(); err != nil {
 		t.Fatalf("go build examples/cart: %v\n%s", err, out)
 	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--addr", addr)
+	url := testnet.ClosedPort(t) // a port free a moment ago
+	cmd := exec.Command(bin, "--addr", strings.TrimPrefix(url, "http://"))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	url := "http://" + addr
 	for end := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if resp, err := http.Get(url + "/"); err == nil {
 			resp.Body.Close()
