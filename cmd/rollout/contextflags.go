@@ -21,7 +21,7 @@ type contextFlags struct {
 // define adds the flags to fs.
 func (c *contextFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&c.context, "context", "", "`CTX` sent each round: full, window:N, budget:TOKENS, briefing, or a list")
-	fs.StringVar(&c.briefingPrompt, "briefing-prompt", "", "the briefing strategy's request, from `FILE` (default: the one in docs/context.md)")
+	fs.StringVar(&c.briefingPrompt, "briefing-prompt", "", "the briefing strategy's request, from `FILE` (default: docs/context.md's)")
 	fs.BoolVar(&c.degrade, "degrade", false, "after --max-failed-rounds failed rounds, ask for an answer without tools")
 }
 
