@@ -418,6 +418,49 @@ var attacks = []attack{
 	usageAttack("usage 9e18 from the model", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, false),
 	usageAttack("usage 9e18 from the model, with --metrics-addr", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, true),
 
+	{
+		name: "report of shards, one whose journal has a line that is not a record",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.shards(t)
+			f.insertLine(t, "s1/journal.jsonl", 3, `{"foo":1}`)
+			return []string{"report", f.file("s0"), f.file("s1")}
+		},
+		exit:   2,
+		stderr: "journal.jsonl:4: not a record",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "merge of shards, one whose journal has a line that is not a record",
+		args: func(t *testing.T, f *attackFixture) []string {
+			args := f.merge(t)
+			f.insertLine(t, "s0/journal.jsonl", 12, `{"foo":1}`)
+			return args
+		},
+		exit:   2,
+		stderr: "journal.jsonl:13: not a record",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "resume of a run whose journal ends in a whole line that is not a record",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.insertLine(t, "run/journal.jsonl", 24, `{"foo":1}`)
+			return []string{"run", "--resume", "--out", f.run, "--quiet"}
+		},
+		exit:   2,
+		stderr: "journal.jsonl:25: not a record",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+	{
+		name: "resume --retry-failed of a run whose journal has a record without its arm",
+		args: func(t *testing.T, f *attackFixture) []string {
+			f.insertLine(t, "run/journal.jsonl", 5, `{"task_index":0,"rollout_index":0,"reward":1}`)
+			return []string{"run", "--resume", "--retry-failed", "--out", f.run, "--quiet"}
+		},
+		exit:   2,
+		stderr: "journal.jsonl:6: not a record",
+		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
+	},
+
 	// ---- Viewer and local servers ----
 	{
 		name: "show with a trajectories.idx claiming 2^62 entries",
@@ -854,4 +897,13 @@ func (f *attackFixture) strayRecord(t *testing.T, dir string, edit func(m map[st
 		t.Fatal(err)
 	}
 	f.write(t, journal, content+string(line)+"\n")
+}
+
+// insertLine inserts line after the first n lines of the file name, and counts the result as
+// an input that must not change.
+func (f *attackFixture) insertLine(t *testing.T, name string, n int, line string) {
+	t.Helper()
+	lines := strings.SplitAfter(readFile(t, f.file(name)), "\n")
+	lines = append(lines[:n], append([]string{line + "\n"}, lines[n:]...)...)
+	f.write(t, name, strings.Join(lines, ""))
 }

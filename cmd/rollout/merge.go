@@ -74,13 +74,14 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 		re *rundir.RunError
 		oe *rundir.OverlapError
 		pe *rundir.PrepareError
+		le *record.LineError
 	)
 	switch {
 	case errors.As(err, &pe) && pe.Problem == rundir.HoldsRun:
 		return badUsage("merge: --out %v: pass --overwrite to replace it, or choose another directory", err)
 	case errors.As(err, &pe) && pe.Problem == rundir.NemoGymExists:
 		return badUsage("merge: --jsonl-out %v: pass --overwrite to replace it, or choose another file", err)
-	case errors.As(err, &re), errors.As(err, &oe):
+	case errors.As(err, &re), errors.As(err, &oe), errors.As(err, &le):
 		return badUsage("merge: %v", err)
 	}
 	if err != nil {

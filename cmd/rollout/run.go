@@ -568,6 +568,10 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 		}
 		return nil, badUsage("--resume: %s; pass --force to resume anyway, or choose another --out", strings.Join(diffs, "; "))
 	case rundir.ResumeFailed:
+		var le *record.LineError
+		if errors.As(pe.Err, &le) {
+			return nil, badUsage("--resume: %v: the journal holds a line that is not a record; remove it (or restore the journal) and resume again", pe.Err)
+		}
 		return nil, fmt.Errorf("--resume: %w", pe.Err)
 	}
 	return nil, err

@@ -30,6 +30,7 @@ func fieldOfKey(key []byte) int {
 // keys and task fields), so that a record costs few allocations. It is not safe for
 // concurrent use.
 type Decoder struct {
+	seen    uint64 // the fields the last line record read had
 	names   map[string]string
 	last    [96]string // by slot: the string last read there, which the next record often repeats
 	scratch []byte
@@ -126,7 +127,7 @@ func (d *Decoder) decode(b []byte, r *Record) bool {
 // encoding/json would check them, but not kept), and reports whether it could.
 func (d *Decoder) Key(b []byte) (Key, bool) {
 	var r Record
-	ok := d.record(b, &r, false)
+	ok := d.record(b, &r, false) && d.seen&requiredSeen == requiredSeen
 	return Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm}, ok
 }
 
@@ -137,10 +138,12 @@ func (d *Decoder) record(b []byte, r *Record, full bool) bool {
 		return false
 	}
 	i = jsonfast.SkipSpace(b, i+1)
+	d.seen = 0
 	if i < len(b) && b[i] == '}' {
 		return jsonfast.SkipSpace(b, i+1) == len(b)
 	}
 	var seen uint64
+	defer func() { d.seen = seen }()
 	expect := 0 // the field the Sink writes next
 	for {
 		if i >= len(b) || b[i] != '"' {

@@ -359,3 +359,42 @@ func FuzzRecordDecoder(f *testing.F) {
 		}
 	})
 }
+
+// DecodeRecord refuses a line without the members every record has, through the fast path
+// and encoding/json alike, and names the ones missing.
+func TestDecodeRecordNeedsItsMembers(t *testing.T) {
+	full, err := json.Marshal(recordtest.Realistic(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := func(name string) string {
+		var m map[string]json.RawMessage
+		json.Unmarshal(full, &m)
+		delete(m, name)
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for _, tt := range []struct {
+		name, line, want string
+	}{
+		{"a record", string(full), ""},
+		{"a record with an unknown member (encoding/json)", strings.Replace(string(full), `{`, `{"extra":1,`, 1), ""},
+		{"a record with a key in another case (encoding/json)", strings.Replace(string(full), `"arm"`, `"ARM"`, 1), ""},
+		{"not a record", `{"foo":1}`, "no task_index, rollout_index, arm, started_at"},
+		{"empty object", `{}`, "no task_index, rollout_index, arm, started_at"},
+		{"no arm", without("arm"), "no arm ("},
+		{"no started_at", without("started_at"), "no started_at ("},
+		{"no task_index", without("task_index"), "no task_index ("},
+		{"no rollout_index, unknown member (encoding/json)", strings.Replace(without("rollout_index"), `{`, `{"extra":1,`, 1), "no rollout_index ("},
+	} {
+		var d record.Decoder
+		var r record.Record
+		err := d.DecodeRecord([]byte(tt.line), &r)
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+		if _, ok := d.Key([]byte(tt.line)); ok && tt.want != "" {
+			t.Errorf("%s: Key read a key", tt.name)
+		}
+	}
+}

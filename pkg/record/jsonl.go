@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/rollout-dev/rollout/internal/lines"
 )
@@ -32,10 +33,10 @@ func ScanJSONLInPlace(path string, fn func(rec *Record) error) error {
 	decoders := make([]Decoder, workers)
 	var lineErr error // a line's, or fn's: returned as it is
 	_, err = lines.Scan(f, workers, func(w int, line []byte, res *decodedLine) {
-		res.err = decoders[w].Decode(line, &res.rec)
+		res.err = decoders[w].DecodeRecord(line, &res.rec)
 	}, func(_ []byte, n int, res *decodedLine) error {
 		if res.err != nil {
-			lineErr = fmt.Errorf("%s:%d: not a record: %v", path, n, res.err)
+			lineErr = &LineError{Path: path, Line: n, Err: res.err}
 		} else {
 			lineErr = fn(&res.rec)
 		}
@@ -46,6 +47,16 @@ func ScanJSONLInPlace(path string, fn func(rec *Record) error) error {
 	}
 	return err
 }
+
+// A LineError is a journal line that is not a record.
+type LineError struct {
+	Path string
+	Line int // 1-based
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: not a record: %v", e.Path, e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
 
 // decodedLine is a journal line decoded: a record, or encoding/json's error.
 type decodedLine struct {
@@ -62,3 +73,47 @@ func (d *Decoder) Decode(line []byte, r *Record) error {
 	*r = Record{}
 	return json.Unmarshal(line, r)
 }
+
+// DecodeRecord is Decode for a journal's line, which must be a record: a line without the
+// members every record has (RequiredFields) is an error naming them, so that a line of
+// something else ({"foo":1}) is never read as the record of task 0, repeat 0, arm "".
+func (d *Decoder) DecodeRecord(line []byte, r *Record) error {
+	if d.decode(line, r) && d.seen&requiredSeen == requiredSeen {
+		return nil
+	}
+	*r = Record{}
+	if err := json.Unmarshal(line, r); err != nil {
+		return err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(line, &members); err != nil {
+		return err
+	}
+	var missing []string
+	for _, name := range RequiredFields {
+		found := false
+		for k := range members {
+			found = found || strings.EqualFold(k, name) // as encoding/json matches them
+		}
+		if !found {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no %s (a record has %s)", strings.Join(missing, ", "), strings.Join(RequiredFields, ", "))
+	}
+	return nil
+}
+
+// RequiredFields are the members every journal record has (the Sink writes them all; these
+// are the ones a record cannot be read without: its key, and when it ran).
+var RequiredFields = []string{"task_index", "rollout_index", "arm", "started_at"}
+
+// requiredSeen is RequiredFields as the fast path's set of fields seen.
+var requiredSeen = func() uint64 {
+	var m uint64
+	for _, name := range RequiredFields {
+		m |= 1 << recordFieldByName[name]
+	}
+	return m
+}()

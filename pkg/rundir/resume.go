@@ -278,11 +278,11 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 			}
 		}
 		rec := new(record.Record)
-		res.err = d.Decode(line, rec)
+		res.err = d.DecodeRecord(line, rec)
 		res.rec, res.key = rec, rec.Key()
 	}, func(_ []byte, n int, res *journalLine) (bool, error) {
 		if res.err != nil {
-			return false, fmt.Errorf("%s:%d: not a record: %v", jpath, n, res.err)
+			return false, &record.LineError{Path: jpath, Line: n, Err: res.err}
 		}
 		if keep == nil {
 			// One map access: a key already there leaves the length alone.

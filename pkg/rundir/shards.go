@@ -390,10 +390,10 @@ func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, pro
 	done := record.Done{}
 	_, err = lines.Scan(f, workers, func(w int, line []byte, res *decoded) {
 		*res = decoded{}
-		res.err = decoders[w].Decode(line, &res.rec)
+		res.err = decoders[w].DecodeRecord(line, &res.rec)
 	}, func(line []byte, n int, res *decoded) error {
 		if res.err != nil {
-			return fmt.Errorf("%s:%d: not a record: %v", path, n, res.err)
+			return &record.LineError{Path: path, Line: n, Err: res.err}
 		}
 		rec := &res.rec
 		if x := r.expect; x != nil {
