@@ -55,7 +55,9 @@ type LineError struct {
 	Err  error
 }
 
-func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: not a record: %v", e.Path, e.Line, e.Err) }
+func (e *LineError) Error() string {
+	return fmt.Sprintf("%s:%d: not a record: %v", e.Path, e.Line, e.Err)
+}
 func (e *LineError) Unwrap() error { return e.Err }
 
 // decodedLine is a journal line decoded: a record, or encoding/json's error.
