@@ -426,7 +426,7 @@ var attacks = []attack{
 			return []string{"report", f.file("s0"), f.file("s1")}
 		},
 		exit:   2,
-		stderr: "journal.jsonl:4: not a record",
+		stderr: "journal.jsonl:4: not a rollout record (no ",
 		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
 	},
 	{
@@ -437,7 +437,7 @@ var attacks = []attack{
 			return args
 		},
 		exit:   2,
-		stderr: "journal.jsonl:13: not a record",
+		stderr: "journal.jsonl:13: not a rollout record (no ",
 		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
 	},
 	{
@@ -447,7 +447,7 @@ var attacks = []attack{
 			return []string{"run", "--resume", "--out", f.run, "--quiet"}
 		},
 		exit:   2,
-		stderr: "journal.jsonl:25: not a record",
+		stderr: "journal.jsonl:25: not a rollout record (no ",
 		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
 	},
 	{
@@ -457,7 +457,7 @@ var attacks = []attack{
 			return []string{"run", "--resume", "--retry-failed", "--out", f.run, "--quiet"}
 		},
 		exit:   2,
-		stderr: "journal.jsonl:6: not a record",
+		stderr: "journal.jsonl:6: not a rollout record (no ",
 		check:  func(t *testing.T, f *attackFixture, r result) { f.unchanged(t) },
 	},
 

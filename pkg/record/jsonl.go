@@ -56,9 +56,20 @@ type LineError struct {
 }
 
 func (e *LineError) Error() string {
+	if m, ok := e.Err.(*MissingError); ok {
+		return fmt.Sprintf("%s:%d: not a rollout record (no %s): is this a journal?", e.Path, e.Line, strings.Join(m.Members, ", "))
+	}
 	return fmt.Sprintf("%s:%d: not a record: %v", e.Path, e.Line, e.Err)
 }
+
 func (e *LineError) Unwrap() error { return e.Err }
+
+// A MissingError is a JSON object without members every record has (RequiredFields).
+type MissingError struct{ Members []string }
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("no %s (a record has %s)", strings.Join(e.Members, ", "), strings.Join(RequiredFields, ", "))
+}
 
 // decodedLine is a journal line decoded: a record, or encoding/json's error.
 type decodedLine struct {
@@ -102,7 +113,7 @@ func (d *Decoder) DecodeRecord(line []byte, r *Record) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no %s (a record has %s)", strings.Join(missing, ", "), strings.Join(RequiredFields, ", "))
+		return &MissingError{Members: missing}
 	}
 	return nil
 }

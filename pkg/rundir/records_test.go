@@ -18,7 +18,7 @@ func TestScanJournal(t *testing.T) {
 		n               int
 	}{
 		{"records", good + good, "", 2},
-		{"a task file", good + `{"id":"t1","responses_create_params":{"input":"hi"}}` + "\n", p + ":2: not a rollout record (no started_at): is this a journal?", 1},
+		{"a task file", good + `{"id":"t1","responses_create_params":{"input":"hi"}}` + "\n", p + ":2: not a rollout record (no task_index, rollout_index, arm, started_at): is this a journal?", 1},
 		{"not JSON", good + "nope\n", p + ":", 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
