@@ -85,13 +85,14 @@ type ToolCall struct {
 
 // Round is one model call plus the tool calls it asked for.
 type Round struct {
-	Index          int        `json:"index"`
-	ModelLatencyMs float64    `json:"model_latency_ms"`
-	Usage          Usage      `json:"usage"`
-	FinishReason   string     `json:"finish_reason"`
-	Content        string     `json:"-"`
-	Reasoning      string     `json:"-"`
-	ToolCalls      []ToolCall `json:"tool_calls,omitempty"`
+	Index          int     `json:"index"`
+	ModelLatencyMs float64 `json:"model_latency_ms"`
+	Usage          Usage   `json:"usage"`
+	FinishReason   string  `json:"finish_reason"`
+	Content        string  `json:"-"`
+	// Reasoning is the answer's reasoning_content, kept for training data (export).
+	Reasoning string     `json:"reasoning,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 
 	// Endpoint names the endpoint of a pool that answered (EndpointHeader); "" with one endpoint.
 	Endpoint string `json:"endpoint,omitempty"`

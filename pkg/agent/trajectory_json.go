@@ -48,7 +48,7 @@ func (t *Trajectory) sizeHint() int {
 		}
 	}
 	for i := range t.Rounds {
-		n += 160 + len(t.Rounds[i].FinishReason) + 8*len(t.Rounds[i].PromptTokenIDs) + 8*len(t.Rounds[i].GenerationTokenIDs) + 24*len(t.Rounds[i].GenerationLogProbs) + len(t.Rounds[i].TokenNote)
+		n += 160 + len(t.Rounds[i].FinishReason) + len(t.Rounds[i].Reasoning) + 8*len(t.Rounds[i].PromptTokenIDs) + 8*len(t.Rounds[i].GenerationTokenIDs) + 24*len(t.Rounds[i].GenerationLogProbs) + len(t.Rounds[i].TokenNote)
 		for j := range t.Rounds[i].ToolCalls {
 			n += 96 + len(t.Rounds[i].ToolCalls[j].CallID) + len(t.Rounds[i].ToolCalls[j].Name)
 		}
@@ -171,6 +171,10 @@ func appendRound(b []byte, r *Round) ([]byte, bool) {
 	b = appendUsage(b, &r.Usage)
 	b = append(b, `,"finish_reason":`...)
 	b = jsonfast.AppendStringHTML(b, r.FinishReason)
+	if r.Reasoning != "" {
+		b = append(b, `,"reasoning":`...)
+		b = jsonfast.AppendStringHTML(b, r.Reasoning)
+	}
 	if len(r.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":`...)
 		if b, ok = appendList(b, r.ToolCalls, appendRoundCall); !ok {

@@ -41,7 +41,7 @@ func duckdbNode(t *testing.T) (string, []string) {
 
 // DuckDB, a reader we did not write, reads the rl Parquet export without custom code: the
 // nested columns have the types data tools expect (lists of structs, INTEGER[] and FLOAT[]
-// token arrays, a MAP of components), and the values are the JSONL export's.
+// token arrays, a list of name/value components), and the values are the JSONL export's.
 func TestRLParquetDuckDB(t *testing.T) {
 	node, env := duckdbNode(t)
 	dir := writeRun(t, 3, baseRun)
@@ -84,10 +84,10 @@ func TestRLParquetDuckDB(t *testing.T) {
 		types[c.Column_name] = c.Column_type
 	}
 	for col, want := range map[string]string{
-		"reward_components": "MAP(VARCHAR, DOUBLE)",
-		"messages":          `STRUCT("role" VARCHAR, "content" VARCHAR, tool_calls STRUCT(id VARCHAR, "type" VARCHAR, "function" STRUCT("name" VARCHAR, arguments VARCHAR))[], tool_call_id VARCHAR)[]`,
+		"reward_components": `STRUCT("name" VARCHAR, "value" DOUBLE)[]`,
+		"messages":          `STRUCT("role" VARCHAR, "content" VARCHAR, tool_calls STRUCT(id VARCHAR, "type" VARCHAR, "function" STRUCT("name" VARCHAR, arguments VARCHAR))[], tool_call_id VARCHAR, reasoning_content VARCHAR)[]`,
 		"calls":             "STRUCT(prompt_token_ids INTEGER[], generation_token_ids INTEGER[], generation_log_probs FLOAT[])[]",
-		"advantage":         "DOUBLE", "group_size": "INTEGER", "tools": "VARCHAR",
+		"advantage":         "DOUBLE", "group_size": "BIGINT", "tools": "VARCHAR",
 	} {
 		if types[col] != want {
 			t.Errorf("DuckDB reads %s as %s, want %s", col, types[col], want)
@@ -102,11 +102,7 @@ func TestRLParquetDuckDB(t *testing.T) {
 		var roles, contents, args []string
 		for _, m := range w.Messages {
 			roles = append(roles, m.Role)
-			c := ""
-			if m.Content != nil {
-				c = *m.Content
-			}
-			contents = append(contents, c)
+			contents = append(contents, m.Content)
 			for _, tc := range m.ToolCalls {
 				args = append(args, tc.Function.Arguments)
 			}
@@ -117,7 +113,7 @@ func TestRLParquetDuckDB(t *testing.T) {
 			ids = append(ids, c.GenerationTokenIDs...)
 			lps = append(lps, c.GenerationLogProbs...)
 		}
-		if g.TaskID != w.TaskID || g.Arm != w.Arm || g.Reward != w.Reward || g.Advantage != w.Advantage || g.Accuracy != w.RewardComponents["accuracy"] ||
+		if g.TaskID != w.TaskID || g.Arm != w.Arm || g.Reward != w.Reward || g.Advantage != w.Advantage || g.Accuracy != componentOf(w.RewardComponents, "accuracy") ||
 			!slices.Equal(g.Roles, roles) || !slices.Equal(g.Contents, contents) || !slices.Equal(g.Arguments, args) ||
 			!slices.Equal(g.IDs, ids) || !slices.Equal(g.LogProbs, lps) || g.ToolsCount != "1" {
 			t.Errorf("row %d: DuckDB %+v\nJSONL %+v", i, g, w)

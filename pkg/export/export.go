@@ -116,6 +116,8 @@ const (
 	DropMargin       = "best − worst below --min-margin"
 	DropPaired       = "neither chosen nor rejected"
 	DropNoAnswer     = "no model answer in the trajectory"
+	DropTruncated    = "a model answer cut off by the token limit (finish_reason length)"
+	DropMalformed    = "tool-call arguments that are not a JSON object"
 )
 
 // group is the statistics of one task's rollouts (Welford's running mean and M2).

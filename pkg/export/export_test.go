@@ -18,8 +18,8 @@ import (
 )
 
 type msg struct {
-	Role      string  `json:"role"`
-	Content   *string `json:"content"`
+	Role      string `json:"role"`
+	Content   string `json:"content"`
 	ToolCalls []struct {
 		ID       string `json:"id"`
 		Type     string `json:"type"`
@@ -28,7 +28,24 @@ type msg struct {
 			Arguments string `json:"arguments"`
 		} `json:"function"`
 	} `json:"tool_calls"`
-	ToolCallID string `json:"tool_call_id"`
+	ToolCallID       *string `json:"tool_call_id"`
+	ReasoningContent *string `json:"reasoning_content"`
+}
+
+// component is a reward component of an rl row.
+type component struct {
+	Name  string  `json:"name" parquet:"name"`
+	Value float64 `json:"value" parquet:"value"`
+}
+
+// componentOf is the value of the component named name (NaN when none).
+func componentOf(cs []component, name string) float64 {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return math.NaN()
 }
 
 type call struct {
@@ -39,24 +56,24 @@ type call struct {
 
 // rlLine is an rl row as JSON: every member named (unknown ones fail the decoding).
 type rlLine struct {
-	Run              string             `json:"run"`
-	TaskIndex        int64              `json:"task_index"`
-	TaskID           string             `json:"task_id"`
-	GroupID          string             `json:"group_id"`
-	Repeat           int64              `json:"repeat"`
-	Arm              string             `json:"arm"`
-	Reward           float64            `json:"reward"`
-	RewardComponents map[string]float64 `json:"reward_components"`
-	Advantage        float64            `json:"advantage"`
-	RewardMinusMean  float64            `json:"reward_minus_mean"`
-	GroupSize        int32              `json:"group_size"`
-	GroupMean        float64            `json:"group_mean"`
-	GroupStd         float64            `json:"group_std"`
-	Termination      string             `json:"termination"`
-	FailureClass     string             `json:"failure_class"`
-	Messages         []msg              `json:"messages"`
-	Tools            []map[string]any   `json:"tools"`
-	Calls            []call             `json:"calls"`
+	Run              string      `json:"run"`
+	TaskIndex        int64       `json:"task_index"`
+	TaskID           string      `json:"task_id"`
+	GroupID          string      `json:"group_id"`
+	Repeat           int64       `json:"repeat"`
+	Arm              string      `json:"arm"`
+	Reward           float64     `json:"reward"`
+	RewardComponents []component `json:"reward_components"`
+	Advantage        float64     `json:"advantage"`
+	RewardMinusMean  float64     `json:"reward_minus_mean"`
+	GroupSize        int64       `json:"group_size"`
+	GroupMean        float64     `json:"group_mean"`
+	GroupStd         float64     `json:"group_std"`
+	Termination      string      `json:"termination"`
+	FailureClass     string      `json:"failure_class"`
+	Messages         []msg       `json:"messages"`
+	Tools            string      `json:"tools"`
+	Calls            []call      `json:"calls"`
 }
 
 // baseRun: task 0 rewards 1, 0, 0.5, 1 and a failed rollout; task 1 all 1 (a uniform group),
@@ -162,8 +179,12 @@ func TestRL(t *testing.T) {
 				}
 			}
 			for _, r := range rows {
-				if r.FailureClass == "" && (len(r.Messages) != 5 || *r.Messages[1].Content != fmt.Sprintf("Count to %d.", r.TaskIndex) || r.Messages[2].Content != nil || r.Messages[2].ToolCalls[0].Function.Arguments == "" ||
-					r.Messages[3].ToolCallID != "call_1" || len(r.Tools) != 1 || r.Tools[0]["type"] != "function") {
+				var tools []map[string]any
+				if err := json.Unmarshal([]byte(r.Tools), &tools); err != nil {
+					t.Errorf("tools %q: %v", r.Tools, err)
+				}
+				if r.FailureClass == "" && (len(r.Messages) != 5 || r.Messages[1].Content != fmt.Sprintf("Count to %d.", r.TaskIndex) || r.Messages[2].Content != "" || r.Messages[2].ToolCalls[0].Function.Arguments == "" ||
+					r.Messages[3].ToolCallID == nil || *r.Messages[3].ToolCallID != "call_1" || r.Messages[2].ToolCallID != nil || len(tools) != 1 || tools[0]["type"] != "function") {
 					t.Errorf("task %d repeat %d: messages %+v tools %v", r.TaskIndex, r.Repeat, r.Messages, r.Tools)
 				}
 				tokens := r.TaskIndex == 0 && r.Repeat == 0
@@ -171,7 +192,7 @@ func TestRL(t *testing.T) {
 					!slices.Equal(r.Calls[1].PromptTokenIDs, []int32{1, 2, 3, 10, 0}) || !slices.Equal(r.Calls[1].GenerationLogProbs, []float32{-1.5})) {
 					t.Errorf("task %d repeat %d: calls %+v", r.TaskIndex, r.Repeat, r.Calls)
 				}
-				if r.FailureClass == "" && r.RewardComponents["accuracy"] != r.Reward {
+				if r.FailureClass == "" && (componentOf(r.RewardComponents, "accuracy") != r.Reward || len(r.RewardComponents) != 2 || r.RewardComponents[0].Name != "accuracy" || r.RewardComponents[1].Name != "steps") {
 					t.Errorf("components %v", r.RewardComponents)
 				}
 			}
@@ -202,15 +223,15 @@ func TestRLParquet(t *testing.T) {
 	for _, want := range []string{
 		"repeated group list {", // LIST-annotated columns
 		"required int32 element (INT(32,true))", "required float element",
-		"optional binary content (STRING)", "(MAP)",
+		"required binary content (STRING)", "optional binary tool_call_id (STRING)",
 	} {
 		if !strings.Contains(schema, want) {
 			t.Errorf("schema lacks %q:\n%s", want, schema)
 		}
 	}
 	type pqMsg struct {
-		Role      string  `parquet:"role"`
-		Content   *string `parquet:"content,optional"`
+		Role      string `parquet:"role"`
+		Content   string `parquet:"content"`
 		ToolCalls []struct {
 			ID       string `parquet:"id"`
 			Function struct {
@@ -220,13 +241,13 @@ func TestRLParquet(t *testing.T) {
 		} `parquet:"tool_calls,list"`
 	}
 	type pqRow struct {
-		TaskID           string             `parquet:"task_id"`
-		Repeat           int64              `parquet:"repeat"`
-		Arm              string             `parquet:"arm"`
-		Advantage        float64            `parquet:"advantage"`
-		RewardComponents map[string]float64 `parquet:"reward_components"`
-		Messages         []pqMsg            `parquet:"messages,list"`
-		Tools            string             `parquet:"tools"`
+		TaskID           string      `parquet:"task_id"`
+		Repeat           int64       `parquet:"repeat"`
+		Arm              string      `parquet:"arm"`
+		Advantage        float64     `parquet:"advantage"`
+		RewardComponents []component `parquet:"reward_components,list"`
+		Messages         []pqMsg     `parquet:"messages,list"`
+		Tools            string      `parquet:"tools"`
 		Calls            []struct {
 			Prompt []int32   `parquet:"prompt_token_ids,list"`
 			Gen    []int32   `parquet:"generation_token_ids,list"`
@@ -244,14 +265,14 @@ func TestRLParquet(t *testing.T) {
 	}
 	for i, got := range rows {
 		w := want[i]
-		if got.TaskID != w.TaskID || got.Repeat != w.Repeat || got.Arm != w.Arm || got.Advantage != w.Advantage || got.RewardComponents["accuracy"] != w.RewardComponents["accuracy"] {
+		if got.TaskID != w.TaskID || got.Repeat != w.Repeat || got.Arm != w.Arm || got.Advantage != w.Advantage || componentOf(got.RewardComponents, "accuracy") != componentOf(w.RewardComponents, "accuracy") {
 			t.Errorf("row %d: %+v, JSONL %+v", i, got, w)
 		}
 		if len(got.Messages) != len(w.Messages) || len(got.Calls) != len(w.Calls) {
 			t.Fatalf("row %d: %d messages %d calls, JSONL %d %d", i, len(got.Messages), len(got.Calls), len(w.Messages), len(w.Calls))
 		}
 		for j, m := range got.Messages {
-			if m.Role != w.Messages[j].Role || (m.Content == nil) != (w.Messages[j].Content == nil) || len(m.ToolCalls) != len(w.Messages[j].ToolCalls) {
+			if m.Role != w.Messages[j].Role || m.Content != w.Messages[j].Content || len(m.ToolCalls) != len(w.Messages[j].ToolCalls) {
 				t.Errorf("row %d message %d: %+v, JSONL %+v", i, j, m, w.Messages[j])
 			}
 		}

@@ -3,31 +3,35 @@ package export
 import (
 	"context"
 	"path/filepath"
+	"sort"
+
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // RLRow is one rollout for RL training (--format rl).
 type RLRow struct {
-	Run              string             `parquet:"run" json:"run"`
-	TaskIndex        int64              `parquet:"task_index" json:"task_index"`
-	TaskID           string             `parquet:"task_id" json:"task_id"`
-	GroupID          string             `parquet:"group_id" json:"group_id"`
-	Repeat           int64              `parquet:"repeat" json:"repeat"`
-	Arm              string             `parquet:"arm" json:"arm"`
-	Reward           float64            `parquet:"reward" json:"reward"`
-	RewardComponents map[string]float64 `parquet:"reward_components" json:"reward_components"`
+	Run              string      `parquet:"run" json:"run"`
+	TaskIndex        int64       `parquet:"task_index" json:"task_index"`
+	TaskID           string      `parquet:"task_id" json:"task_id"`
+	GroupID          string      `parquet:"group_id" json:"group_id"`
+	Repeat           int64       `parquet:"repeat" json:"repeat"`
+	Arm              string      `parquet:"arm" json:"arm"`
+	Reward           float64     `parquet:"reward" json:"reward"`
+	RewardComponents []Component `parquet:"reward_components,list" json:"reward_components"`
 	// Advantage is (reward − group mean) / (group std + Epsilon), the std the sample one.
 	Advantage float64 `parquet:"advantage" json:"advantage"`
 	// RewardMinusMean is reward − group mean (Dr. GRPO's advantage, without the std).
-	RewardMinusMean float64   `parquet:"reward_minus_mean" json:"reward_minus_mean"`
-	GroupSize       int32     `parquet:"group_size" json:"group_size"`
-	GroupMean       float64   `parquet:"group_mean" json:"group_mean"`
-	GroupStd        float64   `parquet:"group_std" json:"group_std"`
-	Termination     string    `parquet:"termination" json:"termination"`
-	FailureClass    string    `parquet:"failure_class" json:"failure_class"`
-	Messages        []Message `parquet:"messages,list" json:"messages"`
-	Tools           JSONText  `parquet:"tools" json:"tools"`
+	RewardMinusMean float64         `parquet:"reward_minus_mean" json:"reward_minus_mean"`
+	GroupSize       int64           `parquet:"group_size" json:"group_size"`
+	GroupMean       float64         `parquet:"group_mean" json:"group_mean"`
+	GroupStd        float64         `parquet:"group_std" json:"group_std"`
+	Termination     string          `parquet:"termination" json:"termination"`
+	FailureClass    string          `parquet:"failure_class" json:"failure_class"`
+	Messages        []OpenAIMessage `parquet:"messages,list" json:"messages"`
+	// Tools is the row's tools as JSON text ("[]" for none), in Parquet and JSONL alike.
+	Tools string `parquet:"tools" json:"tools"`
 	// Calls is each model call's tokens, in order; empty when the run did not capture them.
 	Calls []Call `parquet:"calls,list" json:"calls"`
 }
@@ -45,19 +49,32 @@ func (e *exporter) rlRow(ro *rollout) (*RLRow, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	comps := r.RewardComponents
-	if comps == nil {
-		comps = map[string]float64{}
-	}
 	std := g.std()
 	return &RLRow{
 		Run: filepath.Base(e.opt.Dirs[ro.dir]), TaskIndex: r.TaskIndex, TaskID: r.TaskID, GroupID: groupID(r),
-		Repeat: r.RolloutIndex, Arm: r.Arm, Reward: r.Reward, RewardComponents: comps,
+		Repeat: r.RolloutIndex, Arm: r.Arm, Reward: r.Reward, RewardComponents: components(r.RewardComponents),
 		Advantage: (r.Reward - g.mean) / (std + Epsilon), RewardMinusMean: r.Reward - g.mean,
-		GroupSize: int32(g.n), GroupMean: g.mean, GroupStd: std,
+		GroupSize: int64(g.n), GroupMean: g.mean, GroupStd: std,
 		Termination: r.Termination, FailureClass: string(r.FailureClass),
-		Messages: messages(ro.traj.Messages, false), Tools: tools, Calls: nonNilCalls(calls(ro.traj.Rounds)),
+		Messages: openaiMessages(ro.traj.Messages, false, promptLen(ro.traj.Messages), reasonings(ro.traj.Rounds)), Tools: tools, Calls: nonNilCalls(calls(ro.traj.Rounds)),
 	}, "", nil
+}
+
+// Component is one reward component: a list of them rather than a Parquet MAP, which HF
+// datasets has no feature type for.
+type Component struct {
+	Name  string  `parquet:"name" json:"name"`
+	Value float64 `parquet:"value" json:"value"`
+}
+
+// components is m as a list sorted by name ([] for none).
+func components(m map[string]float64) []Component {
+	out := make([]Component, 0, len(m))
+	for k, v := range m {
+		out = append(out, Component{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 func nonNilCalls(c []Call) []Call {
@@ -67,10 +84,13 @@ func nonNilCalls(c []Call) []Call {
 	return c
 }
 
-// SFTRow is one chat fine-tuning example (--format sft), OpenAI's format.
+// SFTRow is one chat fine-tuning example (--format sft), as HF chat templates render it (TRL's
+// SFTTrainer, NeMo RL's OpenAIFormatDataset, verl, OpenRLHF): the messages up to and with the
+// model's last answer, tool-call arguments as objects (in JSONL; JSON text in Parquet), each
+// answer's reasoning as reasoning_content, and the tools as JSON text.
 type SFTRow struct {
-	Messages []Message `parquet:"messages,list" json:"messages"`
-	Tools    JSONText  `parquet:"tools" json:"tools,omitempty"`
+	Messages []ChatMessage `parquet:"messages,list" json:"messages"`
+	Tools    string        `parquet:"tools" json:"tools"`
 }
 
 func (e *exporter) sftFilter(r *record.Record, g *group) string {
@@ -83,20 +103,42 @@ func (e *exporter) sftFilter(r *record.Record, g *group) string {
 	return ""
 }
 
+// chatAnswers is a rollout's messages in the chat-template shape, up to and with its last
+// assistant message (NeMo RL's OpenAI-format dataset requires the last message to be the
+// assistant's); why says why it has none to train on: no answer, an answer cut off by the
+// token limit, or tool-call arguments that are not a JSON object.
+func chatAnswers(tr *storedTrajectory) (msgs []ChatMessage, prompt int, why string) {
+	prompt = promptLen(tr.Messages)
+	if prompt == len(tr.Messages) {
+		return nil, prompt, DropNoAnswer
+	}
+	for i := range tr.Rounds {
+		if tr.Rounds[i].FinishReason == "length" {
+			return nil, prompt, DropTruncated
+		}
+	}
+	msgs, ok := messages(tr.Messages, true, argsObject, prompt, reasonings(tr.Rounds))
+	if !ok {
+		return nil, prompt, DropMalformed
+	}
+	last := len(msgs) - 1
+	for msgs[last].Role != openai.ChatMessageRoleAssistant {
+		last--
+	}
+	return msgs[:last+1], prompt, ""
+}
+
 func (e *exporter) sftRow(ro *rollout) (*SFTRow, string, error) {
 	if e.opt.BestOfGroup && ro.dir != ro.g.bestDir {
 		return nil, DropNotBest, nil
 	}
-	msgs := messages(ro.traj.Messages, true)
-	if promptLen(msgs) == len(msgs) {
-		return nil, DropNoAnswer, nil
+	msgs, _, why := chatAnswers(ro.traj)
+	if why != "" {
+		return nil, why, nil
 	}
 	tools, err := toolsJSON(ro.task)
 	if err != nil {
 		return nil, "", err
-	}
-	if tools == "[]" {
-		tools = ""
 	}
 	return &SFTRow{Messages: msgs, Tools: tools}, "", nil
 }
@@ -104,18 +146,18 @@ func (e *exporter) sftRow(ro *rollout) (*SFTRow, string, error) {
 // PreferenceRow is a chosen/rejected pair of one task (--format preference), as TRL's DPO
 // trainer reads a conversational dataset: the shared prompt, and each rollout's messages after it.
 type PreferenceRow struct {
-	Prompt         []Message `parquet:"prompt,list" json:"prompt"`
-	Chosen         []Message `parquet:"chosen,list" json:"chosen"`
-	Rejected       []Message `parquet:"rejected,list" json:"rejected"`
-	Tools          JSONText  `parquet:"tools" json:"tools"`
-	TaskIndex      int64     `parquet:"task_index" json:"task_index"`
-	TaskID         string    `parquet:"task_id" json:"task_id"`
-	ChosenReward   float64   `parquet:"chosen_reward" json:"chosen_reward"`
-	RejectedReward float64   `parquet:"rejected_reward" json:"rejected_reward"`
-	ChosenRepeat   int64     `parquet:"chosen_repeat" json:"chosen_repeat"`
-	RejectedRepeat int64     `parquet:"rejected_repeat" json:"rejected_repeat"`
-	ChosenArm      string    `parquet:"chosen_arm" json:"chosen_arm"`
-	RejectedArm    string    `parquet:"rejected_arm" json:"rejected_arm"`
+	Prompt         []ChatMessage `parquet:"prompt,list" json:"prompt"`
+	Chosen         []ChatMessage `parquet:"chosen,list" json:"chosen"`
+	Rejected       []ChatMessage `parquet:"rejected,list" json:"rejected"`
+	Tools          string        `parquet:"tools" json:"tools"`
+	TaskIndex      int64         `parquet:"task_index" json:"task_index"`
+	TaskID         string        `parquet:"task_id" json:"task_id"`
+	ChosenReward   float64       `parquet:"chosen_reward" json:"chosen_reward"`
+	RejectedReward float64       `parquet:"rejected_reward" json:"rejected_reward"`
+	ChosenRepeat   int64         `parquet:"chosen_repeat" json:"chosen_repeat"`
+	RejectedRepeat int64         `parquet:"rejected_repeat" json:"rejected_repeat"`
+	ChosenArm      string        `parquet:"chosen_arm" json:"chosen_arm"`
+	RejectedArm    string        `parquet:"rejected_arm" json:"rejected_arm"`
 }
 
 // pairable says why a group makes no pair ("" when it does).
@@ -161,10 +203,9 @@ func (e *exporter) preference(ctx context.Context) error {
 		if !isBest && !isWorst {
 			return DropPaired, nil // the same key in another directory
 		}
-		msgs := messages(ro.traj.Messages, false)
-		n := promptLen(msgs)
-		if n == len(msgs) {
-			return DropNoAnswer, nil // no pair for this group
+		msgs, n, why := chatAnswers(ro.traj)
+		if why != "" {
+			return why, nil // no pair for this group
 		}
 		p := half[r.TaskIndex]
 		if p == nil {

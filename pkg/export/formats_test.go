@@ -107,6 +107,73 @@ func checkChatFineTuning(line []byte) error {
 	return nil
 }
 
+// checkChatTemplate checks one sft line as the HF-template trainers read it: NeMo RL's
+// OpenAIFormatDataset.format_data (the last message is the assistant's), TRL's SFTTrainer
+// (tools is JSON text it json.loads), and a chat template (Qwen's: every content a string, a
+// tool call's arguments an object for | tojson); every message has the same keys (role,
+// content, tool_calls, tool_call_id, reasoning_content), so that datasets keeps them one struct.
+func checkChatTemplate(line []byte) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(line, &top); err != nil {
+		return err
+	}
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(top["messages"], &msgs); err != nil || len(msgs) == 0 {
+		return fmt.Errorf("messages: %v (%d)", err, len(msgs))
+	}
+	for i, m := range msgs {
+		if len(m) != 5 {
+			return fmt.Errorf("message %d has keys %v", i, keys(m))
+		}
+		for _, k := range []string{"role", "content", "tool_calls", "tool_call_id", "reasoning_content"} {
+			if _, ok := m[k]; !ok {
+				return fmt.Errorf("message %d lacks %s", i, k)
+			}
+		}
+		var content string
+		if err := json.Unmarshal(m["content"], &content); err != nil || string(m["content"]) == "null" {
+			return fmt.Errorf("message %d: content %s is not a string", i, m["content"])
+		}
+		var tcs []struct {
+			Function struct {
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(m["tool_calls"], &tcs); err != nil || tcs == nil {
+			return fmt.Errorf("message %d: tool_calls %s", i, m["tool_calls"])
+		}
+		for _, tc := range tcs {
+			var obj map[string]any
+			if err := json.Unmarshal(tc.Function.Arguments, &obj); err != nil {
+				return fmt.Errorf("message %d: arguments %s are not an object", i, tc.Function.Arguments)
+			}
+		}
+	}
+	var last string
+	json.Unmarshal(msgs[len(msgs)-1]["role"], &last)
+	if last != "assistant" {
+		return fmt.Errorf("the last message is %q, not the assistant's (NeMo RL: assert messages[-1][\"role\"] == \"assistant\")", last)
+	}
+	var toolsText string
+	if err := json.Unmarshal(top["tools"], &toolsText); err != nil {
+		return fmt.Errorf("tools %s is not JSON text", top["tools"])
+	}
+	var tools []any
+	if err := json.Unmarshal([]byte(toolsText), &tools); err != nil {
+		return fmt.Errorf("tools: json.loads fails: %v", err)
+	}
+	return nil
+}
+
+func keys(m map[string]json.RawMessage) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // The checker refuses what OpenAI's format refuses.
 func TestChatFineTuningChecker(t *testing.T) {
 	for _, bad := range []string{
@@ -157,13 +224,13 @@ func TestSFT(t *testing.T) {
 				t.Fatalf("%d lines (report %d), want %d", len(lines), rep.Rows, len(tc.keys))
 			}
 			for i, line := range lines {
-				if err := checkChatFineTuning([]byte(line)); err != nil {
+				if err := checkChatTemplate([]byte(line)); err != nil {
 					t.Errorf("line %d: %v\n%s", i+1, err, line)
 				}
 				// Which rollout: the final answer names the task and repeat.
-				var row struct{ Messages []msg }
+				var row struct{ Messages []struct{ Content string } }
 				json.Unmarshal([]byte(line), &row)
-				final := *row.Messages[len(row.Messages)-1].Content
+				final := row.Messages[len(row.Messages)-1].Content
 				var task, repeat int
 				fmt.Sscanf(final, "Done: %d (repeat %d).", &task, &repeat)
 				if want := tc.keys[i]; !strings.HasPrefix(want, fmt.Sprintf("%d/%d/", task, repeat)) {
@@ -174,19 +241,69 @@ func TestSFT(t *testing.T) {
 	}
 }
 
+// chatMsg is a message of the chat-template shape.
+type chatMsg struct {
+	Role      string `json:"role"`
+	Content   string `json:"content"`
+	ToolCalls []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string         `json:"name"`
+			Arguments map[string]any `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+	ToolCallID       *string `json:"tool_call_id"`
+	ReasoningContent *string `json:"reasoning_content"`
+}
+
+// sft rows end with the model's answer: a rollout that ended on a tool's answer is cut after
+// its last assistant message (its tool call), one whose answer was cut off by the token limit
+// or whose tool-call arguments are not JSON is left out (with its reason), and an answer's
+// reasoning is kept as reasoning_content.
+func TestSFTAnswers(t *testing.T) {
+	dir := writeRun(t, 5, []rollout{
+		{task: 0, repeat: 0, reward: 1, reasoning: "Counting is easy."}, {task: 1, repeat: 0, reward: 0.5, endsOnTool: true},
+		{task: 2, repeat: 0, reward: 0, truncated: true}, {task: 3, repeat: 0, reward: 0, badArgs: true}, {task: 4, repeat: 0, reward: 1},
+	})
+	out := filepath.Join(t.TempDir(), "sft.jsonl")
+	rep := exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatSFT, Output: out})
+	if rep.Rows != 3 || rep.Dropped[export.DropTruncated] != 1 || rep.Dropped[export.DropMalformed] != 1 {
+		t.Fatalf("rows %d, dropped %v", rep.Rows, rep.Dropped)
+	}
+	lines := strings.Split(strings.TrimSpace(readFileT(t, out)), "\n")
+	for i, line := range lines {
+		if err := checkChatTemplate([]byte(line)); err != nil {
+			t.Errorf("line %d: %v\n%s", i+1, err, line)
+		}
+	}
+	var rows []struct{ Messages []chatMsg }
+	for _, line := range lines {
+		var r struct{ Messages []chatMsg }
+		json.Unmarshal([]byte(line), &r)
+		rows = append(rows, r)
+	}
+	if m := rows[0].Messages; len(m) != 5 || m[4].ReasoningContent == nil || *m[4].ReasoningContent != "Counting is easy." || m[2].ReasoningContent != nil {
+		t.Errorf("task 0: reasoning not kept on its answer: %+v", m)
+	}
+	if m := rows[1].Messages; len(m) != 3 || m[2].Role != "assistant" || len(m[2].ToolCalls) != 1 || m[2].Content != "" {
+		t.Errorf("task 1 (ended on a tool answer): %+v", m)
+	}
+}
+
 type prefLine struct {
-	Prompt         []msg            `json:"prompt"`
-	Chosen         []msg            `json:"chosen"`
-	Rejected       []msg            `json:"rejected"`
-	Tools          []map[string]any `json:"tools"`
-	TaskIndex      int64            `json:"task_index"`
-	TaskID         string           `json:"task_id"`
-	ChosenReward   float64          `json:"chosen_reward"`
-	RejectedReward float64          `json:"rejected_reward"`
-	ChosenRepeat   int64            `json:"chosen_repeat"`
-	RejectedRepeat int64            `json:"rejected_repeat"`
-	ChosenArm      string           `json:"chosen_arm"`
-	RejectedArm    string           `json:"rejected_arm"`
+	Prompt         []chatMsg `json:"prompt"`
+	Chosen         []chatMsg `json:"chosen"`
+	Rejected       []chatMsg `json:"rejected"`
+	Tools          string    `json:"tools"`
+	TaskIndex      int64     `json:"task_index"`
+	TaskID         string    `json:"task_id"`
+	ChosenReward   float64   `json:"chosen_reward"`
+	RejectedReward float64   `json:"rejected_reward"`
+	ChosenRepeat   int64     `json:"chosen_repeat"`
+	RejectedRepeat int64     `json:"rejected_repeat"`
+	ChosenArm      string    `json:"chosen_arm"`
+	RejectedArm    string    `json:"rejected_arm"`
 }
 
 func TestPreference(t *testing.T) {
@@ -221,11 +338,12 @@ func TestPreference(t *testing.T) {
 					t.Errorf("%s: chosen %v rejected %v", p.TaskID, p.ChosenReward, p.RejectedReward)
 				}
 				if len(p.Prompt) != 2 || p.Prompt[0].Role != "system" || p.Prompt[1].Role != "user" ||
-					p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" || len(p.Chosen) != 3 || len(p.Tools) != 1 {
+					p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" || len(p.Chosen) != 3 || !strings.HasPrefix(p.Tools, `[{"function":{"name":"count"`) ||
+					p.Chosen[0].ToolCalls[0].Function.Arguments["to"] != float64(p.TaskIndex) {
 					t.Errorf("%s: prompt %+v chosen %+v rejected %+v", p.TaskID, p.Prompt, p.Chosen, p.Rejected)
 				}
-				if !strings.Contains(*p.Chosen[2].Content, fmt.Sprintf("repeat %d", p.ChosenRepeat)) {
-					t.Errorf("%s: the chosen messages are not rollout %d's: %s", p.TaskID, p.ChosenRepeat, *p.Chosen[2].Content)
+				if !strings.Contains(p.Chosen[2].Content, fmt.Sprintf("repeat %d", p.ChosenRepeat)) {
+					t.Errorf("%s: the chosen messages are not rollout %d's: %s", p.TaskID, p.ChosenRepeat, p.Chosen[2].Content)
 				}
 			}
 			slices.Sort(got)

@@ -25,6 +25,11 @@ type rollout struct {
 	class        record.FailureClass
 	tokens       bool
 	parts        bool // the user message as content parts (go-openai's MultiContent)
+	// endsOnTool: the rollout ends after the tool's answer (max rounds), without a final answer.
+	endsOnTool bool
+	truncated  bool   // the final answer was cut off by the token limit
+	badArgs    bool   // the tool call's arguments are not a JSON object
+	reasoning  string // the final answer's reasoning
 }
 
 // taskRow is test task i: a system and a user message, and one tool.
@@ -51,9 +56,22 @@ func trajectory(i int, r rollout) []byte {
 		tr.Messages[1] = openai.ChatCompletionMessage{Role: "user", MultiContent: []openai.ChatMessagePart{
 			{Type: "text", Text: "Count "}, {Type: "text", Text: fmt.Sprintf("to %d.", i)}}}
 	}
+	if r.badArgs {
+		tr.Messages[2].ToolCalls[0].Function.Arguments = `{"to":`
+	}
+	if r.truncated {
+		tr.Rounds[1].FinishReason = "length"
+	}
+	tr.Rounds[1].Reasoning = r.reasoning
+	if r.endsOnTool {
+		tr.Messages, tr.Rounds = tr.Messages[:4], tr.Rounds[:1]
+		tr.Termination = agent.MaxRounds
+	}
 	if r.tokens {
 		tr.Rounds[0].PromptTokenIDs, tr.Rounds[0].GenerationTokenIDs, tr.Rounds[0].GenerationLogProbs = []int32{1, 2, 3}, []int32{10, int32(i)}, []float64{-0.5, -0.25}
-		tr.Rounds[1].PromptTokenIDs, tr.Rounds[1].GenerationTokenIDs, tr.Rounds[1].GenerationLogProbs = []int32{1, 2, 3, 10, int32(i)}, []int32{99}, []float64{-1.5}
+		if len(tr.Rounds) > 1 {
+			tr.Rounds[1].PromptTokenIDs, tr.Rounds[1].GenerationTokenIDs, tr.Rounds[1].GenerationLogProbs = []int32{1, 2, 3, 10, int32(i)}, []int32{99}, []float64{-1.5}
+		}
 	}
 	b, err := tr.MarshalJSON()
 	if err != nil {

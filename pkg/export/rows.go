@@ -1,37 +1,55 @@
 package export
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 )
 
-// Message is a chat message in OpenAI's Chat Completions shape, as training data holds it:
-// in Parquet a struct (content null for an assistant message that only calls tools).
-type Message struct {
-	Role       string     `parquet:"role" json:"role"`
-	Content    *string    `parquet:"content,optional" json:"content"`
-	ToolCalls  []ToolCall `parquet:"tool_calls,list" json:"tool_calls,omitempty"`
-	ToolCallID string     `parquet:"tool_call_id,optional" json:"tool_call_id,omitempty"`
+// Message is a chat message as training data holds it, with the same members in every
+// message (datasets keeps a list of messages as one struct type only when every message has
+// the same keys): role, content (a string, "" for an assistant message that only calls tools:
+// Qwen3's chat template fails on null), tool_calls ([] for none), tool_call_id and
+// reasoning_content (null for none). A is the type of a tool call's arguments: ArgsText (a
+// JSON string, OpenAI's shape) or JSONText (the object itself, for chat templates).
+type Message[A any] struct {
+	Role             string        `parquet:"role" json:"role"`
+	Content          string        `parquet:"content" json:"content"`
+	ToolCalls        []ToolCall[A] `parquet:"tool_calls,list" json:"tool_calls"`
+	ToolCallID       *string       `parquet:"tool_call_id,optional" json:"tool_call_id"`
+	ReasoningContent *string       `parquet:"reasoning_content,optional" json:"reasoning_content"`
 }
 
-// ToolCall is an assistant message's tool call: arguments as a JSON string, as OpenAI writes them.
-type ToolCall struct {
-	ID       string   `parquet:"id" json:"id"`
-	Type     string   `parquet:"type" json:"type"`
-	Function Function `parquet:"function" json:"function"`
+// ToolCall is an assistant message's tool call.
+type ToolCall[A any] struct {
+	ID       string      `parquet:"id" json:"id"`
+	Type     string      `parquet:"type" json:"type"`
+	Function Function[A] `parquet:"function" json:"function"`
 }
 
 // Function is a tool call's function and arguments.
-type Function struct {
+type Function[A any] struct {
 	Name      string `parquet:"name" json:"name"`
-	Arguments string `parquet:"arguments" json:"arguments"`
+	Arguments A      `parquet:"arguments" json:"arguments"`
 }
+
+// ArgsText is a tool call's arguments as the JSON string OpenAI writes ("{\"a\":1}").
+type ArgsText string
+
+// OpenAIMessage is a message in OpenAI's shape (arguments as JSON strings); ChatMessage one in
+// the shape HF chat templates render (arguments as objects: Qwen2.5's template writes
+// arguments | tojson, which double-encodes a string).
+type (
+	OpenAIMessage = Message[ArgsText]
+	ChatMessage   = Message[JSONText]
+)
 
 // Call is one model call's tokens (--capture-tokens), NeMo Gym's names: lists of int32 and
 // float32 in Parquet.
@@ -97,6 +115,7 @@ func (m *storedMessage) text() string {
 
 type storedRound struct {
 	FinishReason       string      `json:"finish_reason"`
+	Reasoning          string      `json:"reasoning"`
 	Usage              agent.Usage `json:"usage"`
 	PromptTokenIDs     []int32     `json:"prompt_token_ids"`
 	GenerationTokenIDs []int32     `json:"generation_token_ids"`
@@ -104,29 +123,65 @@ type storedRound struct {
 }
 
 // messages converts a trajectory's chat messages: text parts joined, tool calls typed
-// "function"; when sft is set, a developer message is a system one (OpenAI's fine-tuning
-// format knows no developer role).
-func messages(in []storedMessage, sft bool) []Message {
-	out := make([]Message, len(in))
+// "function", arguments by args; when sft is set, a developer message is a system one
+// (OpenAI's fine-tuning format and the chat templates know no developer role). reasoning is
+// each round's reasoning, put on the assistant messages from index prompt on, in order, when
+// there are as many of them as rounds. ok is false when args refused a tool call's arguments.
+func messages[A any](in []storedMessage, sft bool, args func(string) (A, bool), prompt int, reasoning []string) (out []Message[A], ok bool) {
+	out = make([]Message[A], len(in))
+	answers := 0
+	for i := prompt; i < len(in); i++ {
+		if in[i].Role == openai.ChatMessageRoleAssistant {
+			answers++
+		}
+	}
+	k := 0
+	ok = true
 	for i := range in {
 		m := &in[i]
-		text := m.text()
 		role := m.Role
 		if sft && role == openai.ChatMessageRoleDeveloper {
 			role = openai.ChatMessageRoleSystem
 		}
-		msg := Message{Role: role, ToolCallID: m.ToolCallID}
-		if text != "" || len(m.ToolCalls) == 0 {
-			msg.Content = &text
+		msg := Message[A]{Role: role, Content: m.text(), ToolCalls: []ToolCall[A]{}}
+		if m.ToolCallID != "" {
+			id := m.ToolCallID
+			msg.ToolCallID = &id
 		}
-		if len(m.ToolCalls) > 0 {
-			msg.ToolCalls = make([]ToolCall, len(m.ToolCalls))
-			for j, tc := range m.ToolCalls {
-				msg.ToolCalls[j] = ToolCall{ID: tc.ID, Type: "function", Function: Function{Name: tc.Function.Name, Arguments: tc.Function.Arguments}}
+		if i >= prompt && role == openai.ChatMessageRoleAssistant {
+			if answers == len(reasoning) && reasoning[k] != "" {
+				r := reasoning[k]
+				msg.ReasoningContent = &r
 			}
+			k++
+		}
+		for _, tc := range m.ToolCalls {
+			a, good := args(tc.Function.Arguments)
+			ok = ok && good
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall[A]{ID: tc.ID, Type: "function", Function: Function[A]{Name: tc.Function.Name, Arguments: a}})
 		}
 		out[i] = msg
 	}
+	return out, ok
+}
+
+// argsText keeps arguments as the JSON string they are.
+func argsText(s string) (ArgsText, bool) { return ArgsText(s), true }
+
+// argsObject gives arguments as the JSON object they hold, or false (and the text as a JSON
+// string) when they hold none: the model's malformed or cut-off arguments.
+func argsObject(s string) (JSONText, bool) {
+	var obj map[string]json.RawMessage
+	var b bytes.Buffer
+	if json.Unmarshal([]byte(s), &obj) != nil || obj == nil || json.Compact(&b, []byte(s)) != nil {
+		return JSONText(jsonfast.AppendString(nil, s)), false
+	}
+	return JSONText(b.String()), true
+}
+
+// openaiMessages is messages in OpenAI's shape.
+func openaiMessages(in []storedMessage, sft bool, prompt int, reasoning []string) []OpenAIMessage {
+	out, _ := messages(in, sft, argsText, prompt, reasoning)
 	return out
 }
 
@@ -161,24 +216,34 @@ func nonNil(v []int32) []int32 {
 	return v
 }
 
-// toolsJSON is the row's tools as Chat Completions function tools, in JSON ("[]" for none).
-func toolsJSON(task *dataset.Task) (JSONText, error) {
+// toolsJSON is the row's tools as Chat Completions function tools, in JSON ("[]" for none:
+// TRL json.loads a tools string, and "" fails).
+func toolsJSON(task *dataset.Task) (string, error) {
 	if task == nil || task.Params == nil || len(task.Params.Tools) == 0 {
 		return "[]", nil
 	}
 	b, err := json.Marshal(agent.ChatTools(task.Params.Tools))
-	return JSONText(b), err
+	return string(b), err
 }
 
 // promptLen is the number of messages before the model's first answer: the prompt a
 // preference pair shares.
-func promptLen(msgs []Message) int {
-	for i, m := range msgs {
-		if m.Role == openai.ChatMessageRoleAssistant {
+func promptLen(msgs []storedMessage) int {
+	for i := range msgs {
+		if msgs[i].Role == openai.ChatMessageRoleAssistant {
 			return i
 		}
 	}
 	return len(msgs)
+}
+
+// reasonings is each round's reasoning.
+func reasonings(rounds []storedRound) []string {
+	out := make([]string, len(rounds))
+	for i := range rounds {
+		out[i] = rounds[i].Reasoning
+	}
+	return out
 }
 
 // contiguous reports whether every model call with generated ids has prompt ids that begin

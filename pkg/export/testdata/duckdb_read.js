@@ -9,7 +9,7 @@ const { DuckDBInstance } = require('@duckdb/node-api');
   const c = await db.connect();
   const types = await c.runAndReadAll(`SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM read_parquet('${file}'))`);
   const rows = await c.runAndReadAll(`SELECT task_id, repeat, arm, reward, advantage,
-      reward_components['accuracy'] AS accuracy,
+      list_filter(reward_components, x -> x.name = 'accuracy')[1].value AS accuracy,
       [m.role FOR m IN messages] AS roles,
       [coalesce(m.content, '') FOR m IN messages] AS contents,
       flatten([[t.function.arguments FOR t IN m.tool_calls] FOR m IN messages]) AS arguments,
