@@ -23,7 +23,8 @@ type proxyCall struct {
 	sent               []string // tool call ids in the request's messages
 	got                []string // tool call ids in the server's answer
 	status             int
-	prompt, completion int // the server's usage
+	prompt, completion int    // the server's usage
+	body, answer       []byte // the request and the answer as they were
 }
 
 // recorder is a loopback proxy in front of llama-server that keeps every call.
@@ -104,7 +105,8 @@ func (rec *recorder) add(body []byte, status int, answer []byte) {
 	}
 	json.Unmarshal(body, &req)
 	json.Unmarshal(answer, &resp)
-	c := proxyCall{tools: len(req.Tools) > 0, status: status, prompt: resp.Usage.PromptTokens, completion: resp.Usage.CompletionTokens}
+	c := proxyCall{tools: len(req.Tools) > 0, status: status, prompt: resp.Usage.PromptTokens, completion: resp.Usage.CompletionTokens,
+		body: body, answer: answer}
 	for _, m := range req.Messages {
 		if m.ToolCallID != "" {
 			c.sent = append(c.sent, m.ToolCallID)
