@@ -216,7 +216,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.checkInput(); err != nil {
 		return nil, err
 	}
-	e := &exporter{opt: opt, groups: map[int64]*group{},
+	e := &exporter{opt: opt, groups: map[int64]*group{}, arms: map[string]int{},
 		rep: &Report{Format: opt.Format, Output: opt.Output, Dropped: map[string]int{}, GroupsDropped: map[string]int{}}}
 	if err := e.statistics(ctx); err != nil {
 		return nil, err
@@ -241,6 +241,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 type exporter struct {
 	opt    Options
 	groups map[int64]*group
+	// arms is each exported arm's index among them (sorted by name), maxRepeat the highest
+	// repeat: nemo-gym keys each arm's rollouts apart with them.
+	arms      map[string]int
+	maxRepeat int64
 	need   []map[int64]int // per directory: how many exported rollouts need each task row
 	rep    *Report
 }
@@ -279,11 +283,19 @@ func (e *exporter) statistics(ctx context.Context) error {
 			}
 			g.add(r.Reward, keyOf(r), d)
 			need[r.TaskIndex]++
+			if _, ok := e.arms[r.Arm]; !ok {
+				e.arms[r.Arm] = 0
+			}
+			e.maxRepeat = max(e.maxRepeat, r.RolloutIndex)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
+	}
+	names := sortedKeys(e.arms)
+	for i, a := range names {
+		e.arms[a] = i
 	}
 	e.rep.Groups = len(e.groups)
 	for _, g := range e.groups {

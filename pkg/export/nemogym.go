@@ -11,6 +11,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/dataset"
 )
 
 // NemoGymRow is one rollout as NeMo Gym's ng_collect_rollouts writes it: a JSON object (its
@@ -115,7 +116,7 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 			return nil, "", fmt.Errorf("task %d rollout %d: NeMo Gym line: %v", r.TaskIndex, r.RolloutIndex, err)
 		}
 		for k := range answer {
-			if k == "response" || k == "responses_create_params" || strings.HasPrefix(k, "_ng_") {
+			if k == "response" || k == "responses_create_params" || k == "agent_ref" || strings.HasPrefix(k, "_ng_") {
 				delete(answer, k)
 			}
 		}
@@ -145,10 +146,38 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 			line.Write(v)
 		}
 	}
-	fmt.Fprintf(&line, `,"_ng_task_index":%d,"_ng_rollout_index":%d,"_ng_arm":`, r.TaskIndex, r.RolloutIndex)
+	// NeMo Gym keys a rollout by (_ng_task_index, _ng_rollout_index) and aggregates by
+	// agent_ref.name: with several arms, each arm's repeats get their own rollout indexes
+	// (arm index × repeats + repeat) and the agent's name says the arm.
+	rolloutIndex, agent := r.RolloutIndex, e.agentRef(ro)
+	if len(e.arms) > 1 {
+		rolloutIndex = int64(e.arms[r.Arm])*(e.maxRepeat+1) + r.RolloutIndex
+	}
+	agentJSON, err := json.Marshal(agent)
+	if err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintf(&line, `,"agent_ref":%s,"_ng_task_index":%d,"_ng_rollout_index":%d,"_rollout_repeat":%d,"_ng_arm":`, agentJSON, r.TaskIndex, rolloutIndex, r.RolloutIndex)
 	line.Write(jsonfast.AppendString(nil, r.Arm))
 	line.WriteByte('}')
 	return &NemoGymRow{Line: JSONText(line.String())}, "", nil
+}
+
+// agentRef is the line's agent_ref: the task row's (type responses_api_agents when it names
+// none), its name the arm when the row has none, and the arm after an "@" when the export has
+// several arms, so that NeMo Gym's per-agent metrics keep the arms apart.
+func (e *exporter) agentRef(ro *rollout) dataset.AgentRef {
+	ref := dataset.AgentRef{Type: "responses_api_agents", Name: ro.rec.Arm}
+	if a := ro.task.AgentRef; a != nil && a.Name != "" {
+		ref.Name = a.Name
+		if a.Type != "" {
+			ref.Type = a.Type
+		}
+		if len(e.arms) > 1 {
+			ref.Name += "@" + ro.rec.Arm
+		}
+	}
+	return ref
 }
 
 // nemoGymOutput is the response's output items as NeMo Gym writes them: every member its

@@ -99,3 +99,53 @@ func TestNemoGymIncludeFailed(t *testing.T) {
 		t.Errorf("%d lines, want 8", n)
 	}
 }
+
+// nemoGymProfile is what NeMo Gym's reward profiling (nemo_gym/reward_profile.py) and rollout
+// collection (rollout_collection.py) require of rollout lines: each keyed by
+// (_ng_task_index, _ng_rollout_index) once ("Duplicate result row for rollout key"), and each
+// with agent_ref.name (its per-agent metrics read result["agent_ref"]["name"]). It returns
+// the agent names and how many lines each has.
+func nemoGymProfile(t *testing.T, path string) map[string]int {
+	t.Helper()
+	seen := map[[2]int64]bool{}
+	agents := map[string]int{}
+	for i, l := range readJSONL[map[string]json.RawMessage](t, path) {
+		var task, rollout int64
+		if json.Unmarshal(l["_ng_task_index"], &task) != nil || json.Unmarshal(l["_ng_rollout_index"], &rollout) != nil {
+			t.Fatalf("line %d: no _ng_task_index/_ng_rollout_index", i+1)
+		}
+		k := [2]int64{task, rollout}
+		if seen[k] {
+			t.Fatalf("line %d: Duplicate result row for rollout key (%d, %d)", i+1, task, rollout)
+		}
+		seen[k] = true
+		var ref struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(l["agent_ref"], &ref); err != nil || ref.Name == "" {
+			t.Fatalf("line %d: agent_ref %s: NeMo Gym's aggregation reads agent_ref.name", i+1, l["agent_ref"])
+		}
+		agents[ref.Name]++
+	}
+	return agents
+}
+
+// A run of two arms exported as nemo-gym passes NeMo Gym's reward profiling: every line has
+// agent_ref (the row's name, with the arm when the export has several), and the arms' lines
+// have different rollout keys; rollout's own repeat stays in _rollout_repeat.
+func TestNemoGymArmsApart(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	out := filepath.Join(t.TempDir(), "ng.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatNemoGym, Output: out})
+	agents := nemoGymProfile(t, out)
+	if len(agents) != 2 || agents["multi"] != 7 || agents["single"] != 1 {
+		t.Errorf("agents %v, want multi 7 and single 1", agents)
+	}
+	out1 := filepath.Join(t.TempDir(), "ng1.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatNemoGym, Output: out1, Arm: "multi"})
+	for i, l := range readJSONL[map[string]json.RawMessage](t, out1) {
+		if string(l["_ng_rollout_index"]) != string(l["_rollout_repeat"]) {
+			t.Errorf("line %d: one arm, yet _ng_rollout_index %s is not the repeat %s", i+1, l["_ng_rollout_index"], l["_rollout_repeat"])
+		}
+	}
+}
