@@ -245,8 +245,8 @@ type exporter struct {
 	// repeat: nemo-gym keys each arm's rollouts apart with them.
 	arms      map[string]int
 	maxRepeat int64
-	need   []map[int64]int // per directory: how many exported rollouts need each task row
-	rep    *Report
+	need      []map[int64]int // per directory: how many exported rollouts need each task row
+	rep       *Report
 }
 
 // eligible says why a record is left out of every format ("" when it is not).
