@@ -2,12 +2,14 @@ package export_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/export"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Bad inputs are errors that name the file, line or option, and leave no output behind.
@@ -116,4 +118,34 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// The task file named in the manifest was rewritten after the run (another seed): every
+// format refuses, naming the file and both hashes, rather than join this run's rollouts to
+// other tasks' prompts and tools; nothing is written.
+func TestTaskFileChanged(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	m, err := rundir.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m.InputSHA256
+	if err := os.WriteFile(m.Input, []byte(taskRow(1)+"\n"+taskRow(0)+"\n"+taskRow(2)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now, err := rundir.HashFile(m.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range export.Formats {
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		_, err := export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: format, Output: out})
+		var ie *export.InputError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), now) || !strings.Contains(err.Error(), m.Input) {
+			t.Errorf("%s: %v, want an input error naming %s, %s and %s", format, err, m.Input, want, now)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: %s written", format, out)
+		}
+	}
 }

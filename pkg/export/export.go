@@ -189,7 +189,7 @@ func (opt *Options) Check() error {
 // its bytes are the ones in the run's manifest (when the manifest has their hash).
 func (opt *Options) checkInput() error {
 	if opt.Input == "" {
-		return nil
+		return checkManifestInputs(opt.Dirs)
 	}
 	sum, err := rundir.HashFile(opt.Input)
 	if err != nil {
@@ -203,6 +203,27 @@ func (opt *Options) checkInput() error {
 		if m.InputSHA256 != sum {
 			return &InputError{fmt.Errorf("--input %s is not the task file of %s: its sha256 is %.12s, the run's input %s had %.12s",
 				opt.Input, dir, sum, m.Input, m.InputSHA256)}
+		}
+	}
+	return nil
+}
+
+// checkManifestInputs checks that each run's task file, as its manifest names it, still holds
+// the bytes the run read (the manifest's sha256): a task file generated again, with another
+// seed, would join the run's rollouts to other tasks' prompts and tools.
+func checkManifestInputs(dirs []string) error {
+	for _, dir := range dirs {
+		m, err := rundir.ReadManifest(dir)
+		if err != nil || m.InputSHA256 == "" || m.Input == "" || m.Input == "-" {
+			continue // openTasks says what is wrong
+		}
+		sum, err := rundir.HashFile(m.Input)
+		if err != nil {
+			continue
+		}
+		if sum != m.InputSHA256 {
+			return &InputError{fmt.Errorf("%s: the run's task file %s has changed since the run: its sha256 is now %s, the run read %s (give the run's task file with --input)",
+				dir, m.Input, sum, m.InputSHA256)}
 		}
 	}
 	return nil
