@@ -20,13 +20,15 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(w, "Usage: rollout export DIR... --format rl|sft|preference|nemo-gym -o FILE [flags]\n\n"+
 			"Writes training data from one or several run directories (shards of a run are read in turn):\n"+
 			"Parquet or JSONL by FILE's extension (.parquet, .jsonl).\n\n"+
-			"  rl          one row per rollout: task, group (the task's rollouts), repeat, arm, reward and\n"+
+			"  rl          one row per rollout: task, group (the task's rollouts under its arm), repeat, arm, reward and\n"+
 			"              components, advantage (r - mean) / (std + 1e-6) and r - mean over the group,\n"+
 			"              messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
-			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} in OpenAI's shape\n"+
-			"  preference  per task a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
+			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} as HF chat templates render them\n"+
+			"              (TRL, NeMo RL, verl, OpenRLHF), ending with the model's last answer\n"+
+			"  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
 			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
 			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n\n"+
+			"See docs/export.md for each format's consumer and columns.\n\n"+
 			"Failed rollouts (infrastructure failures) are left out unless --include-failed; bad_task\n"+
 			"rows always. What was kept and dropped, and why, goes to stderr. The task file is the one\n"+
 			"in each run's manifest.json, unless --input (which must have the same bytes). FILE may not\n"+
@@ -48,6 +50,7 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each task")
 	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
 	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
+	fs.BoolVar(&opt.PoolArms, "pool-arms", false, "one group per task over all arms (default: one group per task and arm)")
 	fs.BoolVar(&opt.Overwrite, "overwrite", false, "replace -o FILE if it exists")
 	var dirs []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {

@@ -88,7 +88,7 @@ func TestShards(t *testing.T) {
 	b := writeRun(t, 2, []rollout{{task: 0, repeat: 2, reward: 1}, {task: 1, repeat: 0, reward: 0.5}, {task: 0, repeat: 3, reward: 1}})
 	out := filepath.Join(t.TempDir(), "rl.jsonl")
 	rep := exportTo(t, export.Options{Dirs: []string{a, b}, Format: "rl", Output: out})
-	if rep.Rows != 5 || rep.Groups != 2 || rep.Read != 5 {
+	if rep.Rows != 5 || rep.Groups != 2 || rep.Read != 5 || rep.DuplicateKeys != 0 {
 		t.Fatalf("report %+v", rep)
 	}
 	norm, _ := advantages([]float64{1, 0, 1, 1})
@@ -147,5 +147,21 @@ func TestTaskFileChanged(t *testing.T) {
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Errorf("%s: %s written", format, out)
 		}
+	}
+}
+
+// Two runs of the same tasks (not shards: the same keys in both): the export says how many
+// rollouts repeat a key of an earlier directory, and that their groups pool the runs.
+func TestRunsOfSameTasksWarned(t *testing.T) {
+	rs := []rollout{{task: 0, repeat: 0, reward: 1}, {task: 0, repeat: 1, reward: 0}, {task: 1, repeat: 0, reward: 1}}
+	a, b := writeRun(t, 2, rs), writeRun(t, 2, rs)
+	rep := exportTo(t, export.Options{Dirs: []string{a, b}, Format: "rl", Output: filepath.Join(t.TempDir(), "rl.jsonl")})
+	if rep.DuplicateKeys != 3 || rep.Rows != 6 {
+		t.Fatalf("duplicates %d rows %d, want 3 and 6", rep.DuplicateKeys, rep.Rows)
+	}
+	var printed strings.Builder
+	rep.Print(&printed)
+	if !strings.Contains(printed.String(), "warning: 3 rollouts have the key (task, repeat, arm) of a rollout of an earlier directory") {
+		t.Errorf("no warning:\n%s", printed.String())
 	}
 }

@@ -20,9 +20,11 @@ package export
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"os"
@@ -69,6 +71,9 @@ type Options struct {
 	MinMargin float64
 	// IncludeFailed keeps failed rollouts (infrastructure failures), with reward 0.
 	IncludeFailed bool
+	// PoolArms makes a group of all of a task's rollouts, whatever their arm; by default a
+	// group is one task's rollouts under one arm (one policy).
+	PoolArms bool
 	// Overwrite replaces an existing Output; without it an existing file is refused.
 	Overwrite bool
 }
@@ -96,6 +101,9 @@ type Report struct {
 	GroupsDropped map[string]int
 	// MissingPromptIDs counts model calls with generation tokens but no prompt ids.
 	MissingPromptIDs int
+	// DuplicateKeys counts rollouts whose key (task, repeat, arm) an earlier run directory
+	// of the export had too: runs of the same tasks, pooled in the same groups.
+	DuplicateKeys int
 	// NonContiguous counts exported rollouts with a model call whose prompt ids do not begin
 	// with the previous call's prompt and generated ids (NeMo RL refuses them).
 	NonContiguous int
@@ -237,7 +245,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := opt.checkInput(); err != nil {
 		return nil, err
 	}
-	e := &exporter{opt: opt, groups: map[int64]*group{}, arms: map[string]int{},
+	e := &exporter{opt: opt, groups: map[groupKey]*group{}, arms: map[string]int{},
 		rep: &Report{Format: opt.Format, Output: opt.Output, Dropped: map[string]int{}, GroupsDropped: map[string]int{}}}
 	if err := e.statistics(ctx); err != nil {
 		return nil, err
@@ -261,7 +269,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 
 type exporter struct {
 	opt    Options
-	groups map[int64]*group
+	groups map[groupKey]*group
 	// arms is each exported arm's index among them (sorted by name), maxRepeat the highest
 	// repeat: nemo-gym keys each arm's rollouts apart with them.
 	arms      map[string]int
@@ -286,6 +294,10 @@ func (e *exporter) eligible(r *record.Record) string {
 // statistics is the first pass: every group's rewards, and the rows each directory needs.
 func (e *exporter) statistics(ctx context.Context) error {
 	e.need = make([]map[int64]int, len(e.opt.Dirs))
+	var seen map[uint64]bool // the keys of the directories read so far, when there are several
+	if len(e.opt.Dirs) > 1 {
+		seen = map[uint64]bool{}
+	}
 	for d, dir := range e.opt.Dirs {
 		need := map[int64]int{}
 		e.need[d] = need
@@ -297,10 +309,18 @@ func (e *exporter) statistics(ctx context.Context) error {
 			if e.eligible(r) != "" {
 				return nil
 			}
-			g := e.groups[r.TaskIndex]
+			gk := e.groupOf(r)
+			g := e.groups[gk]
 			if g == nil {
 				g = &group{}
-				e.groups[r.TaskIndex] = g
+				e.groups[gk] = g
+			}
+			if seen != nil {
+				h := keyHash(keyOf(r))
+				if d > 0 && seen[h] {
+					e.rep.DuplicateKeys++
+				}
+				seen[h] = true
 			}
 			g.add(r.Reward, keyOf(r), d)
 			need[r.TaskIndex]++
@@ -373,7 +393,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 				answers.skip(keyOf(r))
 				return nil
 			}
-			g := e.groups[r.TaskIndex]
+			g := e.groups[e.groupOf(r)]
 			task, err := tasks.get(r.TaskIndex)
 			if err != nil {
 				return err
@@ -467,12 +487,45 @@ func runRows[T any](ctx context.Context, e *exporter, row func(*rollout) (*T, st
 	return out.commit()
 }
 
-// groupID names a task's group: its id, else its index.
-func groupID(r *record.Record) string {
+// groupKey is a group: a task's rollouts under one arm ("" when arms are pooled).
+type groupKey struct {
+	task int64
+	arm  string
+}
+
+func (e *exporter) groupOf(r *record.Record) groupKey {
+	if e.opt.PoolArms {
+		return groupKey{task: r.TaskIndex}
+	}
+	return groupKey{r.TaskIndex, r.Arm}
+}
+
+// keyHash is a 64-bit hash of a rollout key (FNV-1a): the duplicate check keeps 8 bytes a
+// rollout, not the key.
+func keyHash(k key) uint64 {
+	h := fnv.New64a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], uint64(k.task))
+	binary.LittleEndian.PutUint64(b[8:], uint64(k.rollout))
+	h.Write(b[:])
+	h.Write([]byte(k.arm))
+	return h.Sum64()
+}
+
+// taskName names a task: its id, else its index.
+func taskName(r *record.Record) string {
 	if r.TaskID != "" {
 		return r.TaskID
 	}
 	return "task-" + strconv.FormatInt(r.TaskIndex, 10)
+}
+
+// groupID names a rollout's group: its task, and its arm unless arms are pooled.
+func (e *exporter) groupID(r *record.Record) string {
+	if e.opt.PoolArms {
+		return taskName(r)
+	}
+	return taskName(r) + "/" + r.Arm
 }
 
 // Print writes the report: what was written, kept and dropped, and why.
@@ -490,6 +543,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.NonContiguous > 0 {
 		fmt.Fprintf(w, "  warning: %d rollouts have a model call whose prompt_token_ids do not begin with the previous call's prompt and generated ids (NeMo RL refuses them: \"Non-contiguous messages found\"); the endpoint re-tokenized the history instead of taking back the generated ids\n", r.NonContiguous)
+	}
+	if r.DuplicateKeys > 0 {
+		fmt.Fprintf(w, "  warning: %d rollouts have the key (task, repeat, arm) of a rollout of an earlier directory: the directories are runs of the same tasks (not shards of one run), and each group holds the rollouts of all of them\n", r.DuplicateKeys)
 	}
 	if r.MissingPromptIDs > 0 {
 		fmt.Fprintf(w, "  note: %d model calls have no prompt_token_ids (the endpoint did not return them)\n", r.MissingPromptIDs)

@@ -130,12 +130,15 @@ func TestRL(t *testing.T) {
 		want want
 	}{
 		{"default", export.Options{Arm: "multi"}, want{7, map[string]int{export.DropFailed: 1, export.DropBadTask: 1, export.DropArm: 1},
-			map[string][]float64{"t0": {1, 0, 0.5, 1}, "t1": {1, 1, 1}}}},
+			map[string][]float64{"t0/multi": {1, 0, 0.5, 1}, "t1/multi": {1, 1, 1}}}},
 		{"drop-uniform", export.Options{Arm: "multi", DropUniformGroups: true}, want{4, map[string]int{export.DropFailed: 1, export.DropBadTask: 1, export.DropArm: 1, export.DropUniform: 3},
-			map[string][]float64{"t0": {1, 0, 0.5, 1}}}},
+			map[string][]float64{"t0/multi": {1, 0, 0.5, 1}}}},
 		{"include-failed", export.Options{Arm: "multi", IncludeFailed: true}, want{8, map[string]int{export.DropBadTask: 1, export.DropArm: 1},
-			map[string][]float64{"t0": {1, 0, 0.5, 1, 0}, "t1": {1, 1, 1}}}},
+			map[string][]float64{"t0/multi": {1, 0, 0.5, 1, 0}, "t1/multi": {1, 1, 1}}}},
+		// Groups are (task, arm): the single arm's rollout of t1 is a group of its own.
 		{"all-arms", export.Options{}, want{8, map[string]int{export.DropFailed: 1, export.DropBadTask: 1},
+			map[string][]float64{"t0/multi": {1, 0, 0.5, 1}, "t1/multi": {1, 1, 1}, "t1/single": {0}}}},
+		{"pool-arms", export.Options{PoolArms: true}, want{8, map[string]int{export.DropFailed: 1, export.DropBadTask: 1},
 			map[string][]float64{"t0": {1, 0, 0.5, 1}, "t1": {1, 1, 1, 0}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,7 +51,7 @@ func (e *exporter) rlRow(ro *rollout) (*RLRow, string, error) {
 	}
 	std := g.std()
 	return &RLRow{
-		Run: filepath.Base(e.opt.Dirs[ro.dir]), TaskIndex: r.TaskIndex, TaskID: r.TaskID, GroupID: groupID(r),
+		Run: filepath.Base(e.opt.Dirs[ro.dir]), TaskIndex: r.TaskIndex, TaskID: r.TaskID, GroupID: e.groupID(r),
 		Repeat: r.RolloutIndex, Arm: r.Arm, Reward: r.Reward, RewardComponents: components(r.RewardComponents),
 		Advantage: (r.Reward - g.mean) / (std + Epsilon), RewardMinusMean: r.Reward - g.mean,
 		GroupSize: int64(g.n), GroupMean: g.mean, GroupStd: std,
@@ -185,7 +185,7 @@ func (e *exporter) preference(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	half := map[int64]*PreferenceRow{}
+	half := map[groupKey]*PreferenceRow{}
 	filter := func(r *record.Record, g *group) string {
 		if why := e.pairable(g); why != "" {
 			return why
@@ -207,14 +207,14 @@ func (e *exporter) preference(ctx context.Context) error {
 		if why != "" {
 			return why, nil // no pair for this group
 		}
-		p := half[r.TaskIndex]
+		p := half[e.groupOf(r)]
 		if p == nil {
 			tools, err := toolsJSON(ro.task)
 			if err != nil {
 				return "", err
 			}
 			p = &PreferenceRow{Prompt: msgs[:n], Tools: tools, TaskIndex: r.TaskIndex, TaskID: r.TaskID}
-			half[r.TaskIndex] = p
+			half[e.groupOf(r)] = p
 		}
 		if isBest {
 			p.Chosen, p.ChosenReward, p.ChosenRepeat, p.ChosenArm = msgs[n:], r.Reward, r.RolloutIndex, r.Arm
@@ -222,7 +222,7 @@ func (e *exporter) preference(ctx context.Context) error {
 			p.Rejected, p.RejectedReward, p.RejectedRepeat, p.RejectedArm = msgs[n:], r.Reward, r.RolloutIndex, r.Arm
 		}
 		if p.Chosen != nil && p.Rejected != nil {
-			delete(half, r.TaskIndex)
+			delete(half, e.groupOf(r))
 			e.rep.Rows++
 			return "", out.write(p)
 		}

@@ -204,7 +204,9 @@ func TestSFT(t *testing.T) {
 			map[string]int{export.DropFailed: 1, export.DropBadTask: 1}},
 		{"min-reward", export.Options{MinReward: &one}, []string{"0/0/multi", "1/0/multi", "0/3/multi", "1/1/multi", "1/2/multi"},
 			map[string]int{export.DropMinReward: 3}},
-		{"best-of-group", export.Options{BestOfGroup: true}, []string{"0/0/multi", "1/0/multi"},
+		{"best-of-group", export.Options{BestOfGroup: true}, []string{"0/0/multi", "1/0/multi", "1/0/single"},
+			map[string]int{export.DropNotBest: 5}},
+		{"best-of-group-pooled", export.Options{BestOfGroup: true, PoolArms: true}, []string{"0/0/multi", "1/0/multi"},
 			map[string]int{export.DropNotBest: 6}},
 		{"best-of-group-arm", export.Options{BestOfGroup: true, Arm: "single"}, []string{"1/0/single"},
 			map[string]int{export.DropArm: 7}},
@@ -314,10 +316,13 @@ func TestPreference(t *testing.T) {
 		pairs  []string // "task: chosen repeat/arm > rejected repeat/arm"
 		groups map[string]int
 	}{
-		{"all-arms", export.Options{}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+		// Pairs are within an arm by default: t1's multi rollouts all reward 1, its single one
+		// is alone.
+		{"all-arms", export.Options{}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1, export.DropNoPair: 1}},
+		{"pool-arms", export.Options{PoolArms: true}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
 		{"multi", export.Options{Arm: "multi"}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
 		{"margin", export.Options{Arm: "multi", MinMargin: 1.5}, nil, map[string]int{export.DropEqual: 1, export.DropMargin: 1}},
-		{"margin-met", export.Options{MinMargin: 1}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+		{"margin-met", export.Options{MinMargin: 1, PoolArms: true}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
 		// With the failed rollout in (reward 0), t0's first lowest reward is still repeat 1's.
 		{"include-failed", export.Options{Arm: "multi", IncludeFailed: true}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
 	} {

@@ -76,7 +76,7 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 		}
 		at.Rounds = append(at.Rounds, rd)
 	}
-	id := fmt.Sprintf("resp_%s_%d_%d", strings.ReplaceAll(groupID(r), " ", "_"), r.RolloutIndex, r.TaskIndex)
+	id := fmt.Sprintf("resp_%s_%d_%d", strings.ReplaceAll(taskName(r), " ", "_"), r.RolloutIndex, r.TaskIndex)
 	created := 0.0
 	if !r.StartedAt.IsZero() {
 		created = float64(r.StartedAt.UnixMilli()) / 1000
