@@ -71,6 +71,9 @@ type Options struct {
 	MinMargin float64
 	// IncludeFailed keeps failed rollouts (infrastructure failures), with reward 0.
 	IncludeFailed bool
+	// Layout (preference): LayoutTRL (default: prompt, chosen, rejected) or LayoutNemoRL
+	// (context, completions).
+	Layout string
 	// PoolArms makes a group of all of a task's rollouts, whatever their arm; by default a
 	// group is one task's rollouts under one arm (one policy).
 	PoolArms bool
@@ -125,6 +128,8 @@ const (
 	DropPaired       = "neither chosen nor rejected"
 	DropNoAnswer     = "no model answer in the trajectory"
 	DropTruncated    = "a model answer cut off by the token limit (finish_reason length)"
+	DropSameAnswers  = "chosen and rejected took the same turns"
+	DropEnvironment  = "chosen and rejected first differ in a tool's or user's message, not the model's"
 	DropMalformed    = "tool-call arguments that are not a JSON object"
 )
 
@@ -176,6 +181,15 @@ func (opt *Options) Check() error {
 	}
 	if _, err := fileKind(opt.Output); err != nil {
 		return err
+	}
+	switch opt.Layout {
+	case "", LayoutTRL:
+	case LayoutNemoRL:
+		if opt.Format != FormatPreference {
+			return fmt.Errorf("--layout %s is a layout of --format preference", opt.Layout)
+		}
+	default:
+		return fmt.Errorf("--layout %q: want %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL)
 	}
 	if opt.MinMargin < 0 {
 		return fmt.Errorf("--min-margin %g: must be at least 0", opt.MinMargin)

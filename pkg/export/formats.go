@@ -143,21 +143,89 @@ func (e *exporter) sftRow(ro *rollout) (*SFTRow, string, error) {
 	return &SFTRow{Messages: msgs, Tools: tools}, "", nil
 }
 
-// PreferenceRow is a chosen/rejected pair of one task (--format preference), as TRL's DPO
-// trainer reads a conversational dataset: the shared prompt, and each rollout's messages after it.
+// PreferenceRow is a chosen/rejected pair of one group (--format preference), as TRL's DPO
+// trainer reads a conversational dataset: the context both rollouts share (the task's prompt
+// and every turn they took alike), and each rollout's assistant messages from the first one in
+// which they differ up to the next tool or user message, so that the loss counts the policy's
+// tokens only (TRL's DPO takes every token of chosen and rejected as the policy's: a tool's
+// output in them would be trained on as if the model had written it).
 type PreferenceRow struct {
-	Prompt         []ChatMessage `parquet:"prompt,list" json:"prompt"`
-	Chosen         []ChatMessage `parquet:"chosen,list" json:"chosen"`
-	Rejected       []ChatMessage `parquet:"rejected,list" json:"rejected"`
-	Tools          string        `parquet:"tools" json:"tools"`
-	TaskIndex      int64         `parquet:"task_index" json:"task_index"`
-	TaskID         string        `parquet:"task_id" json:"task_id"`
-	ChosenReward   float64       `parquet:"chosen_reward" json:"chosen_reward"`
-	RejectedReward float64       `parquet:"rejected_reward" json:"rejected_reward"`
-	ChosenRepeat   int64         `parquet:"chosen_repeat" json:"chosen_repeat"`
-	RejectedRepeat int64         `parquet:"rejected_repeat" json:"rejected_repeat"`
-	ChosenArm      string        `parquet:"chosen_arm" json:"chosen_arm"`
-	RejectedArm    string        `parquet:"rejected_arm" json:"rejected_arm"`
+	Prompt   []ChatMessage `parquet:"prompt,list" json:"prompt"`
+	Chosen   []ChatMessage `parquet:"chosen,list" json:"chosen"`
+	Rejected []ChatMessage `parquet:"rejected,list" json:"rejected"`
+	PreferenceMeta
+}
+
+// PreferenceMeta is what a pair says of its rollouts, in every layout.
+type PreferenceMeta struct {
+	Tools          string  `parquet:"tools" json:"tools"`
+	TaskIndex      int64   `parquet:"task_index" json:"task_index"`
+	TaskID         string  `parquet:"task_id" json:"task_id"`
+	ChosenReward   float64 `parquet:"chosen_reward" json:"chosen_reward"`
+	RejectedReward float64 `parquet:"rejected_reward" json:"rejected_reward"`
+	ChosenRepeat   int64   `parquet:"chosen_repeat" json:"chosen_repeat"`
+	RejectedRepeat int64   `parquet:"rejected_repeat" json:"rejected_repeat"`
+	ChosenArm      string  `parquet:"chosen_arm" json:"chosen_arm"`
+	RejectedArm    string  `parquet:"rejected_arm" json:"rejected_arm"`
+}
+
+// NemoRLPreferenceRow is a pair as NeMo RL's PreferenceDataset reads it (--layout nemo-rl):
+// the shared context and two ranked completions (rank 0 preferred), message lists each.
+type NemoRLPreferenceRow struct {
+	Context     []ChatMessage      `parquet:"context,list" json:"context"`
+	Completions []RankedCompletion `parquet:"completions,list" json:"completions"`
+	PreferenceMeta
+}
+
+// RankedCompletion is one of NeMo RL's completions.
+type RankedCompletion struct {
+	Rank       int64         `parquet:"rank" json:"rank"`
+	Completion []ChatMessage `parquet:"completion,list" json:"completion"`
+}
+
+// Preference layouts (--layout).
+const (
+	LayoutTRL    = "trl"
+	LayoutNemoRL = "nemo-rl"
+)
+
+// sameTurn says whether two messages of two rollouts say the same (tool call ids aside: each
+// rollout has its own).
+func sameTurn(a, b *ChatMessage) bool {
+	if a.Role != b.Role || a.Content != b.Content || len(a.ToolCalls) != len(b.ToolCalls) {
+		return false
+	}
+	for i := range a.ToolCalls {
+		if a.ToolCalls[i].Function.Name != b.ToolCalls[i].Function.Name || a.ToolCalls[i].Function.Arguments != b.ToolCalls[i].Function.Arguments {
+			return false
+		}
+	}
+	return true
+}
+
+// split cuts two rollouts' messages where they first differ: the shared context (chosen's
+// messages), and each side's assistant messages from there to the next tool or user message.
+// why says why there is no pair: they do not differ, or differ first in what the environment
+// said rather than in what the model did.
+func split(chosen, rejected []ChatMessage) (context, c, r []ChatMessage, why string) {
+	k := 0
+	for k < len(chosen) && k < len(rejected) && sameTurn(&chosen[k], &rejected[k]) {
+		k++
+	}
+	if k == len(chosen) || k == len(rejected) {
+		return nil, nil, nil, DropSameAnswers
+	}
+	if chosen[k].Role != openai.ChatMessageRoleAssistant || rejected[k].Role != openai.ChatMessageRoleAssistant {
+		return nil, nil, nil, DropEnvironment
+	}
+	turn := func(m []ChatMessage) []ChatMessage {
+		end := k
+		for end < len(m) && m[end].Role == openai.ChatMessageRoleAssistant {
+			end++
+		}
+		return m[k:end]
+	}
+	return chosen[:k], turn(chosen), turn(rejected), ""
 }
 
 // pairable says why a group makes no pair ("" when it does).
@@ -173,6 +241,13 @@ func (e *exporter) pairable(g *group) string {
 	return ""
 }
 
+// halfPair is a group's pair while one of its rollouts is still to be read.
+type halfPair struct {
+	meta              PreferenceMeta
+	chosen, rejected  []ChatMessage
+	hasChosen, hasRej bool
+}
+
 // preference writes a pair per group as soon as both of its rollouts have been read: a
 // half-made pair waits in memory, one per group at most.
 func (e *exporter) preference(ctx context.Context) error {
@@ -181,11 +256,30 @@ func (e *exporter) preference(ctx context.Context) error {
 			e.rep.GroupsDropped[why]++
 		}
 	}
-	out, err := newSink[PreferenceRow](e.opt.Output)
-	if err != nil {
-		return err
+	var write func(h *halfPair, context, c, r []ChatMessage) error
+	var commit func() error
+	var abort func()
+	if e.opt.Layout == LayoutNemoRL {
+		out, err := newSink[NemoRLPreferenceRow](e.opt.Output)
+		if err != nil {
+			return err
+		}
+		write = func(h *halfPair, context, c, r []ChatMessage) error {
+			return out.write(&NemoRLPreferenceRow{Context: context, PreferenceMeta: h.meta,
+				Completions: []RankedCompletion{{Rank: 0, Completion: c}, {Rank: 1, Completion: r}}})
+		}
+		commit, abort = out.commit, out.abort
+	} else {
+		out, err := newSink[PreferenceRow](e.opt.Output)
+		if err != nil {
+			return err
+		}
+		write = func(h *halfPair, context, c, r []ChatMessage) error {
+			return out.write(&PreferenceRow{Prompt: context, Chosen: c, Rejected: r, PreferenceMeta: h.meta})
+		}
+		commit, abort = out.commit, out.abort
 	}
-	half := map[groupKey]*PreferenceRow{}
+	half := map[groupKey]*halfPair{}
 	filter := func(r *record.Record, g *group) string {
 		if why := e.pairable(g); why != "" {
 			return why
@@ -195,7 +289,7 @@ func (e *exporter) preference(ctx context.Context) error {
 		}
 		return ""
 	}
-	err = e.each(ctx, filter, func(ro *rollout) (string, error) {
+	err := e.each(ctx, filter, func(ro *rollout) (string, error) {
 		r, g := ro.rec, ro.g
 		k := keyOf(r)
 		isBest := k == g.best && ro.dir == g.bestDir
@@ -203,34 +297,42 @@ func (e *exporter) preference(ctx context.Context) error {
 		if !isBest && !isWorst {
 			return DropPaired, nil // the same key in another directory
 		}
-		msgs, n, why := chatAnswers(ro.traj)
+		msgs, _, why := chatAnswers(ro.traj)
 		if why != "" {
+			delete(half, e.groupOf(r))
 			return why, nil // no pair for this group
 		}
-		p := half[e.groupOf(r)]
-		if p == nil {
+		h := half[e.groupOf(r)]
+		if h == nil {
 			tools, err := toolsJSON(ro.task)
 			if err != nil {
 				return "", err
 			}
-			p = &PreferenceRow{Prompt: msgs[:n], Tools: tools, TaskIndex: r.TaskIndex, TaskID: r.TaskID}
-			half[e.groupOf(r)] = p
+			h = &halfPair{meta: PreferenceMeta{Tools: tools, TaskIndex: r.TaskIndex, TaskID: r.TaskID}}
+			half[e.groupOf(r)] = h
 		}
 		if isBest {
-			p.Chosen, p.ChosenReward, p.ChosenRepeat, p.ChosenArm = msgs[n:], r.Reward, r.RolloutIndex, r.Arm
+			h.chosen, h.hasChosen = msgs, true
+			h.meta.ChosenReward, h.meta.ChosenRepeat, h.meta.ChosenArm = r.Reward, r.RolloutIndex, r.Arm
 		} else {
-			p.Rejected, p.RejectedReward, p.RejectedRepeat, p.RejectedArm = msgs[n:], r.Reward, r.RolloutIndex, r.Arm
+			h.rejected, h.hasRej = msgs, true
+			h.meta.RejectedReward, h.meta.RejectedRepeat, h.meta.RejectedArm = r.Reward, r.RolloutIndex, r.Arm
 		}
-		if p.Chosen != nil && p.Rejected != nil {
-			delete(half, e.groupOf(r))
-			e.rep.Rows++
-			return "", out.write(p)
+		if !h.hasChosen || !h.hasRej {
+			return "", nil
 		}
-		return "", nil
+		delete(half, e.groupOf(r))
+		context, c, rj, why := split(h.chosen, h.rejected)
+		if why != "" {
+			e.rep.GroupsDropped[why]++
+			return "", nil
+		}
+		e.rep.Rows++
+		return "", write(h, context, c, rj)
 	})
 	if err != nil {
-		out.abort()
+		abort()
 		return err
 	}
-	return out.commit()
+	return commit()
 }

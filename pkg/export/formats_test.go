@@ -319,10 +319,11 @@ func TestPreference(t *testing.T) {
 		// Pairs are within an arm by default: t1's multi rollouts all reward 1, its single one
 		// is alone.
 		{"all-arms", export.Options{}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1, export.DropNoPair: 1}},
-		{"pool-arms", export.Options{PoolArms: true}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+		// Pooled, t1's multi and single repeat 0 make a pair of the same turns: none.
+		{"pool-arms", export.Options{PoolArms: true}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropSameAnswers: 1}},
 		{"multi", export.Options{Arm: "multi"}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
 		{"margin", export.Options{Arm: "multi", MinMargin: 1.5}, nil, map[string]int{export.DropEqual: 1, export.DropMargin: 1}},
-		{"margin-met", export.Options{MinMargin: 1, PoolArms: true}, []string{"t0: 0/multi > 1/multi", "t1: 0/multi > 0/single"}, nil},
+		{"margin-met", export.Options{MinMargin: 1, Arm: "multi"}, []string{"t0: 0/multi > 1/multi"}, nil},
 		// With the failed rollout in (reward 0), t0's first lowest reward is still repeat 1's.
 		{"include-failed", export.Options{Arm: "multi", IncludeFailed: true}, []string{"t0: 0/multi > 1/multi"}, map[string]int{export.DropEqual: 1}},
 	} {
@@ -342,13 +343,17 @@ func TestPreference(t *testing.T) {
 				if p.ChosenReward <= p.RejectedReward || p.ChosenReward-p.RejectedReward < opt.MinMargin {
 					t.Errorf("%s: chosen %v rejected %v", p.TaskID, p.ChosenReward, p.RejectedReward)
 				}
-				if len(p.Prompt) != 2 || p.Prompt[0].Role != "system" || p.Prompt[1].Role != "user" ||
-					p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" || len(p.Chosen) != 3 || !strings.HasPrefix(p.Tools, `[{"function":{"name":"count"`) ||
-					p.Chosen[0].ToolCalls[0].Function.Arguments["to"] != float64(p.TaskIndex) {
+				// The rollouts call the tool alike and differ in their final answers: the
+				// context is the task's prompt with the shared tool call and output, each side
+				// the final answer alone.
+				if len(p.Prompt) != 4 || p.Prompt[0].Role != "system" || p.Prompt[1].Role != "user" || p.Prompt[3].Role != "tool" ||
+					p.Prompt[2].ToolCalls[0].Function.Arguments["to"] != float64(p.TaskIndex) ||
+					len(p.Chosen) != 1 || len(p.Rejected) != 1 || p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" ||
+					!strings.HasPrefix(p.Tools, `[{"function":{"name":"count"`) {
 					t.Errorf("%s: prompt %+v chosen %+v rejected %+v", p.TaskID, p.Prompt, p.Chosen, p.Rejected)
 				}
-				if !strings.Contains(p.Chosen[2].Content, fmt.Sprintf("repeat %d", p.ChosenRepeat)) {
-					t.Errorf("%s: the chosen messages are not rollout %d's: %s", p.TaskID, p.ChosenRepeat, p.Chosen[2].Content)
+				if !strings.Contains(p.Chosen[0].Content, fmt.Sprintf("repeat %d", p.ChosenRepeat)) {
+					t.Errorf("%s: the chosen messages are not rollout %d's: %s", p.TaskID, p.ChosenRepeat, p.Chosen[0].Content)
 				}
 			}
 			slices.Sort(got)
@@ -356,6 +361,38 @@ func TestPreference(t *testing.T) {
 				t.Errorf("pairs %q, want %q", got, tc.pairs)
 			}
 		})
+	}
+}
+
+// Rollouts that differ in their first tool call: the pair is the prompt and each side's tool
+// call alone (TRL's DPO would count the tool's output as the policy's); in NeMo RL's layout the
+// same, as context and ranked completions.
+func TestPreferenceSplit(t *testing.T) {
+	dir := writeRun(t, 1, []rollout{{task: 0, repeat: 0, reward: 1}, {task: 0, repeat: 1, reward: 0, args: `{"to":7}`}})
+	out := filepath.Join(t.TempDir(), "pref.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatPreference, Output: out})
+	rows := readJSONL[prefLine](t, out)
+	if len(rows) != 1 {
+		t.Fatalf("%d pairs", len(rows))
+	}
+	p := rows[0]
+	if len(p.Prompt) != 2 || len(p.Chosen) != 1 || len(p.Rejected) != 1 || p.Chosen[0].ToolCalls[0].Function.Arguments["to"] != 0.0 ||
+		p.Rejected[0].ToolCalls[0].Function.Arguments["to"] != 7.0 {
+		t.Errorf("pair %+v", p)
+	}
+	nrl := filepath.Join(t.TempDir(), "pref-nemo-rl.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatPreference, Output: nrl, Layout: export.LayoutNemoRL})
+	for _, l := range readJSONL[map[string]json.RawMessage](t, nrl) {
+		// NeMo RL's preference_preprocessor: two completions, ranks apart, lists of messages.
+		var ctx []chatMsg
+		var comps []struct {
+			Rank       int       `json:"rank"`
+			Completion []chatMsg `json:"completion"`
+		}
+		if json.Unmarshal(l["context"], &ctx) != nil || json.Unmarshal(l["completions"], &comps) != nil || len(comps) != 2 ||
+			comps[0].Rank == comps[1].Rank || len(ctx) != 2 || comps[0].Completion[0].ToolCalls[0].Function.Arguments["to"] != 0.0 {
+			t.Errorf("nemo-rl line %s", l)
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ type rollout struct {
 	truncated  bool   // the final answer was cut off by the token limit
 	badArgs    bool   // the tool call's arguments are not a JSON object
 	reasoning  string // the final answer's reasoning
+	args       string // the tool call's arguments, when not {"to":TASK}
 }
 
 // taskRow is test task i: a system and a user message, and one tool.
@@ -55,6 +56,9 @@ func trajectory(i int, r rollout) []byte {
 	if r.parts {
 		tr.Messages[1] = openai.ChatCompletionMessage{Role: "user", MultiContent: []openai.ChatMessagePart{
 			{Type: "text", Text: "Count "}, {Type: "text", Text: fmt.Sprintf("to %d.", i)}}}
+	}
+	if r.args != "" {
+		tr.Messages[2].ToolCalls[0].Function.Arguments = r.args
 	}
 	if r.badArgs {
 		tr.Messages[2].ToolCalls[0].Function.Arguments = `{"to":`
