@@ -17,7 +17,7 @@ import (
 // cmdExport writes training data from run directories (package export).
 func cmdExport(ctx context.Context, args []string, e env) error {
 	fs := newFlagSet("rollout export", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout export DIR... --format rl|sft|preference|nemo-gym -o FILE [flags]\n\n"+
+		fmt.Fprintf(w, "Usage: rollout export DIR... --format rl|sft|preference|nemo-gym|verl -o FILE [flags]\n\n"+
 			"Writes training data from one or several run directories (shards of a run are read in turn):\n"+
 			"Parquet or JSONL by FILE's extension (.parquet, .jsonl).\n\n"+
 			"  rl          one row per rollout: task, group (the task's rollouts under its arm), repeat, arm, reward and\n"+
@@ -27,7 +27,9 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 			"              (TRL, NeMo RL, verl, OpenRLHF), ending with the model's last answer\n"+
 			"  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
 			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
-			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n\n"+
+			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n"+
+			"  verl        one row per task as verl's RL trainer reads its train files: prompt, data_source,\n"+
+			"              reward_model, extra_info\n\n"+
 			"See docs/export.md for each format's consumer and columns.\n\n"+
 			"Failed rollouts (infrastructure failures) are left out unless --include-failed; bad_task\n"+
 			"rows always. What was kept and dropped, and why, goes to stderr. The task file is the one\n"+

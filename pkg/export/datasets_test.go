@@ -361,7 +361,7 @@ func compatible(jsonl, pq string) bool {
 // no column that is an array in one file and text in the other, no empty-string tools.
 func TestDatasetsLoadable(t *testing.T) {
 	dir := writeRun(t, 3, baseRun)
-	for _, format := range []string{export.FormatRL, export.FormatSFT, export.FormatPreference} {
+	for _, format := range []string{export.FormatRL, export.FormatSFT, export.FormatPreference, export.FormatVerl} {
 		t.Run(format, func(t *testing.T) {
 			out := t.TempDir()
 			pq, js := filepath.Join(out, format+".parquet"), filepath.Join(out, format+".jsonl")
@@ -433,4 +433,50 @@ func readFileT(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// The verl export is what verl's RLHFDataset (verl/utils/dataset/rl_dataset.py) reads of a row:
+// prompt, a list of {role, content} messages it renders with the chat template; data_source;
+// reward_model with ground_truth; extra_info with index. One row per task: 2 tasks have
+// exportable rollouts in baseRun (task 2's row is bad).
+func TestVerl(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	out := filepath.Join(t.TempDir(), "verl.parquet")
+	rep := exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatVerl, Output: out})
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		DataSource string `parquet:"data_source"`
+		Prompt     []struct {
+			Role    string `parquet:"role"`
+			Content string `parquet:"content"`
+		} `parquet:"prompt,list"`
+		RewardModel struct {
+			Style       string `parquet:"style"`
+			GroundTruth string `parquet:"ground_truth"`
+		} `parquet:"reward_model"`
+		ExtraInfo struct {
+			Index int64  `parquet:"index"`
+			Tools string `parquet:"tools"`
+		} `parquet:"extra_info"`
+	}
+	rows := make([]row, pf.NumRows())
+	if n, _ := parquet.NewGenericReader[row](pf).Read(rows); n != 2 || rep.Rows != 2 {
+		t.Fatalf("%d rows (report %d), want one per task: 2", n, rep.Rows)
+	}
+	for i, r := range rows {
+		var truth map[string]any
+		if r.DataSource == "" || len(r.Prompt) != 2 || r.Prompt[1].Role != "user" || r.Prompt[1].Content != fmt.Sprintf("Count to %d.", r.ExtraInfo.Index) ||
+			json.Unmarshal([]byte(r.RewardModel.GroundTruth), &truth) != nil || truth["id"] != fmt.Sprintf("t%d", r.ExtraInfo.Index) || !strings.Contains(r.ExtraInfo.Tools, `"count"`) {
+			t.Errorf("row %d: %+v", i, r)
+		}
+	}
 }

@@ -43,10 +43,11 @@ const (
 	FormatSFT        = "sft"
 	FormatPreference = "preference"
 	FormatNemoGym    = "nemo-gym"
+	FormatVerl       = "verl"
 )
 
 // Formats lists the formats, for help texts.
-var Formats = []string{FormatRL, FormatSFT, FormatPreference, FormatNemoGym}
+var Formats = []string{FormatRL, FormatSFT, FormatPreference, FormatNemoGym, FormatVerl}
 
 // Epsilon is the ε of the normalized advantage.
 const Epsilon = 1e-6
@@ -129,6 +130,7 @@ const (
 	DropNoAnswer     = "no model answer in the trajectory"
 	DropTruncated    = "a model answer cut off by the token limit (finish_reason length)"
 	DropSameAnswers  = "chosen and rejected took the same turns"
+	DropTaskWritten  = "another rollout of a task already written (verl: one row per task)"
 	DropEnvironment  = "chosen and rejected first differ in a tool's or user's message, not the model's"
 	DropMalformed    = "tool-call arguments that are not a JSON object"
 )
@@ -172,7 +174,7 @@ func (opt *Options) Check() error {
 		return errors.New("no run directory")
 	}
 	switch opt.Format {
-	case FormatRL, FormatSFT, FormatPreference, FormatNemoGym:
+	case FormatRL, FormatSFT, FormatPreference, FormatNemoGym, FormatVerl:
 	default:
 		return fmt.Errorf("--format %q: want one of %s", opt.Format, strings.Join(Formats, ", "))
 	}
@@ -274,6 +276,8 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		err = runRows(ctx, e, e.nemoGymRow)
 	case FormatPreference:
 		err = e.preference(ctx)
+	case FormatVerl:
+		err = e.verlRows(ctx)
 	}
 	if err != nil {
 		return nil, err

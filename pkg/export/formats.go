@@ -7,6 +7,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
 
@@ -335,4 +336,89 @@ func (e *exporter) preference(ctx context.Context) error {
 		return err
 	}
 	return commit()
+}
+
+// VerlRow is one task as verl's RLHFDataset reads its train files (--format verl, Parquet):
+// the prompt (chat messages, rendered by verl with the tokenizer's template), data_source (the
+// environment: the row's agent_ref.name, else "rollout"), ability, reward_model (style and
+// ground_truth: the task row as JSON text, for a reward function that calls the resource
+// server) and extra_info (index, the task id and the tools as JSON text). One row per task
+// of the exported rollouts.
+type VerlRow struct {
+	DataSource  string          `parquet:"data_source" json:"data_source"`
+	Prompt      []PromptMessage `parquet:"prompt,list" json:"prompt"`
+	Ability     string          `parquet:"ability" json:"ability"`
+	RewardModel VerlRewardModel `parquet:"reward_model" json:"reward_model"`
+	ExtraInfo   VerlExtraInfo   `parquet:"extra_info" json:"extra_info"`
+}
+
+// PromptMessage is a prompt message: role and text.
+type PromptMessage struct {
+	Role    string `parquet:"role" json:"role"`
+	Content string `parquet:"content" json:"content"`
+}
+
+// VerlRewardModel is verl's reward_model member.
+type VerlRewardModel struct {
+	Style       string `parquet:"style" json:"style"`
+	GroundTruth string `parquet:"ground_truth" json:"ground_truth"`
+}
+
+// VerlExtraInfo is verl's extra_info member.
+type VerlExtraInfo struct {
+	Index  int64  `parquet:"index" json:"index"`
+	TaskID string `parquet:"task_id" json:"task_id"`
+	Tools  string `parquet:"tools" json:"tools"`
+}
+
+// verlRows writes a row per task, the first time one of its rollouts is read (a set of task
+// indexes is all it keeps).
+func (e *exporter) verlRows(ctx context.Context) error {
+	out, err := newSink[VerlRow](e.opt.Output)
+	if err != nil {
+		return err
+	}
+	written := map[int64]bool{}
+	filter := func(r *record.Record, _ *group) string {
+		if written[r.TaskIndex] {
+			return DropTaskWritten
+		}
+		return ""
+	}
+	err = e.each(ctx, filter, func(ro *rollout) (string, error) {
+		r, task := ro.rec, ro.task
+		if written[r.TaskIndex] {
+			return DropTaskWritten, nil
+		}
+		written[r.TaskIndex] = true
+		tools, err := toolsJSON(task)
+		if err != nil {
+			return "", err
+		}
+		source := "rollout"
+		if task.AgentRef != nil && task.AgentRef.Name != "" {
+			source = task.AgentRef.Name
+		}
+		var prompt []PromptMessage
+		for _, m := range agent.ChatMessages(task.Params) {
+			role := m.Role
+			if role == openai.ChatMessageRoleDeveloper {
+				role = openai.ChatMessageRoleSystem
+			}
+			text := m.Content
+			for _, p := range m.MultiContent {
+				text += p.Text
+			}
+			prompt = append(prompt, PromptMessage{Role: role, Content: text})
+		}
+		e.rep.Rows++
+		return "", out.write(&VerlRow{DataSource: source, Prompt: prompt, Ability: "agent",
+			RewardModel: VerlRewardModel{Style: "rule", GroundTruth: string(task.Raw)},
+			ExtraInfo:   VerlExtraInfo{Index: r.TaskIndex, TaskID: r.TaskID, Tools: tools}})
+	})
+	if err != nil {
+		out.abort()
+		return err
+	}
+	return out.commit()
 }
