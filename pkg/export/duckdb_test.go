@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/export"
@@ -119,4 +120,85 @@ func TestRLParquetDuckDB(t *testing.T) {
 			t.Errorf("row %d: DuckDB %+v\nJSONL %+v", i, g, w)
 		}
 	}
+}
+
+// DuckDB reads every format's Parquet export (every column type the exports write: strings,
+// int64, int32 and float lists, doubles, nullable strings, lists of structs, nested structs),
+// with no MAP column, and each row equals the JSONL export's row once the values that are
+// JSON text in Parquet (tools, the chat shape's tool-call arguments) are parsed.
+func TestAllFormatsParquetDuckDB(t *testing.T) {
+	node, env := duckdbNode(t)
+	dir := writeRun(t, 3, baseRun)
+	for _, tc := range []struct {
+		format, layout string
+	}{{export.FormatRL, ""}, {export.FormatSFT, ""}, {export.FormatPreference, ""}, {export.FormatPreference, export.LayoutNemoRL}, {export.FormatVerl, ""}} {
+		t.Run(tc.format+tc.layout, func(t *testing.T) {
+			out := t.TempDir()
+			pq, js := filepath.Join(out, "x.parquet"), filepath.Join(out, "x.jsonl")
+			exportTo(t, export.Options{Dirs: []string{dir}, Format: tc.format, Layout: tc.layout, Output: pq})
+			exportTo(t, export.Options{Dirs: []string{dir}, Format: tc.format, Layout: tc.layout, Output: js})
+			cmd := exec.Command(node, "testdata/duckdb_all.js", pq)
+			cmd.Env = env
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			raw, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("duckdb: %v\n%s", err, stderr.String())
+			}
+			var got struct {
+				Types []struct{ Column_name, Column_type string }
+				Rows  []string
+			}
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatalf("%v: %.300s", err, raw)
+			}
+			for _, c := range got.Types {
+				if strings.Contains(c.Column_type, "MAP(") {
+					t.Errorf("column %s is %s", c.Column_name, c.Column_type)
+				}
+			}
+			want := readJSONL[json.RawMessage](t, js)
+			if len(got.Rows) != len(want) || len(want) == 0 {
+				t.Fatalf("DuckDB read %d rows, JSONL has %d", len(got.Rows), len(want))
+			}
+			for i := range want {
+				if a, b := normalJSON(t, []byte(got.Rows[i])), normalJSON(t, want[i]); a != b {
+					t.Errorf("row %d:\nDuckDB %s\nJSONL  %s", i, a, b)
+				}
+			}
+		})
+	}
+}
+
+// normalJSON is v with every string that holds a JSON object or array parsed (JSON text in
+// Parquet, the value in JSONL), numbers as float64, keys sorted.
+func normalJSON(t *testing.T, b []byte) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	var walk func(any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			if strings.HasPrefix(x, "{") || strings.HasPrefix(x, "[") {
+				var inner any
+				if json.Unmarshal([]byte(x), &inner) == nil {
+					return walk(inner)
+				}
+			}
+		case []any:
+			for i := range x {
+				x[i] = walk(x[i])
+			}
+		case map[string]any:
+			for k := range x {
+				x[k] = walk(x[k])
+			}
+		}
+		return v
+	}
+	out, _ := json.Marshal(walk(v))
+	return string(out)
 }
