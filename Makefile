@@ -82,7 +82,7 @@ test: vet
 # since arrow-go brings ~100 MB of modules (grpc, thrift, flatbuffers) that `make test` need not
 # download. CI runs it.
 arrowcheck:
-	$(GO) test -race -count=1 -tags arrowcheck -run 'Arrow|ParallelPages' ./pkg/record/
+	$(GO) test -race -count=1 -tags arrowcheck -run 'Arrow|ParallelPages' ./pkg/record/ ./pkg/export/
 
 race: test
 
