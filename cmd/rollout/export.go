@@ -52,7 +52,7 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each task")
 	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
 	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
-	fs.StringVar(&opt.Layout, "layout", "", "preference: `LAYOUT` trl (prompt, chosen, rejected; default) or nemo-rl (context, completions)")
+	fs.StringVar(&opt.Layout, "layout", "", "`LAYOUT`: preference trl (prompt, chosen, rejected; default), nemo-rl (context, completions) or openai (DPO); sft openai (chat fine-tuning, .jsonl)")
 	fs.BoolVar(&opt.PoolArms, "pool-arms", false, "one group per task over all arms (default: one group per task and arm)")
 	fs.BoolVar(&opt.Overwrite, "overwrite", false, "replace -o FILE if it exists")
 	var dirs []string

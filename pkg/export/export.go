@@ -190,8 +190,15 @@ func (opt *Options) Check() error {
 		if opt.Format != FormatPreference {
 			return fmt.Errorf("--layout %s is a layout of --format preference", opt.Layout)
 		}
+	case LayoutOpenAI:
+		if opt.Format != FormatPreference && opt.Format != FormatSFT {
+			return fmt.Errorf("--layout %s is a layout of --format sft and preference", opt.Layout)
+		}
+		if kind, _ := fileKind(opt.Output); kind != "jsonl" {
+			return fmt.Errorf("--layout %s: -o %s: OpenAI's fine-tuning files are JSONL (.jsonl)", opt.Layout, opt.Output)
+		}
 	default:
-		return fmt.Errorf("--layout %q: want %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL)
+		return fmt.Errorf("--layout %q: want %s, %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL, LayoutOpenAI)
 	}
 	if opt.MinMargin < 0 {
 		return fmt.Errorf("--min-margin %g: must be at least 0", opt.MinMargin)
@@ -271,7 +278,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	case FormatRL:
 		err = runRows(ctx, e, e.rlRow)
 	case FormatSFT:
-		err = runRows(ctx, e, e.sftRow)
+		if opt.Layout == LayoutOpenAI {
+			err = e.openaiSFT(ctx)
+		} else {
+			err = runRows(ctx, e, e.sftRow)
+		}
 	case FormatNemoGym:
 		err = runRows(ctx, e, e.nemoGymRow)
 	case FormatPreference:

@@ -270,6 +270,20 @@ func (e *exporter) preference(ctx context.Context) error {
 				Completions: []RankedCompletion{{Rank: 0, Completion: c}, {Rank: 1, Completion: r}}})
 		}
 		commit, abort = out.commit, out.abort
+	} else if e.opt.Layout == LayoutOpenAI {
+		out, err := newSink[OpenAIDPORow](e.opt.Output)
+		if err != nil {
+			return err
+		}
+		write = func(h *halfPair, context, c, r []ChatMessage) error {
+			row := &OpenAIDPORow{PreferredOutput: openaiFT(c), NonPreferredOutput: openaiFT(r)}
+			row.Input.Messages = openaiFT(context)
+			if h.meta.Tools != "[]" {
+				row.Input.Tools = JSONText(h.meta.Tools)
+			}
+			return out.write(row)
+		}
+		commit, abort = out.commit, out.abort
 	} else {
 		out, err := newSink[PreferenceRow](e.opt.Output)
 		if err != nil {

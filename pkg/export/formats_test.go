@@ -1,6 +1,7 @@
 package export_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -290,6 +291,66 @@ func TestSFTAnswers(t *testing.T) {
 	}
 	if m := rows[1].Messages; len(m) != 3 || m[2].Role != "assistant" || len(m[2].ToolCalls) != 1 || m[2].Content != "" {
 		t.Errorf("task 1 (ended on a tool answer): %+v", m)
+	}
+}
+
+// --layout openai: sft lines pass OpenAI's chat fine-tuning rules (checkChatFineTuning:
+// arguments as JSON strings), with weight 0 on an answer cut off by the token limit and 1 on
+// the others, and no reasoning_content; a rollout with arguments that are not JSON is left out.
+// Preference lines are OpenAI's DPO format: input (messages, tools), preferred_output and
+// non_preferred_output. Parquet is refused.
+func TestOpenAILayout(t *testing.T) {
+	dir := writeRun(t, 4, []rollout{
+		{task: 0, repeat: 0, reward: 1, reasoning: "r"}, {task: 1, repeat: 0, reward: 0, truncated: true}, {task: 2, repeat: 0, badArgs: true},
+		{task: 3, repeat: 0, reward: 1}, {task: 3, repeat: 1, reward: 0, args: `{"to":9}`},
+	})
+	out := filepath.Join(t.TempDir(), "sft.jsonl")
+	rep := exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatSFT, Layout: export.LayoutOpenAI, Output: out})
+	if rep.Rows != 4 || rep.Dropped[export.DropMalformed] != 1 {
+		t.Fatalf("rows %d dropped %v", rep.Rows, rep.Dropped)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(readFileT(t, out)), "\n") {
+		if err := checkChatFineTuning([]byte(line)); err != nil {
+			t.Errorf("line %d: %v\n%s", i+1, err, line)
+		}
+		if strings.Contains(line, "reasoning_content") {
+			t.Errorf("line %d has reasoning_content", i+1)
+		}
+		var row struct {
+			Messages []struct {
+				Role   string `json:"role"`
+				Weight *int   `json:"weight"`
+			} `json:"messages"`
+		}
+		json.Unmarshal([]byte(line), &row)
+		last := row.Messages[len(row.Messages)-1]
+		want := 1
+		if i == 1 {
+			want = 0 // task 1's final answer was cut off
+		}
+		if last.Role != "assistant" || last.Weight == nil || *last.Weight != want || row.Messages[2].Weight == nil || *row.Messages[2].Weight != 1 {
+			t.Errorf("line %d: weights %+v", i+1, row.Messages)
+		}
+	}
+	pref := filepath.Join(t.TempDir(), "dpo.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatPreference, Layout: export.LayoutOpenAI, Output: pref})
+	lines := readJSONL[struct {
+		Input struct {
+			Messages []map[string]any `json:"messages"`
+			Tools    []map[string]any `json:"tools"`
+		} `json:"input"`
+		Preferred    []map[string]any `json:"preferred_output"`
+		NonPreferred []map[string]any `json:"non_preferred_output"`
+	}](t, pref)
+	if len(lines) != 1 || len(lines[0].Input.Messages) != 2 || len(lines[0].Input.Tools) != 1 || len(lines[0].Preferred) != 1 || len(lines[0].NonPreferred) != 1 {
+		t.Fatalf("dpo lines %+v", lines)
+	}
+	if args := lines[0].NonPreferred[0]["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"]; args != `{"to":9}` {
+		t.Errorf("non-preferred arguments %v, want the JSON string", args)
+	}
+	_, err := export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: export.FormatSFT, Layout: export.LayoutOpenAI, Output: filepath.Join(t.TempDir(), "x.parquet")})
+	if err == nil || !strings.Contains(err.Error(), "JSONL") {
+		t.Errorf("parquet with --layout openai: %v", err)
 	}
 }
 
