@@ -115,8 +115,11 @@ func stringArguments(t *testing.T, msgs []json.RawMessage) []map[string]any {
 // request's as JSON instead.
 //
 // The same run with --capture-tokens: every round has the generated token ids (llama-server's
-// per-token "id") and as many log-probs, and the generated ids are the ones the server's own
-// /tokenize gives for the next request's rendering of that answer (they extend call to call).
+// per-token "id"), as many log-probs, and prompt ids (the server's /tokenize of its
+// /apply-template rendering of the request) as many as the server counted. Whether a call's
+// prompt ids extend the previous call's prompt and generated ids is measured against the
+// server's own /tokenize of each recorded request; where they do not (llama-server's chat
+// endpoint re-renders the history and takes no ids back), export must warn.
 func TestExportRendersAsSampled(t *testing.T) {
 	s := env(t)
 	py := hfPython(t)
@@ -211,14 +214,20 @@ func TestExportRendersAsSampled(t *testing.T) {
 		RolloutIndex int `json:"rollout_index"`
 		Trajectory   struct {
 			Rounds []struct {
-				Gen []int32   `json:"generation_token_ids"`
-				LP  []float64 `json:"generation_log_probs"`
+				Prompt []int32   `json:"prompt_token_ids"`
+				Gen    []int32   `json:"generation_token_ids"`
+				LP     []float64 `json:"generation_log_probs"`
+				Note   string    `json:"token_note"`
+				Usage  struct {
+					PromptTokens int `json:"prompt_tokens"`
+				} `json:"usage"`
 			} `json:"rounds"`
 		} `json:"trajectory"`
 	}](t, filepath.Join(out, "trajectories.jsonl")) {
 		for k, rd := range r.Trajectory.Rounds {
-			if len(rd.Gen) == 0 || len(rd.LP) != len(rd.Gen) {
-				t.Errorf("task %d rollout %d round %d: %d generation ids, %d log-probs", r.TaskIndex, r.RolloutIndex, k, len(rd.Gen), len(rd.LP))
+			if len(rd.Gen) == 0 || len(rd.LP) != len(rd.Gen) || len(rd.Prompt) != rd.Usage.PromptTokens || rd.Note != "" {
+				t.Errorf("task %d rollout %d round %d: %d prompt ids (usage %d), %d generation ids, %d log-probs, note %q",
+					r.TaskIndex, r.RolloutIndex, k, len(rd.Prompt), rd.Usage.PromptTokens, len(rd.Gen), len(rd.LP), rd.Note)
 			}
 		}
 	}

@@ -356,7 +356,7 @@ func (c *Config) degrade(ctx context.Context, req openai.ChatCompletionRequest, 
 		return
 	}
 	rd := newRound(&resp, round, latency)
-	c.captureTokens(&rd, tap)
+	c.captureTokens(ctx, &rd, tap)
 	tr.Usage.add(rd.Usage)
 	cr.PromptTokens = rd.Usage.PromptTokens
 	hist := historyMessage(&resp.Choices[0].Message, round)

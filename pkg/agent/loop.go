@@ -287,7 +287,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			return tr
 		}
 		rd := newRound(&resp, round, latency)
-		c.captureTokens(&rd, tap)
+		c.captureTokens(ctx, &rd, tap)
 		tr.Usage.add(rd.Usage)
 		if cr != nil {
 			cr.PromptTokens = rd.Usage.PromptTokens

@@ -102,6 +102,7 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 			if t.capture {
 				body = withTokens(body, t.prev)
 				body, changed = askTokens(body, t.vllm), true // tokens.go
+				t.request, t.url = body, req.URL
 			}
 			return body, changed
 		}); err != nil {
@@ -152,6 +153,9 @@ type answerTap struct {
 	body          []byte
 	// prev is the previous call's tokens, sent back on an assistant message (sendTokens).
 	prev *tokenPrefix
+	// request and url are the request as sent, for llama-server's prompt ids (llamaPromptIDs).
+	request []byte
+	url     *url.URL
 }
 
 type tapKey struct{}

@@ -1,11 +1,16 @@
 package agent
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -38,6 +43,9 @@ type TokenCapture struct {
 	// OnNoTokens, when set, is called with the reason each time a call comes back without
 	// generation ids (the caller warns once).
 	OnNoTokens func(reason string)
+	// HTTP, when set, is the client of llama-server's /apply-template and /tokenize calls
+	// (llamaPromptIDs); else one with a 30 s timeout.
+	HTTP *http.Client
 	// plain is set once the endpoint refused vLLM's options: calls ask for log-probs only.
 	plain atomic.Bool
 }
@@ -113,16 +121,16 @@ const (
 
 // tokensOf reads the round's tokens from the model's answer body. It reports false when the
 // answer has no generation ids (none at all, or log-probs of text tokens only, as OpenAI's).
-func tokensOf(rd *Round, body []byte) bool {
+func tokensOf(rd *Round, body []byte) (ok, llama bool) {
 	var a tokenAnswer
 	if err := json.Unmarshal(body, &a); err != nil {
 		rd.TokenNote = fmt.Sprintf("the answer's tokens could not be read: %v", err)
-		return false
+		return false, false
 	}
 	rd.PromptTokenIDs = a.PromptTokenIDs
 	if len(a.Choices) == 0 {
 		rd.TokenNote = noteNoTokens
-		return false
+		return false, false
 	}
 	ch := &a.Choices[0]
 	var notes []string
@@ -140,6 +148,7 @@ func tokensOf(rd *Round, body []byte) bool {
 		for _, t := range ch.Logprobs.Content {
 			if t.ID != nil {
 				ids = append(ids, *t.ID)
+				llama = true
 				continue
 			}
 			n, ok := strings.CutPrefix(t.Token, "token_id:")
@@ -157,7 +166,7 @@ func tokensOf(rd *Round, body []byte) bool {
 	}
 	if rd.PromptTokenIDs == nil && rd.GenerationTokenIDs == nil && rd.GenerationLogProbs == nil {
 		rd.TokenNote = noteNoTokens
-		return false
+		return false, false
 	}
 	if rd.GenerationTokenIDs == nil && len(notes) == 0 {
 		notes = append(notes, noteNoGenerationID)
@@ -169,19 +178,88 @@ func tokensOf(rd *Round, body []byte) bool {
 		notes = append(notes, fmt.Sprintf("%d generation token ids but %d log-probs", len(rd.GenerationTokenIDs), len(rd.GenerationLogProbs)))
 	}
 	rd.TokenNote = strings.Join(notes, "; ")
-	return rd.GenerationTokenIDs != nil
+	return rd.GenerationTokenIDs != nil, llama
 }
 
 // captureTokens adds the call's tokens to its round when the run captures them.
-func (c *Config) captureTokens(rd *Round, tap *answerTap) {
+func (c *Config) captureTokens(ctx context.Context, rd *Round, tap *answerTap) {
 	tc := c.CaptureTokens
 	if tc == nil || tap == nil {
 		return
 	}
-	if !tokensOf(rd, tap.body) && tc.OnNoTokens != nil {
+	ok, llama := tokensOf(rd, tap.body)
+	if !ok && tc.OnNoTokens != nil {
 		tc.OnNoTokens(rd.TokenNote)
 	}
-	tap.body = nil
+	if llama && rd.PromptTokenIDs == nil && tap.url != nil {
+		llamaPromptIDs(ctx, tc, rd, tap)
+	}
+	tap.body, tap.request = nil, nil
+}
+
+// llamaPromptIDs gives a llama-server call the prompt ids its chat endpoint does not return:
+// the server's own rendering of the request (POST /apply-template, the chat template the chat
+// endpoint applies) tokenized by the server (POST /tokenize, special tokens parsed and added,
+// as the chat endpoint tokenizes), NeMo Gym's way for a server without return_token_ids (its
+// vLLM model server calls /tokenize). The count must be the answer's usage.prompt_tokens, or
+// the ids are not kept and the note says so.
+func llamaPromptIDs(ctx context.Context, tc *TokenCapture, rd *Round, tap *answerTap) {
+	root := *tap.url
+	root.Path = strings.TrimSuffix(strings.TrimSuffix(root.Path, "/chat/completions"), "/v1")
+	root.RawQuery = ""
+	client := tc.HTTP
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	post := func(path string, body []byte, v any) error {
+		u := root
+		u.Path = strings.TrimSuffix(u.Path, "/") + path
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("POST %s: HTTP %d", path, resp.StatusCode)
+		}
+		return json.Unmarshal(data, v)
+	}
+	var tpl struct {
+		Prompt string `json:"prompt"`
+	}
+	var tok struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	err := post("/apply-template", tap.request, &tpl)
+	if err == nil {
+		in, _ := json.Marshal(map[string]any{"content": tpl.Prompt, "add_special": true, "parse_special": true})
+		err = post("/tokenize", in, &tok)
+	}
+	note := ""
+	switch {
+	case err != nil:
+		note = "llama-server's prompt ids could not be had: " + err.Error()
+	case len(tok.Tokens) != rd.Usage.PromptTokens:
+		note = fmt.Sprintf("llama-server's /tokenize of its /apply-template gives %d prompt ids, its answer counted %d: prompt ids missing", len(tok.Tokens), rd.Usage.PromptTokens)
+	default:
+		rd.PromptTokenIDs = tok.Tokens
+		rd.TokenNote = strings.TrimPrefix(strings.ReplaceAll(rd.TokenNote, noteNoPromptIDs, ""), "; ")
+		rd.TokenNote = strings.TrimSuffix(rd.TokenNote, "; ")
+		return
+	}
+	if rd.TokenNote != "" {
+		rd.TokenNote += "; "
+	}
+	rd.TokenNote += note
 }
 
 // Token ids back to the server, as NeMo Gym's model server sends them (its Responses to Chat

@@ -172,3 +172,47 @@ func TestCaptureTokensRefusedOptions(t *testing.T) {
 		t.Errorf("warnings %q", warnings)
 	}
 }
+
+// llama-server: the answer's log-probs carry each token's id and no prompt ids; the prompt ids
+// are the server's /tokenize of its /apply-template rendering of the request as sent, kept when
+// their count is the answer's usage.prompt_tokens, and a note says why otherwise.
+func TestCaptureTokensLlamaPromptIDs(t *testing.T) {
+	answer := withTokens("", `,"logprobs":{"content":[{"id":11,"token":"do","logprob":-0.5,"top_logprobs":[]},{"id":12,"token":"ne","logprob":-1,"top_logprobs":[]},{"id":151645,"token":"","logprob":-0.1,"top_logprobs":[]}]}`)
+	for _, tc := range []struct {
+		name   string
+		tokens string
+		prompt []int32
+		note   string
+	}{
+		{"counts-agree", `[1,2,3,4,5,6,7]`, []int32{1, 2, 3, 4, 5, 6, 7}, ""},
+		{"counts-differ", `[1,2,3]`, nil, "gives 3 prompt ids, its answer counted 7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newFakeModel(t, nil, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch r.URL.Path {
+				case "/apply-template":
+					io.WriteString(w, `{"prompt":"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"}`)
+				case "/tokenize":
+					io.WriteString(w, `{"tokens":`+tc.tokens+`}`)
+				default:
+					io.WriteString(w, answer)
+				}
+			})
+			c := m.config(nil)
+			c.CaptureTokens = &agent.TokenCapture{}
+			task := parseTask(t, counterRow(""))
+			tr := c.Run(context.Background(), task, newFakeResource(t, nil).session(t, task), 1)
+			rd := tr.Rounds[0]
+			if !slices.Equal(rd.GenerationTokenIDs, []int32{11, 12, 151645}) || !slices.Equal(rd.PromptTokenIDs, tc.prompt) ||
+				(tc.note == "") != (rd.TokenNote == "") || !strings.Contains(rd.TokenNote, tc.note) {
+				t.Fatalf("prompt %v gen %v note %q; want prompt %v, note with %q", rd.PromptTokenIDs, rd.GenerationTokenIDs, rd.TokenNote, tc.prompt, tc.note)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if len(m.paths) != 3 || m.paths[1] != "POST /apply-template" || m.paths[2] != "POST /tokenize" || string(m.bodies[1]) != string(m.bodies[0]) {
+				t.Errorf("requests %v; /apply-template got %s, the chat request was %s", m.paths, m.bodies[1], m.bodies[0])
+			}
+		})
+	}
+}

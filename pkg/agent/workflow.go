@@ -532,7 +532,7 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 			return rolloutEnded, "", ""
 		}
 		rd := newRound(&resp, idx, latency)
-		r.c.captureTokens(&rd, tap)
+		r.c.captureTokens(ctx, &rd, tap)
 		tr.Usage.add(rd.Usage)
 		msg := &resp.Choices[0].Message
 		if rd.FinishReason == finishLength {
