@@ -262,3 +262,51 @@ func TestExportCapturedPassesNemoRL(t *testing.T) {
 		t.Fatalf("%d trainable items in 24 rollouts", items)
 	}
 }
+
+// The rl export of a simulated --capture-tokens run has, on every row, the rollout as one
+// token sequence with its loss mask: the last call's prompt and generated ids, the mask 1
+// exactly on each call's generated ids, in order.
+func TestExportCapturedSequence(t *testing.T) {
+	dir, _ := capturedRun(t, 4, 2)
+	out := filepath.Join(t.TempDir(), "rl.jsonl")
+	if r := runCLI(t, context.Background(), nil, "export", dir, "--format", "rl", "-o", out); r.code != 0 {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	rows := 0
+	for i, line := range strings.Split(strings.TrimSpace(readFile(t, out)), "\n") {
+		var row struct {
+			Calls []struct {
+				Prompt []int32 `json:"prompt_token_ids"`
+				Gen    []int32 `json:"generation_token_ids"`
+			} `json:"calls"`
+			InputIDs []int32 `json:"input_ids"`
+			LossMask []int32 `json:"loss_mask"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		if len(row.Calls) == 0 {
+			t.Fatalf("line %d: no calls", i+1)
+		}
+		last := row.Calls[len(row.Calls)-1]
+		if want := append(slices.Clone(last.Prompt), last.Gen...); !slices.Equal(row.InputIDs, want) || len(row.LossMask) != len(want) {
+			t.Fatalf("line %d: input_ids %d ids, mask %d, want %d", i+1, len(row.InputIDs), len(row.LossMask), len(want))
+		}
+		var masked, generated []int32
+		for j, m := range row.LossMask {
+			if m == 1 {
+				masked = append(masked, row.InputIDs[j])
+			}
+		}
+		for _, c := range row.Calls {
+			generated = append(generated, c.Gen...)
+		}
+		if !slices.Equal(masked, generated) {
+			t.Fatalf("line %d: the masked ids are not the generated ones", i+1)
+		}
+		rows++
+	}
+	if rows != 16 {
+		t.Fatalf("%d rows, want 16", rows)
+	}
+}

@@ -74,6 +74,8 @@ type rlLine struct {
 	Messages         []msg       `json:"messages"`
 	Tools            string      `json:"tools"`
 	Calls            []call      `json:"calls"`
+	InputIDs         []int32     `json:"input_ids"`
+	LossMask         []int32     `json:"loss_mask"`
 }
 
 // baseRun: task 0 rewards 1, 0, 0.5, 1 and a failed rollout; task 1 all 1 (a uniform group),
@@ -191,6 +193,11 @@ func TestRL(t *testing.T) {
 					t.Errorf("task %d repeat %d: messages %+v tools %v", r.TaskIndex, r.Repeat, r.Messages, r.Tools)
 				}
 				tokens := r.TaskIndex == 0 && r.Repeat == 0
+				// The sequence: the last call's prompt (1 2 3 10 0) and generation (99); the
+				// mask on what each call generated (10 0, then 99).
+				if tokens != (len(r.InputIDs) > 0) || tokens && (!slices.Equal(r.InputIDs, []int32{1, 2, 3, 10, 0, 99}) || !slices.Equal(r.LossMask, []int32{0, 0, 0, 1, 1, 1})) {
+					t.Errorf("task %d repeat %d: input_ids %v loss_mask %v", r.TaskIndex, r.Repeat, r.InputIDs, r.LossMask)
+				}
 				if tokens != (len(r.Calls) == 2) || tokens && (!slices.Equal(r.Calls[0].GenerationTokenIDs, []int32{10, 0}) ||
 					!slices.Equal(r.Calls[1].PromptTokenIDs, []int32{1, 2, 3, 10, 0}) || !slices.Equal(r.Calls[1].GenerationLogProbs, []float32{-1.5})) {
 					t.Errorf("task %d repeat %d: calls %+v", r.TaskIndex, r.Repeat, r.Calls)

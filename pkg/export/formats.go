@@ -35,6 +35,36 @@ type RLRow struct {
 	Tools string `parquet:"tools" json:"tools"`
 	// Calls is each model call's tokens, in order; empty when the run did not capture them.
 	Calls []Call `parquet:"calls,list" json:"calls"`
+	// InputIDs is the whole rollout as the model saw and wrote it, token by token: the last
+	// call's prompt ids and generated ids; LossMask is 1 on the ids a call generated, 0 on
+	// the rest (the chat template's tokens, the prompt, tool outputs). Both are empty unless
+	// every call has prompt and generated ids and each call's prompt begins with the previous
+	// call's prompt and generated ids (then the last call's sequence holds every call's).
+	InputIDs []int32 `parquet:"input_ids,list" json:"input_ids"`
+	LossMask []int32 `parquet:"loss_mask,list" json:"loss_mask"`
+}
+
+// sequence is the rollout's token sequence and loss mask (see RLRow.InputIDs), or two empty
+// lists.
+func sequence(rounds []storedRound) (ids, mask []int32) {
+	if len(rounds) == 0 || !contiguous(rounds) {
+		return []int32{}, []int32{}
+	}
+	for i := range rounds {
+		if rounds[i].PromptTokenIDs == nil || len(rounds[i].GenerationTokenIDs) == 0 {
+			return []int32{}, []int32{}
+		}
+	}
+	last := &rounds[len(rounds)-1]
+	ids = append(append(make([]int32, 0, len(last.PromptTokenIDs)+len(last.GenerationTokenIDs)), last.PromptTokenIDs...), last.GenerationTokenIDs...)
+	mask = make([]int32, len(ids))
+	for i := range rounds {
+		start := len(rounds[i].PromptTokenIDs)
+		for j := range rounds[i].GenerationTokenIDs {
+			mask[start+j] = 1
+		}
+	}
+	return ids, mask
 }
 
 func (e *exporter) rlFilter(r *record.Record, g *group) string {
@@ -51,6 +81,7 @@ func (e *exporter) rlRow(ro *rollout) (*RLRow, string, error) {
 		return nil, "", err
 	}
 	std := g.std()
+	ids, mask := sequence(ro.traj.Rounds)
 	return &RLRow{
 		Run: filepath.Base(e.opt.Dirs[ro.dir]), TaskIndex: r.TaskIndex, TaskID: r.TaskID, GroupID: e.groupID(r),
 		Repeat: r.RolloutIndex, Arm: r.Arm, Reward: r.Reward, RewardComponents: components(r.RewardComponents),
@@ -58,6 +89,7 @@ func (e *exporter) rlRow(ro *rollout) (*RLRow, string, error) {
 		GroupSize: int64(g.n), GroupMean: g.mean, GroupStd: std,
 		Termination: r.Termination, FailureClass: string(r.FailureClass),
 		Messages: openaiMessages(ro.traj.Messages, false, promptLen(ro.traj.Messages), reasonings(ro.traj.Rounds)), Tools: tools, Calls: nonNilCalls(calls(ro.traj.Rounds)),
+		InputIDs: ids, LossMask: mask,
 	}, "", nil
 }
 
