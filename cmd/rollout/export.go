@@ -20,11 +20,11 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(w, "Usage: rollout export DIR... --format rl|sft|preference|nemo-gym|verl -o FILE [flags]\n\n"+
 			"Writes training data from one or several run directories (shards of a run are read in turn):\n"+
 			"Parquet or JSONL by FILE's extension (.parquet, .jsonl).\n\n"+
-			"  rl          one row per rollout: task, group (the task's rollouts under its arm), repeat, arm, reward and\n"+
-			"              components, advantage (r - mean) / (std + 1e-6) and r - mean over the group,\n"+
-			"              messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
+			"  rl          one row per rollout: task, group (a task's rollouts under one arm), repeat, arm,\n"+
+			"              reward and components, advantage (r - mean) / (std + 1e-6) and r - mean over the\n"+
+			"              group, messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
 			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} as HF chat templates render them\n"+
-			"              (TRL, NeMo RL, verl, OpenRLHF), ending with the model's last answer\n"+
+			"              (TRL, NeMo RL, OpenRLHF), ending with the model's last answer\n"+
 			"  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
 			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
 			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n"+
@@ -49,7 +49,7 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&opt.Arm, "arm", "", "export only this `ARM`'s rollouts")
 	fs.BoolVar(&opt.DropUniformGroups, "drop-uniform-groups", false, "rl: leave out groups whose rewards are all equal")
 	fs.Float64Var(&minReward, "min-reward", 0, "sft: leave out rollouts with a reward below `R`")
-	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each task")
+	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each group")
 	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
 	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
 	fs.StringVar(&opt.Layout, "layout", "", "`LAYOUT`: preference trl (prompt, chosen, rejected; default), nemo-rl (context, completions) or openai (DPO); sft openai (chat fine-tuning, .jsonl)")
