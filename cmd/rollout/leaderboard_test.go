@@ -115,6 +115,7 @@ func TestReportLeaderboard(t *testing.T) {
 		{"unknown group field, several runs", []string{"report", a, b, "--group-by", "modle"}, exitUsage, []string{`--group-by "modle"`, "category, difficulty"}},
 		{"unknown group field, view", []string{"view", a, "--group-by", "model"}, exitUsage, []string{`--group-by "model"`}},
 		{"unknown baseline", []string{"report", a, b, "--baseline", "3"}, exitUsage, []string{`--baseline "3" is none of the runs: 1 ` + a + ", 2 " + b}},
+		{"unknown baseline, view", []string{"view", a, b, "--baseline", "nope"}, exitUsage, []string{`rollout: view: --baseline "nope" is none of the runs: 1 ` + a + ", 2 " + b}},
 		{"baseline of one run", []string{"report", a, "--baseline", a}, exitUsage, []string{"--baseline goes with several runs"}},
 	} {
 		r := runCLI(t, context.Background(), nil, c.args...)
