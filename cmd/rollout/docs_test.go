@@ -157,7 +157,15 @@ func TestDocumentedOutputs(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-C", dir, "-o", "bin/rollout", "./cmd/rollout").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	env := append(os.Environ(), "PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"), "NO_COLOR=1")
+	// The commands run as a reader's would: not inside make (make test sets MAKELEVEL, which
+	// makes a nested make print "Entering directory").
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKELEVEL" && k != "MAKEFLAGS" && k != "MFLAGS" && k != "PATH" {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+filepath.Join(dir, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	for i, b := range all {
 		name := fmt.Sprintf("%s:%d", strings.TrimPrefix(b.file, root+"/"), b.line)
 		t.Run(name, func(t *testing.T) {
