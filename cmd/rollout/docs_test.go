@@ -228,3 +228,20 @@ func TestMatchDoc(t *testing.T) {
 		}
 	}
 }
+
+// Every relative link of README.md and docs/*.md names a file of the repository.
+func TestDocLinks(t *testing.T) {
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append(files, "../../README.md")
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	for _, f := range files {
+		for _, m := range link.FindAllStringSubmatch(readFile(t, f), -1) {
+			if strings.Contains(m[1], "://") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), m[1])); err != nil {
+				t.Errorf("%s: a link to %s: %v", f, m[1], err)
+			}
+		}
+	}
+}
