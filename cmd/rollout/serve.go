@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/chaos"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
@@ -83,7 +84,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer stopMetrics()
-	ln, err := net.Listen("tcp", a.addr)
+	ln, err := localserve.Listen(a.addr, 0)
 	if err != nil {
 		return badUsage("serve: %v", err)
 	}
@@ -105,7 +106,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 // serveUntilDone serves h on ln until ctx is done, then shuts down: gracefully for 2 s, then
 // at once.
 func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := localserve.Server(h)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -125,11 +126,11 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error 
 
 // serveLocal serves h on a loopback port in this process, over real HTTP.
 func serveLocal(h http.Handler) (url string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := localserve.Listen("127.0.0.1:0", 0)
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := localserve.Server(h)
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/sim"
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
@@ -164,7 +165,7 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 	if a.replicas > 0 {
 		return serveReplicas(ctx, e, *addr, a.replicas, s, *a.serving)
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := localserve.Listen(*addr, 0)
 	if err != nil {
 		return badUsage("sim: %v", err)
 	}
@@ -203,7 +204,7 @@ func serveReplicas(ctx context.Context, e env, addr string, n int, s http.Handle
 		if port != 0 {
 			p = port + i
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		ln, err := localserve.Listen(net.JoinHostPort(host, strconv.Itoa(p)), 0)
 		if err != nil {
 			for _, l := range lns {
 				l.Close()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/report"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/view"
@@ -29,6 +30,7 @@ func cmdView(ctx context.Context, args []string, e env) error {
 			"Examples:\n  rollout view out/extraction\n  rollout view out/extraction out/workflow --addr 127.0.0.1:9090\n\n")
 	})
 	addr := fs.String("addr", "127.0.0.1:8080", "listen on `HOST:PORT` (a port of 0 picks a free one)")
+	allowHosts := fs.String("allow-host", "", "answer requests for these `NAMES` too (comma-separated host names the pages are reached by; the address's own host and loopback's are always answered, any other Host gets 421)")
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (as rollout report); a field no record has is refused")
 	baseline := fs.String("baseline", "", "with several runs: the `RUN` the others are compared with in the overview's table of runs (its directory as given, or its number from 1; default the first)")
 	paths, err := parsePaths(fs, args, e)
@@ -61,16 +63,20 @@ func cmdView(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return usageError{fmt.Errorf("view: %w", err)}
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := localserve.Listen(*addr, 0)
 	if err != nil {
 		return badUsage("view: %v", err)
 	}
-	var hosts []string
+	// The pages answer only a Host that names this server (against DNS rebinding: a page of
+	// another site must not reach it by a name of its own), on any address.
+	var extra []string
+	if *allowHosts != "" {
+		extra = strings.Split(*allowHosts, ",")
+	}
+	hosts := localserve.Hosts(ln.Addr().String(), extra...)
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		hosts = view.LoopbackHosts(ln.Addr().String())
-	} else {
-		fmt.Fprintf(e.stderr, "rollout: warning: view listens on %s, not loopback: anyone who reaches it sees the transcripts\n", ln.Addr())
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		fmt.Fprintf(e.stderr, "rollout: warning: view listens on %s, not loopback: anyone who reaches it sees the transcripts; it answers the Host names %s (--allow-host adds more)\n", ln.Addr(), strings.Join(hosts, ", "))
 	}
 	// A run being written is read again as its journal grows; the overview reloads itself.
 	h, err := view.NewFollow(paths, o, d, hosts)

@@ -11,7 +11,6 @@ package metrics
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
 )
@@ -161,10 +161,13 @@ func (t roundTripper) CloseIdleConnections() {
 	}
 }
 
+// MaxConns bounds the connections of the metrics server (scrapers are few).
+const MaxConns = 64
+
 // Serve serves reg's metrics at http://ADDR/metrics (and a pointer to it at /) until stop;
 // addr is the address it listens on (a port 0 chosen).
 func Serve(addr string, reg *prometheus.Registry) (listening string, stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := localserve.Listen(addr, MaxConns)
 	if err != nil {
 		return "", nil, err
 	}
@@ -177,7 +180,7 @@ func Serve(addr string, reg *prometheus.Registry) (listening string, stop func()
 		}
 		w.Write([]byte("rollout metrics: " + Path + "\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := localserve.Server(mux)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -11,13 +11,14 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/rollout-dev/rollout/internal/localserve"
 )
 
 //go:embed assets/style.css assets/pages.html
@@ -94,7 +95,7 @@ type Handler struct {
 	// takes seconds.
 	mu       sync.Mutex
 	compared map[[2]Side]*Comparison
-	// Hosts, when set, are the Host header values the server answers (against DNS
+	// Hosts, when set, are the host names (any port) the server answers (against DNS
 	// rebinding: a page of another site must not reach a loopback server by a name of its own).
 	Hosts []string
 }
@@ -116,15 +117,8 @@ func NewHandler(d *Data) (*Handler, error) {
 // maxCompared is how many comparisons a Handler keeps.
 const maxCompared = 16
 
-// LoopbackHosts are the Host values of a server on a loopback address.
-func LoopbackHosts(addr string) []string {
-	_, port, _ := net.SplitHostPort(addr)
-	var out []string
-	for _, h := range []string{"127.0.0.1", "localhost", "[::1]"} {
-		out = append(out, h+":"+port)
-	}
-	return append(out, addr)
-}
+// LoopbackHosts are the host names of a server on a loopback address (localserve.Hosts).
+func LoopbackHosts(addr string) []string { return localserve.Hosts(addr) }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", csp+"; frame-ancestors 'none'")
@@ -135,20 +129,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "rollout view answers GET and HEAD only", http.StatusMethodNotAllowed)
 		return
 	}
-	if len(h.Hosts) > 0 && !contains(h.Hosts, r.Host) {
+	if len(h.Hosts) > 0 && !localserve.HostAllowed(h.Hosts, r.Host) {
 		http.Error(w, fmt.Sprintf("host %q is not this server's", r.Host), http.StatusMisdirectedRequest)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if strings.EqualFold(v, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // serverLinks are the server's URLs.
