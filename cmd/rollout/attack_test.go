@@ -413,6 +413,46 @@ var attacks = []attack{
 	},
 
 	// ---- Values from the network taken unchecked ----
+	{
+		name: "resource server answering 16 MiB per call, 17 calls per answer",
+		args: func(t *testing.T, f *attackFixture) []string {
+			model, server := floodingServers(t, 17, 16<<20)
+			return []string{"run", "--input", f.tasks, "--out", filepath.Join(f.dir, "out"), "--model-url", model, "--model", "m",
+				"--server", server, "--limit", "2", "--concurrency", "2", "--quiet"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchanged(t)
+			out := filepath.Join(f.dir, "out")
+			st, err := os.Stat(filepath.Join(out, rundir.TrajectoriesFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Two rollouts, each at most --max-tool-bytes (16 MiB) of tool results and some.
+			if max := int64(2 * (agent.DefaultMaxToolBytes + 1<<20)); st.Size() > max {
+				t.Errorf("trajectories.jsonl is %d bytes, want at most %d", st.Size(), max)
+			}
+			traj := readFile(t, filepath.Join(out, rundir.TrajectoriesFile))
+			if n := strings.Count(traj, `"original_bytes":16777216`); n != 2*17 {
+				t.Errorf("%d tool calls record their original size of 16 MiB, want %d", n, 2*17)
+			}
+			for _, rec := range readRecords(t, out) {
+				if rec.ToolErrors != 17 {
+					t.Errorf("record %s: %d tool errors, want the 17 cut calls", rec.TaskID, rec.ToolErrors)
+				}
+			}
+			// The run's readers still read it.
+			for _, args := range [][]string{
+				{"export", out, "--format", "sft", "--include-failed", "-o", filepath.Join(f.dir, "sft.jsonl")},
+				{"show", out, "--task", readRecords(t, out)[0].TaskID},
+				{"report", out, "--html", filepath.Join(f.dir, "report.html")},
+			} {
+				if r := runCLI(t, context.Background(), nil, args...); r.code != 0 {
+					t.Errorf("rollout %s: exit %d: %s", strings.Join(args, " "), r.code, r.stderr)
+				}
+			}
+		},
+	},
 	usageAttack("usage -5000 from the model", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, false),
 	usageAttack("usage -5000 from the model, with --metrics-addr", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, true),
 	usageAttack("usage 9e18 from the model", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, false),
@@ -906,4 +946,45 @@ func (f *attackFixture) insertLine(t *testing.T, name string, n int, line string
 	lines := strings.SplitAfter(readFile(t, f.file(name)), "\n")
 	lines = append(lines[:n], append([]string{line + "\n"}, lines[n:]...)...)
 	f.write(t, name, strings.Join(lines, ""))
+}
+
+// floodingServers start a loopback model that asks for calls tool calls (list_sources) in its
+// first answer and answers "done" after, and a resource server answering each tool call with
+// size bytes of JSON (verify: reward 0); they return the model's and the server's base URLs.
+func floodingServers(t *testing.T, calls, size int) (string, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+	})
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(body), `"role":"tool"`) {
+			io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+			return
+		}
+		var tc []string
+		for i := range calls {
+			tc = append(tc, `{"id":"call_`+strconv.Itoa(i)+`","type":"function","function":{"name":"list_sources","arguments":"{\"region\":\"West\"}"}}`)
+		}
+		io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"","tool_calls":[`+strings.Join(tc, ",")+`]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	})
+	model := httptest.NewServer(mux)
+	t.Cleanup(model.Close)
+	filler := strings.Repeat("x", size-len(`{"data":""}`))
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/seed_session", "/end_session":
+			io.WriteString(w, `{}`)
+		case "/verify":
+			io.WriteString(w, `{"reward":0.0}`)
+		default:
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			io.WriteString(w, `{"data":"`+filler+`"}`)
+		}
+	}))
+	t.Cleanup(server.Close)
+	return model.URL + "/v1", server.URL
 }

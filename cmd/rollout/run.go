@@ -59,6 +59,7 @@ type runFlags struct {
 	captureTokens                              bool
 	retryBudget                                int
 	maxModelAnswer                             int64
+	maxToolResult, maxToolBytes                int64
 	failOnError                                failureLimit
 	earlyStop                                  int
 	resumeAuto                                 bool
@@ -117,7 +118,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
-		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, transport: mx.transport(transport), policy: policy,
+		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, maxToolResult: f.maxToolResult, transport: mx.transport(transport), policy: policy,
 		endSessions: f.endSessions,
 	})
 	closers = append(closers, stops...)
@@ -362,6 +363,8 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
 	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) of one rollout in all (-1: no budget)")
 	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read (`BYTES`)")
+	fs.Int64Var(&f.maxToolResult, "max-tool-result", toolclient.DefaultMaxToolResultBytes, "largest tool result kept (`BYTES`); a longer one is cut, the cut and the size recorded, the call failed")
+	fs.Int64Var(&f.maxToolBytes, "max-tool-bytes", agent.DefaultMaxToolBytes, "most bytes of tool results (`BYTES`) one rollout keeps; past it results are cut, the cut and sizes recorded")
 	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
 	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
 	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")
@@ -400,6 +403,12 @@ func (f *runFlags) check() error {
 	if f.input == "" {
 		return badUsage("run: --input FILE is required")
 	}
+	if f.maxToolResult < 1 || f.maxToolResult > toolclient.DefaultMaxBodyBytes {
+		return badUsage("run: --max-tool-result %d: want 1 to %d bytes", f.maxToolResult, toolclient.DefaultMaxBodyBytes)
+	}
+	if f.maxToolBytes < 1 {
+		return badUsage("run: --max-tool-bytes %d: want at least 1 byte", f.maxToolBytes)
+	}
 	if f.modelURL == "" {
 		return badUsage("run: --model-url is required (or set OPENAI_BASE_URL)")
 	}
@@ -436,7 +445,7 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
 		Shard: f.shard,
 		Agent: agent.Config{Model: ep.model, ModelName: ep.name, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
-			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls},
+			MaxTokens: f.maxTokens, ToolMode: f.toolMode, MaxToolCalls: f.maxToolCalls, MaxToolBytes: f.maxToolBytes},
 	}
 	if f.fleet.auto && ep.pool != nil {
 		opts.Window = ep.pool.Window(f.concurrency) // the rollouts in flight follow the adaptive limits
@@ -582,9 +591,11 @@ type serverSetup struct {
 	store       string        // session store of the builtin: servers
 	ttl         time.Duration // their session TTL
 	toolTimeout time.Duration
-	transport   http.RoundTripper
-	policy      retry.Policy
-	endSessions bool // POST /end_session to every server, not only builtin: ones
+	// maxToolResult caps one tool call's answer (--max-tool-result).
+	maxToolResult int64
+	transport     http.RoundTripper
+	policy        retry.Policy
+	endSessions   bool // POST /end_session to every server, not only builtin: ones
 }
 
 // buildServers turns --server flags (URL, NAME=URL, builtin:NAME, NAME=builtin:NAME) into the
@@ -623,6 +634,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 		srv.Retry = c.policy
 		srv.EndSession = builtin || c.endSessions
 		srv.CallTimeout = c.toolTimeout
+		srv.MaxToolResultBytes = c.maxToolResult
 		if name == "" {
 			if routes.Default != nil {
 				return routes, stops, badUsage("--server: two servers for every row (%s, %s); name them with NAME=URL", routes.Default.Name, s)
@@ -785,7 +797,7 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
-		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "context", "briefing-prompt", "degrade"}},
+		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "max-tool-bytes", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
 		{title: "Endpoint pool (several --model-url, or endpoints: in --config; docs/fleets.md)", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},

@@ -81,6 +81,29 @@ type ToolCall struct {
 	Unreachable bool    `json:"unreachable,omitempty"`
 	TimedOut    bool    `json:"timed_out,omitempty"`
 	LatencyMs   float64 `json:"latency_ms"`
+	// OriginalBytes is set when Output was cut (at the tool-result cap or the rollout's
+	// budget, MaxToolBytes): the answer's size before the cut, -1 when it is not known.
+	OriginalBytes int64 `json:"original_bytes,omitempty"`
+}
+
+// toolBudget is what is left of a rollout's MaxToolBytes.
+type toolBudget struct{ left int64 }
+
+// take cuts res to what is left of the budget, and spends it.
+func (b *toolBudget) take(name string, res toolclient.Result) toolclient.Result {
+	n := int64(len(res.Output))
+	if n <= b.left {
+		b.left -= n
+		return res
+	}
+	orig := n
+	if res.OriginalBytes != 0 {
+		orig = res.OriginalBytes
+	}
+	res.Output = fmt.Sprintf("%s\n[cut: this rollout's tool results reached their bound (--max-tool-bytes); the answer of %s was %d bytes]", strings.ToValidUTF8(res.Output[:b.left], ""), name, n)
+	b.left = 0
+	res.OriginalBytes, res.Failed = orig, true
+	return res
 }
 
 // Round is one model call plus the tool calls it asked for.
@@ -160,6 +183,12 @@ type Config struct {
 	// MaxToolCalls bounds the tool calls of one model answer (default 64): an answer with more
 	// ends the rollout as invalid_output, and none of its calls is made.
 	MaxToolCalls int
+	// MaxToolBytes bounds the bytes of tool results one rollout keeps (default
+	// DefaultMaxToolBytes): past it, a result is cut to what is left (nothing at the end), the
+	// call counts as failed, and the cut is recorded with the result's size, so that a
+	// resource server cannot make one trajectory, and every request of its history, hundreds
+	// of MiB.
+	MaxToolBytes int64
 	// MaxFailedRounds ends a rollout as tool_error after this many
 	// consecutive rounds in which every tool call failed (default 2).
 	MaxFailedRounds int
@@ -203,6 +232,8 @@ const (
 	DefaultMaxRounds       = 10
 	DefaultMaxFailedRounds = 2
 	DefaultMaxToolCalls    = 64
+	// DefaultMaxToolBytes is 16 MiB of tool results in one rollout.
+	DefaultMaxToolBytes = 16 << 20
 )
 
 // Validate checks the settings and fills defaults.
@@ -234,6 +265,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxToolCalls < 1 {
 		return fmt.Errorf("max tool calls must be at least 1, got %d", c.MaxToolCalls)
+	}
+	if c.MaxToolBytes == 0 {
+		c.MaxToolBytes = DefaultMaxToolBytes
+	}
+	if c.MaxToolBytes < 1 {
+		return fmt.Errorf("max tool bytes must be at least 1, got %d", c.MaxToolBytes)
 	}
 	if c.MaxFailedRounds < 1 {
 		return fmt.Errorf("max failed rounds must be at least 1, got %d", c.MaxFailedRounds)
@@ -271,6 +308,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	briefing := "" // the briefing strategy's last briefing
 
 	failedRounds, unreachableRounds, timedOutRounds := 0, 0, 0
+	budget := &toolBudget{left: c.maxToolBytes()}
 	toolsRemoved := false // single-step: the final call, without tools
 	for round := 0; ; round++ {
 		var cr *ContextRound
@@ -337,8 +375,10 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			} else {
 				res = tools.CallTool(ctx, call.Name, call.Arguments)
 			}
+			res = budget.take(call.Name, res)
 			call.LatencyMs = ms(time.Since(start))
 			call.Output, call.Status, call.Failed, call.Unreachable, call.TimedOut = res.Output, res.Status, res.Failed, res.Unreachable, res.TimedOut
+			call.OriginalBytes = res.OriginalBytes
 			allFailed = allFailed && res.Failed
 			allUnreachable = allUnreachable && res.Unreachable
 			allTimedOut = allTimedOut && res.TimedOut
@@ -405,6 +445,14 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			toolsRemoved = true
 		}
 	}
+}
+
+// maxToolBytes is MaxToolBytes, or its default when unset.
+func (c *Config) maxToolBytes() int64 {
+	if c.MaxToolBytes > 0 {
+		return c.MaxToolBytes
+	}
+	return DefaultMaxToolBytes
 }
 
 // maxToolCalls is MaxToolCalls, or its default when unset.

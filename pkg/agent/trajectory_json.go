@@ -215,6 +215,10 @@ func appendRoundCall(b []byte, c *ToolCall) ([]byte, bool) {
 	if b, ok = jsonfast.AppendFloat(b, c.LatencyMs); !ok {
 		return b, false
 	}
+	if c.OriginalBytes != 0 {
+		b = append(b, `,"original_bytes":`...)
+		b = strconv.AppendInt(b, c.OriginalBytes, 10)
+	}
 	return append(b, '}'), true
 }
 

@@ -322,6 +322,7 @@ type stepRun struct {
 	c        *Config
 	p        *dataset.Params
 	tools    Tools
+	budget   *toolBudget // what is left of the rollout's MaxToolBytes
 	tr       *Trajectory
 	req      openai.ChatCompletionRequest
 	json     bool
@@ -357,7 +358,7 @@ const (
 func (c *Config) runSteps(ctx context.Context, task *dataset.Task, tools Tools, seed int64) *Trajectory {
 	p := task.Params
 	tr := &Trajectory{Messages: ChatMessages(p)}
-	r := &stepRun{c: c, p: p, tools: tools, tr: tr, req: c.baseRequest(p, seed),
+	r := &stepRun{c: c, p: p, tools: tools, budget: &toolBudget{left: c.maxToolBytes()}, tr: tr, req: c.baseRequest(p, seed),
 		json: c.ToolMode == ToolModeJSON, workflow: c.Policy == PolicyWorkflow}
 	offered := make([]string, len(p.Tools))
 	for i, t := range p.Tools {
@@ -615,8 +616,10 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 			} else {
 				res = r.tools.CallTool(ctx, call.Name, call.Arguments)
 			}
+			res = r.budget.take(call.Name, res)
 			call.LatencyMs = ms(time.Since(start))
 			call.Output, call.Status, call.Failed, call.Unreachable, call.TimedOut = res.Output, res.Status, res.Failed, res.Unreachable, res.TimedOut
+			call.OriginalBytes = res.OriginalBytes
 			shownFailed := res.Failed
 			if allowed[call.Name] && isValidation[call.Name] {
 				v := readValidation(res)

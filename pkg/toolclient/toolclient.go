@@ -24,6 +24,11 @@ import (
 // DefaultMaxBodyBytes caps what is read of one resource-server answer.
 const DefaultMaxBodyBytes = 16 << 20
 
+// DefaultMaxToolResultBytes caps what is read of one tool call's answer (rollout run
+// --max-tool-result): 1 MiB, some 250k tokens, more than any model's context takes in one
+// message. A longer answer is cut there, and the cut recorded with the answer's size.
+const DefaultMaxToolResultBytes = 1 << 20
+
 // Server is a resource server at a base URL (NeMo Gym protocol). It is
 // shared by all rollouts; each rollout opens its own Session.
 type Server struct {
@@ -40,6 +45,9 @@ type Server struct {
 	CallTimeout time.Duration
 	// MaxBodyBytes caps one answer; 0: DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxToolResultBytes caps one tool call's answer; 0: DefaultMaxToolResultBytes (never
+	// more than MaxBodyBytes).
+	MaxToolResultBytes int64
 	// EndSession says the server takes POST /end_session (rollout's built-in servers do; it is
 	// not part of NeMo Gym's protocol), so a rollout drops its session state when it is done
 	// instead of leaving it to the server's TTL.
@@ -95,6 +103,14 @@ func (s *Server) maxBody() int64 {
 	return s.MaxBodyBytes
 }
 
+func (s *Server) maxToolResult() int64 {
+	n := s.MaxToolResultBytes
+	if n <= 0 {
+		n = DefaultMaxToolResultBytes
+	}
+	return min(n, s.maxBody())
+}
+
 // Jar is the session's cookie jar (tests check that sessions never share).
 func (s *Session) Jar() http.CookieJar { return s.client.Jar }
 
@@ -103,6 +119,8 @@ type Answer struct {
 	Status    int
 	Body      []byte
 	Truncated bool // the body was longer than MaxBodyBytes
+	// Size is the length the answer announced (Content-Length; -1: not announced).
+	Size int64
 }
 
 // Post sends body to base/path. retried says whether 429, 5xx, connection
@@ -111,6 +129,11 @@ type Answer struct {
 // retry budget); a call that is not retried has CallTimeout as one
 // deadline. An error that CallTimeout caused says so.
 func (s *Session) Post(ctx context.Context, path string, body []byte, retried bool) (*Answer, error) {
+	return s.post(ctx, path, body, retried, s.srv.maxBody())
+}
+
+// post is Post with the answer capped at limit bytes.
+func (s *Session) post(ctx context.Context, path string, body []byte, retried bool, limit int64) (*Answer, error) {
 	callCtx := ctx
 	if s.srv.CallTimeout > 0 && !retried {
 		var cancel context.CancelFunc
@@ -128,7 +151,6 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 		return nil, err
 	}
 	req.Header["Content-Type"] = jsonContentType
-	limit := s.srv.maxBody()
 	var resp *http.Response
 	if retried {
 		// Answers are read within their attempt, so that one that breaks
@@ -138,7 +160,7 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 		resp, err = d.Do(req)
 		var tooLarge *retry.BodyTooLargeError
 		if errors.As(err, &tooLarge) {
-			return &Answer{Status: tooLarge.Status, Body: tooLarge.Prefix, Truncated: true}, nil
+			return &Answer{Status: tooLarge.Status, Body: tooLarge.Prefix, Truncated: true, Size: -1}, nil
 		}
 	} else {
 		retry.CountAttempt(ctx)
@@ -149,7 +171,7 @@ func (s *Session) Post(ctx context.Context, path string, body []byte, retried bo
 	}
 	defer resp.Body.Close()
 	b, err := readBody(resp, limit+1)
-	a := &Answer{Status: resp.StatusCode, Body: b}
+	a := &Answer{Status: resp.StatusCode, Body: b, Size: resp.ContentLength}
 	if int64(len(b)) > limit {
 		a.Body, a.Truncated = b[:limit], true
 	}
@@ -228,6 +250,10 @@ type Result struct {
 	Unreachable bool
 	// TimedOut: the call ran out of CallTimeout (or the rollout's deadline).
 	TimedOut bool
+	// OriginalBytes, when Output was cut (at --max-tool-result, or at the rollout's budget of
+	// tool results), is the answer's length before the cut: its Content-Length, or -1 when
+	// it announced none (the cut is then all that is known: longer).
+	OriginalBytes int64
 }
 
 // CallTool posts the arguments to base/name. Names that could leave the
@@ -243,7 +269,7 @@ func (s *Session) CallTool(ctx context.Context, name, arguments string) Result {
 	if err != nil {
 		return Result{Output: "Error: " + err.Error(), Failed: true}
 	}
-	a, err := s.Post(ctx, name, args, false)
+	a, err := s.post(ctx, name, args, false, s.srv.maxToolResult())
 	if err != nil {
 		res := Result{Output: fmt.Sprintf("Error: tool %s failed: %v", name, err), Failed: true, Unreachable: a == nil,
 			TimedOut: errors.Is(err, context.DeadlineExceeded)}
@@ -254,7 +280,13 @@ func (s *Session) CallTool(ctx context.Context, name, arguments string) Result {
 	}
 	res := Result{Output: string(a.Body), Status: a.Status, Failed: a.Status/100 != 2}
 	if a.Truncated {
-		res.Output += fmt.Sprintf("\n[truncated at %d bytes: the answer of %s was longer]", len(a.Body), name)
+		res.OriginalBytes = max(a.Size, -1)
+		if a.Size > int64(len(a.Body)) {
+			res.Output += fmt.Sprintf("\n[truncated at %d bytes: the answer of %s was %d bytes]", len(a.Body), name, a.Size)
+		} else {
+			res.OriginalBytes = -1
+			res.Output += fmt.Sprintf("\n[truncated at %d bytes: the answer of %s was longer]", len(a.Body), name)
+		}
 		res.Failed = true
 	}
 	return res
