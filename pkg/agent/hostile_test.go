@@ -170,9 +170,10 @@ func TestRunUnknownToolListsAvailable(t *testing.T) {
 	}
 }
 
-// A 100 MB tool answer is cut at MaxBodyBytes (16 MiB by default): the model gets the first
-// 16 MiB and a "[truncated at N bytes ...]" marker, the call counts as failed, and the
-// rollout goes on. The client stops reading at the cap.
+// A 100 MB tool answer is cut at the tool-result cap (1 MiB by default): the model gets the
+// first 1 MiB and a "[truncated at N bytes ...]" marker, the call counts as failed and records
+// that the size is not known (-1: no Content-Length), and the rollout goes on. The client stops
+// reading at the cap.
 func TestRunHugeToolAnswer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("16 MB through the model")
@@ -187,8 +188,8 @@ func TestRunHugeToolAnswer(t *testing.T) {
 		t.Fatalf("termination %q rounds %d (%s)", tr.Termination, len(tr.Rounds), tr.Error)
 	}
 	tc := tr.Rounds[0].ToolCalls[0]
-	marker := fmt.Sprintf("\n[truncated at %d bytes: the answer of big was longer]", toolclient.DefaultMaxBodyBytes)
-	if !tc.Failed || tc.Status != 200 || len(tc.Output) != toolclient.DefaultMaxBodyBytes+len(marker) || !strings.HasSuffix(tc.Output, marker) {
+	marker := fmt.Sprintf("\n[truncated at %d bytes: the answer of big was longer]", toolclient.DefaultMaxToolResultBytes)
+	if !tc.Failed || tc.Status != 200 || len(tc.Output) != toolclient.DefaultMaxToolResultBytes+len(marker) || !strings.HasSuffix(tc.Output, marker) || tc.OriginalBytes != -1 {
 		t.Fatalf("tool call: failed %v status %d output %d bytes ending %q", tc.Failed, tc.Status, len(tc.Output), tc.Output[max(0, len(tc.Output)-80):])
 	}
 	if n := written.Load(); n > 48<<20 {
