@@ -59,7 +59,7 @@ type runFlags struct {
 	captureTokens                              bool
 	retryBudget                                int
 	maxModelAnswer                             int64
-	maxToolResult, maxToolBytes                int64
+	maxToolResult, maxToolBytes                int64 // maxToolBytes: toolBytesPerResult × maxToolResult
 	failOnError                                failureLimit
 	earlyStop                                  int
 	resumeAuto                                 bool
@@ -229,6 +229,10 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 	return checkFailures(sum, f.failOnError, f.out)
 }
 
+// toolBytesPerResult is how many --max-tool-result a rollout's tool results may hold in all
+// (16 MiB at the default of 1 MiB).
+const toolBytesPerResult = agent.DefaultMaxToolBytes / toolclient.DefaultMaxToolResultBytes
+
 // parseRunFlags reads rollout run's flags from a --config file, the environment (ROLLOUT_*)
 // and args, each overriding the one before; with --resume, the flags not given come from the
 // run's manifest. It returns the flags, the simulator's options, and the arms and workflow
@@ -349,7 +353,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
 	f.modelURL = e.getenv("OPENAI_BASE_URL")
 	modelURLFlag = &onceFlag{v: &f.modelURL, list: true}
-	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible base `URL` (…/v1), builtin:sim, replay:GLOB; repeated: a pool")
+	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible `URL` (…/v1), builtin:sim, replay:GLOB; repeated: pool")
 	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
 	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
 	fleetFlagSet(fs, f)
@@ -363,8 +367,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
 	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) of one rollout in all (-1: no budget)")
 	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read (`BYTES`)")
-	fs.Int64Var(&f.maxToolResult, "max-tool-result", toolclient.DefaultMaxToolResultBytes, "largest tool result kept (`BYTES`); a longer one is cut, the cut and the size recorded, the call failed")
-	fs.Int64Var(&f.maxToolBytes, "max-tool-bytes", agent.DefaultMaxToolBytes, "most bytes of tool results (`BYTES`) one rollout keeps; past it results are cut, the cut and sizes recorded")
+	fs.Int64Var(&f.maxToolResult, "max-tool-result", toolclient.DefaultMaxToolResultBytes, "largest tool result kept (`BYTES`; a rollout's: 16x); longer: cut, failed")
 	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
 	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
 	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")
@@ -406,9 +409,7 @@ func (f *runFlags) check() error {
 	if f.maxToolResult < 1 || f.maxToolResult > toolclient.DefaultMaxBodyBytes {
 		return badUsage("run: --max-tool-result %d: want 1 to %d bytes", f.maxToolResult, toolclient.DefaultMaxBodyBytes)
 	}
-	if f.maxToolBytes < 1 {
-		return badUsage("run: --max-tool-bytes %d: want at least 1 byte", f.maxToolBytes)
-	}
+	f.maxToolBytes = toolBytesPerResult * f.maxToolResult
 	if f.modelURL == "" {
 		return badUsage("run: --model-url is required (or set OPENAI_BASE_URL)")
 	}
@@ -797,7 +798,7 @@ failures to stderr (the first failure of each class as it happens).`,
 		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
-		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "max-tool-bytes", "context", "briefing-prompt", "degrade"}},
+		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
 		{title: "Endpoint pool (several --model-url, or endpoints: in --config; docs/fleets.md)", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},
