@@ -367,7 +367,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.Int64Var(&f.seed, "seed", 0, "base `N` of the per-(task, repeat) seeds sent to the model")
 	fs.IntVar(&f.retryBudget, "retry-budget", retry.DefaultBudget, "retries (`N`) of one rollout in all (-1: no budget)")
 	fs.Int64Var(&f.maxModelAnswer, "max-model-answer", agent.DefaultMaxModelAnswerBytes, "largest model answer read (`BYTES`)")
-	fs.Int64Var(&f.maxToolResult, "max-tool-result", toolclient.DefaultMaxToolResultBytes, "largest tool result kept (`BYTES`; a rollout's: 16x); longer: cut, failed")
+	fs.Int64Var(&f.maxToolResult, "max-tool-result", toolclient.DefaultMaxToolResultBytes, "largest tool result `BYTES` kept (16x: a rollout's)")
 	fs.IntVar(&f.retries, "retries", retry.DefaultPolicy.MaxAttempts-1, "retries (`N`) of a call on 429, 5xx and connection errors")
 	fs.DurationVar(&f.rolloutTimeout, "rollout-timeout", 10*time.Minute, "deadline `D` of one rollout, seed to verify (0: none)")
 	fs.DurationVar(&f.modelTimeout, "model-timeout", 5*time.Minute, "deadline `D` of one model request attempt (0: none)")

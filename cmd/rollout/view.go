@@ -26,7 +26,8 @@ func cmdView(ctx context.Context, args []string, e env) error {
 			"failure classes, histograms, the settings), the rollouts table (sorted, filtered and paged on the\n"+
 			"server), each rollout's transcript, and the comparison of two arms or runs. It prints the URL and\n"+
 			"opens nothing; Ctrl-C stops it. The pages need no network and run no script. It listens on\n"+
-			"loopback unless --addr names another address, and answers GET only.\n\n"+
+			"loopback unless --addr names another address, and answers GET only, and only a Host that names\n"+
+			"it (its address, loopback's, --allow-host's): any other gets 421.\n\n"+
 			"Examples:\n  rollout view out/extraction\n  rollout view out/extraction out/workflow --addr 127.0.0.1:9090\n\n")
 	})
 	addr := fs.String("addr", "127.0.0.1:8080", "listen on `HOST:PORT` (a port of 0 picks a free one)")
