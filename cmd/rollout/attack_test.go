@@ -533,6 +533,49 @@ var attacks = []attack{
 
 	// ---- Fleet and config ----
 	{
+		name: "fleet endpoint answering every call with a redirect",
+		args: func(t *testing.T, f *attackFixture) []string {
+			good := hostileModel(t, `{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}`)
+			mux := http.NewServeMux()
+			mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+			})
+			mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, good+"/chat/completions", http.StatusTemporaryRedirect)
+			})
+			bad := httptest.NewServer(mux)
+			t.Cleanup(bad.Close)
+			cfg := filepath.Join(f.dir, "run.yaml")
+			if err := os.WriteFile(cfg, []byte("endpoints:\n  - {url: "+bad.URL+"/v1, name: bad}\n  - {url: "+good+", name: good}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"run", "--config", cfg, "--input", f.tasks, "--out", filepath.Join(f.dir, "out"), "--model", "m",
+				"--server", "builtin:extraction", "--num-repeats", "4", "--route", "round-robin", "--eject-after", "2", "--quiet"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchanged(t)
+			eps, events := endpointsFile(t, filepath.Join(f.dir, "out"))
+			if len(eps) != 2 || eps[0].Name != "bad" {
+				t.Fatalf("endpoints %+v", eps)
+			}
+			var failures int64
+			for _, n := range eps[0].Failures {
+				failures += n
+			}
+			if failures < 2 || eps[0].Ejections < 1 {
+				t.Errorf("the redirecting endpoint: %d calls, failures %v, %d ejections; want its failures counted and an ejection", eps[0].Calls, eps[0].Failures, eps[0].Ejections)
+			}
+			ejected := false
+			for _, e := range events {
+				ejected = ejected || e.Endpoint == "bad" && e.What == "ejected"
+			}
+			if !ejected {
+				t.Errorf("no ejection event of the redirecting endpoint: %+v", events)
+			}
+		},
+	},
+	{
 		name: "api-key-env naming an unset variable",
 		args: func(t *testing.T, f *attackFixture) []string {
 			cfg := filepath.Join(f.dir, "run.yaml")

@@ -385,6 +385,18 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Header.Set(agent.EndpointHeader, ep.Name)
 	o := statusOutcome(resp.StatusCode)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		// A redirect is never followed: the endpoint failed, not the request. The client gets
+		// a 502 naming it, which it retries, so that the retry moves to another endpoint.
+		resp.Body.Close()
+		o.start, o.latency = start, p.now().Sub(start)
+		p.finish(e, id, o, true)
+		msg := fmt.Sprintf("fleet: endpoint %s answered HTTP %d, a redirect (not followed)", ep.Name, resp.StatusCode)
+		body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": "bad_gateway"}})
+		return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
+			Header: http.Header{"Content-Type": {"application/json"}, agent.EndpointHeader: {ep.Name}}, Body: io.NopCloser(bytes.NewReader(body)),
+			ContentLength: int64(len(body)), Request: out}, nil
+	}
 	resp.Body = &doneBody{ReadCloser: resp.Body, empty: resp.ContentLength == 0, done: func(readErr error) {
 		o.start, o.latency = start, p.now().Sub(start)
 		switch {
