@@ -15,8 +15,9 @@ import (
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
-// maxLine bounds one line of a run's files (a trajectory of a long rollout is large).
-const maxLine = 256 << 20
+// maxLine bounds one line of a run's files (a trajectory of a long rollout is large): the
+// bound of every reader of trajectories.jsonl.
+var maxLine = int(rundir.MaxTrajectoryLine)
 
 // key is a rollout's key within a run directory.
 type key struct {

@@ -314,7 +314,22 @@ func (t *Trajectories) Line(task, rollout int64, arm string) (line []byte, ok bo
 	}
 }
 
-// readLineAt reads the line that starts at off.
+// MaxTrajectoryLine bounds one line of trajectories.jsonl that a reader takes into memory
+// (export's bound too): a longer one is a *LineTooLongError, not hundreds of MiB per request.
+var MaxTrajectoryLine int64 = 256 << 20
+
+// LineTooLongError is a line of a run's file longer than a reader's bound.
+type LineTooLongError struct {
+	Path   string
+	Offset int64
+	Limit  int64
+}
+
+func (e *LineTooLongError) Error() string {
+	return fmt.Sprintf("%s at offset %d: a line longer than %d bytes", e.Path, e.Offset, e.Limit)
+}
+
+// readLineAt reads the line that starts at off, at most MaxTrajectoryLine bytes of it.
 func readLineAt(path string, off int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -324,9 +339,16 @@ func readLineAt(path string, off int64) ([]byte, error) {
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return nil, err
 	}
-	line, err := bufio.NewReaderSize(f, 64<<10).ReadBytes('\n')
+	limit := MaxTrajectoryLine
+	// The line, its newline and one byte more: enough to tell a line over the bound.
+	r := bufio.NewReaderSize(io.LimitReader(f, limit+2), 64<<10)
+	line, err := r.ReadBytes('\n')
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	if int64(len(line)) > limit {
+		return nil, &LineTooLongError{Path: path, Offset: off, Limit: limit}
+	}
 	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
 		return nil, fmt.Errorf("%s at offset %s: %w", path, strconv.FormatInt(off, 10), err)
 	}
-	return bytes.TrimSuffix(line, []byte{'\n'}), nil
+	return line, nil
 }

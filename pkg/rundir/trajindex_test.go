@@ -3,6 +3,7 @@ package rundir
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -213,5 +214,35 @@ func TestTrajectoriesIndexErrors(t *testing.T) {
 	_, err = OpenTrajectories(dir)
 	if err == nil || !strings.Contains(err.Error(), p+":2:") {
 		t.Fatalf("got %v, want an error naming %s:2", err, p)
+	}
+}
+
+// A line of trajectories.jsonl longer than MaxTrajectoryLine is a *LineTooLongError naming the
+// file and offset, read no further than the bound; the other lines, one of exactly the bound's
+// length included, are read.
+func TestTrajectoryLineBound(t *testing.T) {
+	dir := t.TempDir()
+	short := `{"task_index":0,"rollout_index":0,"arm":"a","trajectory":null}`
+	exact := `{"task_index":1,"rollout_index":0,"arm":"a","trajectory":null,"pad":"` + strings.Repeat("x", 100) + `"}`
+	long := `{"task_index":2,"rollout_index":0,"arm":"a","trajectory":null,"pad":"` + strings.Repeat("y", 1000) + `"}`
+	if err := os.WriteFile(filepath.Join(dir, TrajectoriesFile), []byte(short+"\n"+exact+"\n"+long+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := MaxTrajectoryLine
+	MaxTrajectoryLine = int64(len(exact))
+	t.Cleanup(func() { MaxTrajectoryLine = saved })
+	tr, err := OpenTrajectories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for task, want := range map[int64]string{0: short, 1: exact} {
+		if line, ok, err := tr.Line(task, 0, "a"); err != nil || !ok || string(line) != want {
+			t.Errorf("task %d: %q %v %v", task, line, ok, err)
+		}
+	}
+	_, _, err = tr.Line(2, 0, "a")
+	var tooLong *LineTooLongError
+	if !errors.As(err, &tooLong) || tooLong.Offset != int64(len(short)+len(exact)+2) || !strings.Contains(err.Error(), TrajectoriesFile) {
+		t.Fatalf("the long line: %v", err)
 	}
 }

@@ -239,3 +239,31 @@ func links(doc *html.Node) []string {
 	})
 	return out
 }
+
+// A transcript line longer than the readers' bound (rundir.MaxTrajectoryLine) is not read
+// into memory: its page answers 200 and says why there is no transcript.
+func TestTranscriptOverTheBound(t *testing.T) {
+	dir := fixtureRun(t)
+	d, err := Load([]string{dir}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	saved := rundir.MaxTrajectoryLine
+	rundir.MaxTrajectoryLine = 100
+	t.Cleanup(func() { rundir.MaxTrajectoryLine = saved })
+	resp, err := http.Get(srv.URL + "/trajectory?run=0&task=0&repeat=0&arm=multi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "longer than 100 bytes") {
+		t.Errorf("%d: %.300s", resp.StatusCode, body)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -16,6 +17,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // linker makes the pages' links: URLs of the server, or anchors of the one-file report
@@ -516,6 +518,11 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 		}
 	}
 	line, ok, err := d.Runs[k.Run].trajs.Line(k.Task, k.Rollout, k.Arm)
+	var tooLong *rundir.LineTooLongError
+	if errors.As(err, &tooLong) {
+		t.NoTrajectory = fmt.Sprintf("its line in trajectories.jsonl is longer than %d bytes, more than the viewer reads", tooLong.Limit)
+		return t, nil
+	}
 	if err != nil {
 		return nil, err
 	}
