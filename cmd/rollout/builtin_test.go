@@ -232,6 +232,61 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// Two tasks with the same prompt and different worlds (as `rollout gen` writes at two seeds)
+// each get their own reference plan from the simulator: validate --oracle finds every plan
+// sound, in one file holding both seeds' rows of each shared question, and rollout run against
+// builtin:sim scores them all 1.
+func TestSamePromptOtherWorld(t *testing.T) {
+	dir := t.TempDir()
+	gen := func(seed string) []string {
+		path := filepath.Join(dir, "seed"+seed+".jsonl")
+		if r := runCLI(t, context.Background(), nil, "gen", "extraction", "--seed", seed, "--n", "200", "-o", path); r.code != 0 {
+			t.Fatalf("gen --seed %s: exit %d: %s", seed, r.code, r.stderr)
+		}
+		return strings.Split(strings.TrimSpace(readFile(t, path)), "\n")
+	}
+	question := func(line string) (q string) {
+		mutateRow(t, line, func(row map[string]any) {
+			q = row["responses_create_params"].(map[string]any)["input"].([]any)[0].(map[string]any)["content"].(string)
+		})
+		return q
+	}
+	first := map[string]string{}
+	for _, line := range gen("1") {
+		first[question(line)] = line
+	}
+	var rows []string
+	for _, line := range gen("2") {
+		if other, ok := first[question(line)]; ok {
+			rows = append(rows, other, mutateRow(t, line, func(row map[string]any) { row["id"] = "seed2-" + row["id"].(string) }))
+		}
+	}
+	if len(rows) < 4 || rows[0] == rows[1] {
+		t.Fatalf("%d rows share a question across the seeds: the generator no longer repeats questions, find another pair", len(rows))
+	}
+	input := filepath.Join(dir, "both.jsonl")
+	os.WriteFile(input, []byte(strings.Join(rows, "\n")+"\n"), 0o644)
+	r := runCLI(t, context.Background(), nil, "validate", input, "--oracle")
+	if r.code != 0 || r.stdout != "" {
+		t.Fatalf("validate --oracle: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	out := filepath.Join(dir, "out")
+	r = runCLI(t, context.Background(), nil, "run", "--input", input, "--out", out, "--quiet", "--model-url", "builtin:sim", "--sim-profile", "none", "--server", "builtin:extraction")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	var sum struct {
+		Rollouts   int     `json:"rollouts"`
+		MeanReward float64 `json:"mean_reward"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(out, "summary.json"))), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rollouts != len(rows) || sum.MeanReward != 1 {
+		t.Fatalf("run against builtin:sim: %d rollouts, mean reward %v; want %d and 1", sum.Rollouts, sum.MeanReward, len(rows))
+	}
+}
+
 func mutateRow(t *testing.T, line string, fn func(map[string]any)) string {
 	t.Helper()
 	var row map[string]any

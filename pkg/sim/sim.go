@@ -335,8 +335,14 @@ func (s *Simulator) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	e, lerr := s.tasks.lookup(firstUser, prompt, r.Header.Get(RolloutHeader))
+	if lerr != nil {
+		s.c.badRequests.Add(1)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "messages", "", lerr.Error())
+		return
+	}
 	var ans answer
-	if e := s.tasks.lookup(firstUser, prompt); e != nil && e.plan != nil {
+	if e != nil && e.plan != nil {
 		s.c.planned.Add(1)
 		ans = s.playPlan(e.plan, req, d, round)
 	} else {

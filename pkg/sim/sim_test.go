@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -1344,14 +1345,69 @@ func TestTasksShareFirstUserMessage(t *testing.T) {
 			t.Errorf("task %d: %s", i, raw)
 		}
 	}
-	// The same prompt with another plan: the first is played, with a warning.
-	other := strings.Replace(row("two", "t2"), `"rounds":[[`, `"rounds":[[{"name":"t1","arguments":{}},`, 1)
-	tasks, _ = mustTasks(t, row("two", "t2"), other)
-	if tasks.NumWarnings() != 1 || !strings.Contains(tasks.Warnings()[0], "first one is played") {
+}
+
+// Tasks with the same prompt and different plans (one question, two worlds) are told apart by
+// the row the request's X-Rollout-Id names; a request that names none of them is refused with
+// both rows named, never given the other task's plan.
+func TestSamePromptOtherPlan(t *testing.T) {
+	row := func(tool string) string {
+		return `{"responses_create_params":{"input":[{"role":"user","content":"same"}],"tools":[{"type":"function","name":"t1"},{"type":"function","name":"t2"}]},` +
+			`"reference_plan":{"rounds":[[{"name":"` + tool + `","arguments":{}}]]}}`
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tasks.jsonl")
+	// Row 2 repeats row 0 exactly: one task, no warning.
+	if err := os.WriteFile(path, []byte(row("t1")+"\n"+row("t2")+"\n"+row("t1")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := LoadTasks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tasks.NumWarnings() != 1 || !strings.Contains(tasks.Warnings()[0], path+":2: same prompt as "+path+":1 but another reference_plan") {
 		t.Errorf("warnings %q", tasks.Warnings())
 	}
-	if p := tasks.Plan("same"); p == nil || p.NumCalls() != 1 {
-		t.Errorf("plan %+v", p)
+	_, srv := newSim(t, tasks, Options{})
+	task := mustTask(t, row("t1"))
+	body, _ := json.Marshal(baseRequest(task, 0))
+	ask := func(id string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+		if id != "" {
+			req.Header.Set(RolloutHeader, id)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var r chatResp
+		if resp.StatusCode != http.StatusOK {
+			return resp.StatusCode, string(raw)
+		}
+		if err := json.Unmarshal(raw, &r); err != nil || len(r.calls()) != 1 {
+			t.Fatalf("%s: %s", id, raw)
+		}
+		return resp.StatusCode, r.calls()[0].Function.Name
+	}
+	esc := url.QueryEscape(path)
+	for _, c := range []struct {
+		id, want string
+		status   int
+	}{
+		{"multi/" + esc + "/0/0", "t1", 200},
+		{"multi/" + esc + "/1/3", "t2", 200},
+		{"single/" + esc + "/2/0", "t1", 200},        // the repeat of row 0
+		{"multi/other%2Ftasks.jsonl/1/0", "t2", 200}, // another path to the file: the row alone
+		{"", path + ":1, " + path + ":2), and the request has no X-Rollout-Id header", 400},
+		{"multi/" + esc + "/7/0", "names none of them", 400},
+		{"garbage", "names none of them", 400},
+	} {
+		status, got := ask(c.id)
+		if status != c.status || !strings.Contains(got, c.want) {
+			t.Errorf("X-Rollout-Id %q: HTTP %d %s, want %d %s", c.id, status, got, c.status, c.want)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
@@ -21,6 +23,13 @@ const maxWarnings = 100
 // that text, the one whose whole prompt matches (the system and user messages before the
 // first assistant message, the instructions first as a system message, developer read as
 // system) is chosen, else the first loaded.
+//
+// Tasks with the same prompt and different reference plans (the same question asked of two
+// worlds, as `rollout gen` writes at two seeds) are told apart by the rollout a request names
+// in its X-Rollout-Id header ("ARM/FILE/TASK/K", which rollout's runner sends): the task at
+// row TASK of FILE, or the one loaded task at row TASK when FILE is not a loaded path. A
+// request that names none of them is refused (HTTP 400, both rows named) rather than given
+// another task's plan.
 type Tasks struct {
 	byUser   map[string][]*entry
 	rows     int
@@ -30,9 +39,17 @@ type Tasks struct {
 	nwarn    int
 }
 
+// row is a task's place: its file and 0-based row.
+type row struct {
+	file  string
+	index int
+}
+
 type entry struct {
 	file    string
 	line    int
+	index   int   // 0-based row of file (dataset.Task.Index)
+	repeats []row // later rows with the same prompt and plan, which this entry serves
 	prompt  string
 	planRaw []byte
 	plan    *plan.Plan // nil: the task has no plan
@@ -79,7 +96,7 @@ func (ts *Tasks) Add(t *dataset.Task) error {
 		ts.warn("%s:%d: no responses_create_params (row skipped)", t.File, t.Line)
 		return nil
 	}
-	e := &entry{file: t.File, line: t.Line}
+	e := &entry{file: t.File, line: t.Line, index: t.Index}
 	if raw := bytes.TrimSpace(t.Field(plan.Field)); len(raw) > 0 && string(raw) != "null" {
 		p, err := plan.Parse(raw)
 		if err != nil {
@@ -94,11 +111,15 @@ func (ts *Tasks) Add(t *dataset.Task) error {
 		ts.plans++
 	}
 	for _, o := range ts.byUser[firstUser] {
-		if o.prompt == prompt {
-			if !bytes.Equal(o.planRaw, e.planRaw) {
-				ts.warn("%s:%d: same prompt as %s:%d but another reference_plan; the first one is played", e.file, e.line, o.file, o.line)
-			}
+		if o.prompt == prompt && bytes.Equal(o.planRaw, e.planRaw) {
+			o.repeats = append(o.repeats, row{e.file, e.index}) // the same task again
 			return nil
+		}
+	}
+	for _, o := range ts.byUser[firstUser] {
+		if o.prompt == prompt {
+			ts.warn("%s:%d: same prompt as %s:%d but another reference_plan; each request is matched to its row by its %s header", e.file, e.line, o.file, o.line, RolloutHeader)
+			break
 		}
 	}
 	ts.byUser[firstUser] = append(ts.byUser[firstUser], e)
@@ -142,29 +163,81 @@ func (ts *Tasks) NumWarnings() int { return ts.nwarn }
 // Plan returns the plan of the task whose first user message is firstUser (nil when there is
 // no such task or it has no plan).
 func (ts *Tasks) Plan(firstUser string) *plan.Plan {
-	if e := ts.lookup(firstUser, ""); e != nil {
+	if e, _ := ts.lookup(firstUser, "", ""); e != nil {
 		return e.plan
 	}
 	return nil
 }
 
-func (ts *Tasks) lookup(firstUser, prompt string) *entry {
+// lookup finds the task of a request: by its first user message, then its whole prompt, then
+// (when tasks share the prompt but not the plan) the row that rolloutID names. An error says
+// which rows the request could belong to.
+func (ts *Tasks) lookup(firstUser, prompt, rolloutID string) (*entry, error) {
 	if ts == nil {
-		return nil
+		return nil, nil
 	}
 	cands := ts.byUser[firstUser]
 	switch len(cands) {
 	case 0:
-		return nil
+		return nil, nil
 	case 1:
-		return cands[0]
+		return cands[0], nil
 	}
+	var same []*entry
 	for _, e := range cands {
 		if e.prompt == prompt {
-			return e
+			same = append(same, e)
 		}
 	}
-	return cands[0]
+	switch len(same) {
+	case 0:
+		return cands[0], nil
+	case 1:
+		return same[0], nil
+	}
+	file, index, ok := parseRolloutID(rolloutID)
+	if ok {
+		var byIndex []*entry
+		for _, e := range same {
+			for _, r := range append([]row{{e.file, e.index}}, e.repeats...) {
+				if r.index != index {
+					continue
+				}
+				if r.file == file {
+					return e, nil
+				}
+				byIndex = append(byIndex, e)
+			}
+		}
+		if len(byIndex) == 1 {
+			return byIndex[0], nil
+		}
+	}
+	rows := make([]string, len(same))
+	for i, e := range same {
+		rows[i] = fmt.Sprintf("%s:%d", e.file, e.line)
+	}
+	header := "no " + RolloutHeader + " header"
+	if rolloutID != "" {
+		header = RolloutHeader + " " + strconv.Quote(rolloutID) + ", which names none of them"
+	}
+	return nil, fmt.Errorf("the simulator has %d tasks with this prompt and different reference plans (%s), and the request has %s",
+		len(same), strings.Join(rows, ", "), header)
+}
+
+// parseRolloutID reads the task file and row out of an X-Rollout-Id value, "ARM/FILE/TASK/K"
+// with ARM and FILE query-escaped.
+func parseRolloutID(id string) (file string, index int, ok bool) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 {
+		return "", 0, false
+	}
+	file, err := url.QueryUnescape(parts[1])
+	if err != nil {
+		return "", 0, false
+	}
+	index, err = strconv.Atoi(parts[2])
+	return file, index, err == nil && index >= 0
 }
 
 // taskPrompt is a task's first user message and its prompt key, as the runner will send them
