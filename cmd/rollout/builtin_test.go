@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -284,6 +285,90 @@ func TestSamePromptOtherWorld(t *testing.T) {
 	}
 	if sum.Rollouts != len(rows) || sum.MeanReward != 1 {
 		t.Fatalf("run against builtin:sim: %d rollouts, mean reward %v; want %d and 1", sum.Rollouts, sum.MeanReward, len(rows))
+	}
+}
+
+// The simulator writes a call's arguments in the order of its tool's schema properties (as
+// llama-server's tool-call grammar makes a model write them), not sorted, and the SFT export
+// keeps the order the model wrote: the tools' own property order, call after call, from the
+// simulator through the run directory to the export. Arm single makes random schema-valid calls,
+// arm multi plays the plans.
+func TestArgumentsInSchemaOrder(t *testing.T) {
+	dir := t.TempDir()
+	input := headLines(t, extractionData, 8)
+	out := filepath.Join(dir, "out")
+	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", out, "--quiet", "--arms", "single,multi",
+		"--model-url", "builtin:sim", "--sim-profile", "none", "--server", "builtin:extraction")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	sft := filepath.Join(dir, "sft.jsonl")
+	if r := runCLI(t, context.Background(), nil, "export", out, "--format", "sft", "-o", sft); r.code != 0 {
+		t.Fatalf("export: exit %d: %s", r.code, r.stderr)
+	}
+	// keys is the object's keys in the order written.
+	keys := func(raw string) []string {
+		dec := json.NewDecoder(strings.NewReader(raw))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			t.Fatalf("not an object: %s", raw)
+		}
+		var ks []string
+		for dec.More() {
+			k, _ := dec.Token()
+			ks = append(ks, k.(string))
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("%s: %v", raw, err)
+			}
+		}
+		return ks
+	}
+	type row struct {
+		Messages []struct {
+			ToolCalls []struct {
+				Function struct{ Name, Arguments string } `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"messages"`
+		Tools []struct {
+			Function struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	calls, unsorted := 0, 0
+	for i, line := range strings.Split(strings.TrimSpace(readFile(t, sft)), "\n") {
+		var rw row
+		if err := json.Unmarshal([]byte(line), &rw); err != nil {
+			t.Fatalf("sft line %d: %v", i+1, err)
+		}
+		order := map[string][]string{}
+		for _, tl := range rw.Tools {
+			var p struct{ Properties json.RawMessage }
+			json.Unmarshal(tl.Function.Parameters, &p)
+			order[tl.Function.Name] = keys(string(p.Properties))
+		}
+		for _, m := range rw.Messages {
+			for _, tc := range m.ToolCalls {
+				got := keys(tc.Function.Arguments)
+				var want []string
+				for _, k := range order[tc.Function.Name] {
+					if slices.Contains(got, k) {
+						want = append(want, k)
+					}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("sft line %d: %s(%s): keys %v, want the schema's order %v", i+1, tc.Function.Name, tc.Function.Arguments, got, want)
+				}
+				calls++
+				if !slices.IsSorted(got) {
+					unsorted++
+				}
+			}
+		}
+	}
+	if calls == 0 || unsorted == 0 {
+		t.Fatalf("%d calls, %d not in sorted order: the check cannot tell schema order from sorted", calls, unsorted)
 	}
 }
 

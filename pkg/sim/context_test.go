@@ -134,11 +134,11 @@ func TestContextErrorSlope(t *testing.T) {
 	tasks, rows := mustTasks(t, knobRow)
 	s, srv := newSim(t, tasks, Options{ContextErrorSlope: 1})
 	req := baseRequest(rows[0], 1)
-	if _, _, raw, cr := post(t, srv.URL, req); cr.calls()[0].Function.Arguments != `{"s":"abc","x":1}` {
+	if _, _, raw, cr := post(t, srv.URL, req); cr.calls()[0].Function.Arguments != `{"x":1,"s":"abc"}` {
 		t.Fatalf("a short prompt was perturbed: %s", raw)
 	}
 	req.Messages = append([]openai.ChatCompletionMessage{{Role: "system", Content: strings.Repeat("long instructions ", 250)}}, req.Messages...)
-	if _, _, raw, cr := post(t, srv.URL, req); cr.calls()[0].Function.Arguments == `{"s":"abc","x":1}` {
+	if _, _, raw, cr := post(t, srv.URL, req); cr.calls()[0].Function.Arguments == `{"x":1,"s":"abc"}` {
 		t.Fatalf("a prompt of 1000 tokens was not perturbed: %s", raw)
 	}
 	if n := s.Stats().Injected.WrongArgument; n != 1 {

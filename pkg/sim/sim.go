@@ -451,16 +451,16 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 		s.c.premature.Add(1)
 		return final()
 	}
-	names := make(map[string]bool, len(offered))
+	names := make(map[string]*chatTool, len(offered))
 	for _, t := range offered {
-		names[t.Function.Name] = true
+		names[t.Function.Name] = t
 	}
 	skip := d.hit(s.opt.SkipStep, "skip-step", round)
 	var chosen []int
 	for k := next; k < len(p.Rounds) && len(chosen) == 0; k++ {
 		first := p.First(k)
 		for i, c := range p.Rounds[k] {
-			if !names[c.Name] {
+			if names[c.Name] == nil {
 				s.c.unoffered.Add(1)
 				continue
 			}
@@ -501,6 +501,9 @@ func (s *Simulator) playPlan(p *plan.Plan, req *chatRequest, d drawer, round int
 				break
 			}
 		}
+	}
+	for i, n := range chosen {
+		args[i] = inSchemaOrder(args[i], names[calls[n].Name].Function.Parameters)
 	}
 	s.malform(args, d, round)
 	res := make([]wireToolCall, len(chosen))
@@ -543,7 +546,7 @@ func (s *Simulator) playRandom(req *chatRequest, d drawer, round int) answer {
 	args := make([]string, n)
 	for i := range n {
 		tools[i] = offered[d.intn(len(offered), "random/tool", round, i)]
-		args[i] = schemaArguments(tools[i].Function.Parameters, d.rand("random/arguments", round, i))
+		args[i] = inSchemaOrder(schemaArguments(tools[i].Function.Parameters, d.rand("random/arguments", round, i)), tools[i].Function.Parameters)
 	}
 	s.malform(args, d, round)
 	res := make([]wireToolCall, n)

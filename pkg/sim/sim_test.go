@@ -697,7 +697,7 @@ func firstAnswer(t testing.TB, url string, task *dataset.Task, seed int) (int, h
 // Effects on the knob task's first answer.
 var knobEffects = map[string]func(status int, hdr http.Header, r *chatResp) bool{
 	"WrongArgument": func(status int, _ http.Header, r *chatResp) bool {
-		return status == 200 && len(r.calls()) == 1 && r.calls()[0].Function.Arguments != `{"s":"abc","x":1}`
+		return status == 200 && len(r.calls()) == 1 && r.calls()[0].Function.Arguments != `{"x":1,"s":"abc"}`
 	},
 	"SkipStep": func(status int, _ http.Header, r *chatResp) bool {
 		return status == 200 && len(r.calls()) > 0 && r.calls()[0].Function.Name != "a"
@@ -776,7 +776,7 @@ func TestKnobEffectsInDetail(t *testing.T) {
 		seen[r.calls()[0].Function.Arguments] = true
 	}
 	for args := range seen {
-		if args != `{"s":"abc","x":2}` && args != `{"s":"abd","x":1}` {
+		if args != `{"x":2,"s":"abc"}` && args != `{"x":1,"s":"abd"}` {
 			t.Errorf("wrong argument %s", args)
 		}
 	}
@@ -802,7 +802,7 @@ func TestKnobEffectsInDetail(t *testing.T) {
 	// MalformedToolCall: truncated JSON.
 	_, srv = newSim(t, tasks, Options{MalformedToolCall: 1})
 	_, _, r = firstAnswer(t, srv.URL, task, 1)
-	if a := r.calls()[0].Function.Arguments; !strings.HasPrefix(`{"s":"abc","x":1}`, a) || len(a) == 0 {
+	if a := r.calls()[0].Function.Arguments; !strings.HasPrefix(`{"x":1,"s":"abc"}`, a) || len(a) == 0 {
 		t.Errorf("malformed: %q", a)
 	}
 
