@@ -326,15 +326,19 @@ func TestArgumentsInSchemaOrder(t *testing.T) {
 	type row struct {
 		Messages []struct {
 			ToolCalls []struct {
-				Function struct{ Name, Arguments string } `json:"function"`
+				Function struct {
+					Name      string          `json:"name"`
+					Arguments json.RawMessage `json:"arguments"` // an object (JSONL) or its JSON text
+				} `json:"function"`
 			} `json:"tool_calls"`
 		} `json:"messages"`
-		Tools []struct {
-			Function struct {
-				Name       string          `json:"name"`
-				Parameters json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		} `json:"tools"`
+		Tools json.RawMessage `json:"tools"` // a list, or its JSON text
+	}
+	type tool struct {
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
 	}
 	calls, unsorted := 0, 0
 	for i, line := range strings.Split(strings.TrimSpace(readFile(t, sft)), "\n") {
@@ -342,15 +346,29 @@ func TestArgumentsInSchemaOrder(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &rw); err != nil {
 			t.Fatalf("sft line %d: %v", i+1, err)
 		}
+		var tools []tool
+		raw := []byte(rw.Tools)
+		var text string
+		if json.Unmarshal(raw, &text) == nil {
+			raw = []byte(text)
+		}
+		if err := json.Unmarshal(raw, &tools); err != nil || len(tools) == 0 {
+			t.Fatalf("sft line %d: tools %s: %v", i+1, rw.Tools, err)
+		}
 		order := map[string][]string{}
-		for _, tl := range rw.Tools {
+		for _, tl := range tools {
 			var p struct{ Properties json.RawMessage }
 			json.Unmarshal(tl.Function.Parameters, &p)
 			order[tl.Function.Name] = keys(string(p.Properties))
 		}
 		for _, m := range rw.Messages {
 			for _, tc := range m.ToolCalls {
-				got := keys(tc.Function.Arguments)
+				args := string(tc.Function.Arguments)
+				var text string
+				if json.Unmarshal(tc.Function.Arguments, &text) == nil {
+					args = text
+				}
+				got := keys(args)
 				var want []string
 				for _, k := range order[tc.Function.Name] {
 					if slices.Contains(got, k) {
@@ -358,7 +376,7 @@ func TestArgumentsInSchemaOrder(t *testing.T) {
 					}
 				}
 				if !slices.Equal(got, want) {
-					t.Fatalf("sft line %d: %s(%s): keys %v, want the schema's order %v", i+1, tc.Function.Name, tc.Function.Arguments, got, want)
+					t.Fatalf("sft line %d: %s(%s): keys %v, want the schema's order %v", i+1, tc.Function.Name, args, got, want)
 				}
 				calls++
 				if !slices.IsSorted(got) {
