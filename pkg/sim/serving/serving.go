@@ -18,6 +18,15 @@
 // that still holds the prefix, and the repeats of a task share their prompt's blocks. A request
 // that finds MaxQueue requests waiting is answered 429 at once.
 //
+// That is vLLM's cache (automatic prefix caching: blocks shared by every sequence). With
+// Config.Slots the cache is llama.cpp's llama-server's instead (slots.go): each of MaxNumSeqs
+// slots keeps the blocks of the last sequence it ran; a request takes the idle slot whose kept
+// prefix is longest (more than SlotSimilarity of its prompt), else the least recently used idle
+// slot, and finds cached only what that slot shares with it; a host-memory prompt cache of
+// KVCacheTokens tokens keeps the sequences slots give up and restores the best one. The two
+// models predict different things for routing: see BENCHMARKS.md, "Fleet routing against real
+// prefix caches".
+//
 // Time runs Speed times faster than the model's: a step of 20 ms sleeps 20/Speed ms.
 package serving
 
@@ -50,6 +59,12 @@ type Config struct {
 	DecodeBase      time.Duration // a decode step with one sequence
 	DecodePerSeq    time.Duration // added to a step per sequence in the batch
 	Speed           float64       // model time runs this many times faster than the wall clock
+	// Slots models llama-server's per-slot cache (slots.go) instead of a shared block cache:
+	// MaxNumSeqs slots, KVCacheTokens the host-memory prompt cache (0: none).
+	Slots bool
+	// SlotSimilarity is the share of a prompt a slot's kept prefix must exceed for the slot to
+	// be chosen by it (llama-server's --slot-prompt-similarity, default 0.1).
+	SlotSimilarity float64
 }
 
 // Default is the serving model of an 8B model (Llama 3.1 8B, bf16) on one H100 80GB, as vLLM
@@ -80,6 +95,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("step costs must be >= 0, and the decode base > 0")
 	case !(c.Speed > 0):
 		return fmt.Errorf("speed %g: want more than 0", c.Speed)
+	case c.SlotSimilarity < 0 || c.SlotSimilarity >= 1:
+		return fmt.Errorf("slot similarity %g: want 0 to 1", c.SlotSimilarity)
 	}
 	return nil
 }
@@ -110,6 +127,7 @@ type seq struct {
 	left   int      // output tokens still to decode
 	done   chan struct{}
 	gone   bool // its client went away
+	slot   int  // its slot, with Config.Slots
 }
 
 // Replica is one simulated inference server.
@@ -122,6 +140,7 @@ type Replica struct {
 	queue   []*seq
 	running []*seq
 	cache   lru
+	slots   *slotCache // with Config.Slots
 	stats   Stats
 	wake    chan struct{}
 	stop    chan struct{}
@@ -135,7 +154,11 @@ func NewReplica(id int, inner http.Handler, cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	r := &Replica{id: id, cfg: cfg, inner: inner, wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	r.cache.init(cfg.KVCacheTokens / cfg.BlockTokens)
+	if cfg.Slots {
+		r.slots = newSlotCache(cfg.MaxNumSeqs, cfg.KVCacheTokens/cfg.BlockTokens, cfg.SlotSimilarity)
+	} else {
+		r.cache.init(cfg.KVCacheTokens / cfg.BlockTokens)
+	}
 	r.stats.Replica = id
 	return r, nil
 }
@@ -266,6 +289,9 @@ func (r *Replica) serve() {
 				if !s.gone {
 					r.stats.Completed++
 				}
+				if r.slots != nil {
+					r.slots.release(s.slot)
+				}
 				close(s.done)
 				continue
 			}
@@ -289,8 +315,13 @@ func (r *Replica) admit() time.Duration {
 			close(s.done)
 			continue
 		}
-		hit := r.cache.prefix(s.blocks)
-		cached := hit * r.cfg.BlockTokens
+		var hit int
+		if r.slots != nil {
+			s.slot, hit = r.slots.take(s.blocks)
+		} else {
+			hit = r.cache.prefix(s.blocks)
+		}
+		cached := min(hit*r.cfg.BlockTokens, s.tokens)
 		r.stats.CachedTokens += int64(cached)
 		r.stats.PrefilledTokens += int64(s.tokens - cached)
 		uncached += s.tokens - cached

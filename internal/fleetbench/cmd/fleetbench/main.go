@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -27,8 +28,33 @@ func main() {
 	cfg := serving.Default
 	flag.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 16, "sequences `N` per replica's batch")
 	flag.Float64Var(&cfg.Speed, "speed", 2, "model time runs `X` times faster than the clock")
-	flag.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "prefix-cache `TOKENS` per replica")
+	flag.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "prefix-cache `TOKENS` per replica (with -cache slots: the host prompt cache)")
+	cache := flag.String("cache", "blocks", "the replicas' cache `MODEL`: blocks (vLLM's shared prefix blocks) or slots (llama-server's slots)")
+	flag.Float64Var(&cfg.SlotSimilarity, "slot-similarity", 0.1, "with -cache slots: the prompt share `F` a slot's prefix must exceed to be chosen by it")
+	notes := flag.Int("notes", 0, "append a note of `WORDS` words of its own world to each task's question (the long-context workload)")
 	flag.Parse()
+	switch *cache {
+	case "blocks":
+	case "slots":
+		cfg.Slots = true
+	default:
+		fmt.Fprintf(os.Stderr, "-cache %s: want blocks or slots\n", *cache)
+		os.Exit(2)
+	}
+	if *notes > 0 {
+		dir, err := os.MkdirTemp("", "fleetbench-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(dir)
+		long := filepath.Join(dir, "tasks.jsonl")
+		if err := fleetbench.WriteTasks(long, *tasks, *limit, *notes); err != nil {
+			fmt.Fprintln(os.Stderr, "-notes:", err)
+			os.Exit(2)
+		}
+		*tasks = long
+	}
 	var results []fleetbench.Result
 	for _, r := range strings.Split(*routes, ",") {
 		route, err := fleet.ParseRoute(r)
@@ -60,6 +86,6 @@ func main() {
 			results = append(results, res)
 		}
 	}
-	fmt.Printf("%d tasks x %d repeats, %d simulated servers (max-num-seqs %d, speed %g)\n\n", *limit, *repeats, *replicas, cfg.MaxNumSeqs, cfg.Speed)
+	fmt.Printf("%d tasks x %d repeats, %d simulated servers (max-num-seqs %d, speed %g, %s cache)\n\n", *limit, *repeats, *replicas, cfg.MaxNumSeqs, cfg.Speed, *cache)
 	fleetbench.WriteMarkdown(os.Stdout, results)
 }

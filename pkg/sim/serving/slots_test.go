@@ -1,0 +1,84 @@
+package serving
+
+import (
+	"slices"
+	"testing"
+)
+
+// seqOf is a block chain: the shared prefix's blocks 1..p, then the given blocks.
+func seqOf(p int, rest ...uint64) []uint64 {
+	var s []uint64
+	for i := range p {
+		s = append(s, uint64(i+1))
+	}
+	return append(s, rest...)
+}
+
+// llama-server's slot choice, step by step: the idle slot with the longest common prefix wins
+// when it is more than the similarity share of the prompt (empty slots are not candidates),
+// else the least recently used idle slot; a slot chosen by age, or keeping under half of its
+// sequence, saves that sequence to the host cache and restores the best saved one.
+func TestSlotCache(t *testing.T) {
+	type step struct {
+		take    []uint64 // a request's prompt; nil: release slot
+		release int
+		slot    int // want
+		hit     int // want
+	}
+	a1 := seqOf(4, 100, 101)            // rollout A, round 1: the 4-block shared prefix and its own 2
+	a2 := append(slices.Clone(a1), 102) // A's round 2
+	b1 := seqOf(4, 200, 201)
+	b2 := append(slices.Clone(b1), 202)
+	long := func(r uint64) []uint64 { return seqOf(1, r, r+1, r+2, r+3, r+4, r+5, r+6, r+7) } // mostly its own
+	for _, c := range []struct {
+		name       string
+		slots      int
+		host       int
+		similarity float64
+		steps      []step
+	}{
+		{"each rollout back on its own slot", 2, 0, 0.1, []step{
+			// Among slots of the same age the last is taken (llama-server's "<=").
+			{take: a1, slot: 1, hit: 0}, {take: b1, slot: 0, hit: 0}, // slot 1 is busy: the empty slot 0, by age
+			{take: nil, release: 0}, {take: nil, release: 1},
+			{take: b2, slot: 0, hit: 6}, {take: a2, slot: 1, hit: 6},
+		}},
+		{"an idle slot with the shared prefix is taken before an empty one", 2, 0, 0.1, []step{
+			{take: a1, slot: 1, hit: 0}, {take: nil, release: 1},
+			{take: b1, slot: 1, hit: 4}, // A's slot, not the empty slot 0: A's context is gone
+			{take: nil, release: 1},
+			{take: a2, slot: 1, hit: 4},
+		}},
+		{"the host cache gives back what a slot gave up", 1, 100, 0.1, []step{
+			{take: long(10), slot: 0, hit: 0}, {take: nil, release: 0},
+			{take: long(20), slot: 0, hit: 1}, // keeps 1 of 9 blocks: saved to the host cache
+			{take: nil, release: 0},
+			{take: append(long(10), 99), slot: 0, hit: 9}, // restored from the host cache
+		}},
+		{"without a host cache it is lost", 1, 0, 0.1, []step{
+			{take: long(10), slot: 0, hit: 0}, {take: nil, release: 0},
+			{take: long(20), slot: 0, hit: 1}, {take: nil, release: 0},
+			{take: append(long(10), 99), slot: 0, hit: 1},
+		}},
+		{"similarity 0: by age only", 2, 0, 0, []step{
+			{take: a1, slot: 1, hit: 0}, {take: nil, release: 1},
+			{take: a2, slot: 0, hit: 0}, // slot 0 is older (never used)
+			{take: nil, release: 0},
+			{take: b2, slot: 1, hit: 4},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sc := newSlotCache(c.slots, c.host, c.similarity)
+			for i, st := range c.steps {
+				if st.take == nil {
+					sc.release(st.release)
+					continue
+				}
+				slot, hit := sc.take(st.take)
+				if slot != st.slot || hit != st.hit {
+					t.Fatalf("step %d: slot %d hit %d, want slot %d hit %d", i, slot, hit, st.slot, st.hit)
+				}
+			}
+		})
+	}
+}
