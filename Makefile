@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet fuzz soak interop scale-demo screenshots clean
+.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet bench-fleet-real fuzz soak interop scale-demo screenshots clean
 
 all: build
 
@@ -163,6 +163,20 @@ interop:
 	dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) internal/interop/build-llama-server.sh) || exit 1; \
 	echo "make interop: llama-server from $$dir ($$(cat $$dir/VERSION))" >&2; \
 	ROLLOUT_INTEROP_DIR=$$dir $(GO) test -count=1 -v -timeout 30m ./internal/interop
+
+# Fleet routing against real prefix caches (BENCHMARKS.md, docs/real-model.md): three
+# llama-server replicas of the tiny agent (internal/interop/testdata/tiny-agent) behind rollout's
+# pool, routes x slots x concurrency on 12 held-out extraction tasks (short context) and the same
+# tasks with a 600-word note each (long), counted by the servers' own /metrics, each case beside
+# what the serving simulator predicts with its block cache and its llama-server slot cache.
+# Writes out/bench/fleet-real.md. FLEET_REAL_CASES=REGEXP runs the cases whose name matches
+# (e.g. short/affinity/). Needs what `make interop` needs; tens of minutes on 2 cores.
+FLEET_REAL_CASES ?=
+bench-fleet-real:
+	@mkdir -p out/bench
+	@dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) internal/interop/build-llama-server.sh) || exit 1; \
+	ROLLOUT_INTEROP_DIR=$$dir ROLLOUT_FLEET_REAL=1 ROLLOUT_FLEET_REAL_OUT=$(CURDIR)/out/bench/fleet-real.md \
+	ROLLOUT_FLEET_REAL_CASES='$(FLEET_REAL_CASES)' $(GO) test -count=1 -v -timeout 180m -run '^TestFleetRoutingRealGrid$$' ./internal/interop
 
 # On one machine, what deploy/kubernetes/ does on a cluster: 2 `rollout serve extraction`
 # processes sharing their sessions in a real redis-server (behind a round-robin proxy, as a

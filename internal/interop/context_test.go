@@ -127,20 +127,25 @@ func (rec *recorder) add(body []byte, status int, answer []byte) {
 
 // journalRecord is the part of a journal.jsonl line (a rollouts.parquet row) the checks read.
 type journalRecord struct {
-	TaskIndex        int    `json:"task_index"`
-	RolloutIndex     int    `json:"rollout_index"`
-	Arm              string `json:"arm"`
-	HasReward        bool   `json:"has_reward"`
-	Rounds           int    `json:"rounds"`
-	PromptTokens     int    `json:"prompt_tokens"`
-	CompletionTokens int    `json:"completion_tokens"`
-	Termination      string `json:"termination"`
-	FailureClass     string `json:"failure_class"`
-	Error            string `json:"error"`
-	Context          string `json:"context"`
-	ContextTokens    []int  `json:"context_tokens"`
-	ContextTokensMax int    `json:"context_tokens_max"`
-	BriefingCalls    int    `json:"briefing_calls"`
+	TaskIndex        int      `json:"task_index"`
+	RolloutIndex     int      `json:"rollout_index"`
+	Arm              string   `json:"arm"`
+	TaskID           string   `json:"task_id"`
+	Model            string   `json:"model"`
+	Reward           float64  `json:"reward"`
+	HasReward        bool     `json:"has_reward"`
+	Rounds           int      `json:"rounds"`
+	ToolCalls        int      `json:"tool_calls"`
+	ToolNames        []string `json:"tool_names"`
+	PromptTokens     int      `json:"prompt_tokens"`
+	CompletionTokens int      `json:"completion_tokens"`
+	Termination      string   `json:"termination"`
+	FailureClass     string   `json:"failure_class"`
+	Error            string   `json:"error"`
+	Context          string   `json:"context"`
+	ContextTokens    []int    `json:"context_tokens"`
+	ContextTokensMax int      `json:"context_tokens_max"`
+	BriefingCalls    int      `json:"briefing_calls"`
 }
 
 // armRollout keys a rollout of a run with arms.

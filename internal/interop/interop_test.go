@@ -105,9 +105,9 @@ type server struct {
 // url is the OpenAI-compatible base URL.
 func (s *server) url() string { return s.base + "/v1" }
 
-// start starts llama-server on model (a file of the suite's models, e.g. "noise.gguf") on a
-// free loopback port with the tool-call template (--jinja) and metrics, plus args; it is
-// killed when the test ends.
+// start starts llama-server on model (a file of the suite's models, e.g. "noise.gguf", or an
+// absolute path) on a free loopback port with the tool-call template (--jinja) and metrics,
+// plus args; it is killed when the test ends.
 func (s suite) start(t *testing.T, model string, args ...string) *server {
 	t.Helper()
 	var lastErr error
@@ -118,7 +118,11 @@ func (s suite) start(t *testing.T, model string, args ...string) *server {
 		}
 		srv := &server{base: "http://127.0.0.1:" + strconv.Itoa(port), log: &testnet.Buffer{}}
 		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, s.llama, append([]string{"-m", filepath.Join(s.models, model),
+		path := model
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(s.models, model)
+		}
+		cmd := exec.CommandContext(ctx, s.llama, append([]string{"-m", path,
 			"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--jinja", "--metrics", "--threads", "2"}, args...)...)
 		cmd.Stdout, cmd.Stderr = srv.log, srv.log
 		if err := cmd.Start(); err != nil {
@@ -179,7 +183,7 @@ func tail(s string, n int) string {
 func (s suite) run(t *testing.T, args ...string) (string, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // the tiny agent's runs on a loaded machine
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.rollout, append([]string{"run", "--quiet", "--out", out}, args...)...)
 	var buf bytes.Buffer
@@ -214,6 +218,7 @@ type record struct {
 				CachedTokens     int `json:"cached_tokens"`
 			} `json:"usage"`
 			FinishReason string `json:"finish_reason"`
+			Endpoint     string `json:"endpoint"`
 			ToolCalls    []struct {
 				CallID string `json:"call_id"`
 				Name   string `json:"name"`
