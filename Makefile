@@ -164,7 +164,7 @@ interop:
 	echo "make interop: llama-server from $$dir ($$(cat $$dir/VERSION))" >&2; \
 	ROLLOUT_INTEROP_DIR=$$dir $(GO) test -count=1 -v -timeout 30m ./internal/interop
 
-# Fleet routing against real prefix caches (BENCHMARKS.md, docs/real-model.md): three
+# Fleet routing against real prefix caches (BENCHMARKS.md, docs/tiny-agent.md): three
 # llama-server replicas of the tiny agent (internal/interop/testdata/tiny-agent) behind rollout's
 # pool, routes x slots x concurrency on 12 held-out extraction tasks (short context) and the same
 # tasks with a 600-word note each (long), counted by the servers' own /metrics, each case beside
