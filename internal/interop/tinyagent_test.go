@@ -235,8 +235,10 @@ func TestTinyAgentSampled(t *testing.T) {
 			varied++
 		}
 	}
-	if 2*varied < tasks {
-		t.Fatalf("the repeats differ in %d of %d tasks: the sampling does not reach the model", varied, tasks)
+	// A confident model samples the same transcript four times on an easy task (3 of 6 tasks did
+	// on 26 November 2026); some task's repeats must differ.
+	if varied == 0 {
+		t.Fatalf("the repeats are the same in every one of %d tasks: the sampling does not reach the model", tasks)
 	}
 	var ev struct {
 		ByArm []struct {
