@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/runner"
 )
 
@@ -103,11 +105,20 @@ func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
 			return nil, at(k, "unknown key %q: the keys are the flags of rollout run (rollout run --help), and arms", k.Value)
 		}
 		var values []*yaml.Node
+		if _, isObject := f.Value.(objectFlag); isObject && v.Kind == yaml.MappingNode {
+			req, err := yamlRequest(v, key)
+			if err != nil {
+				return nil, at(v, "%v", err)
+			}
+			v = &yaml.Node{Kind: yaml.ScalarNode, Value: string(req), Line: v.Line}
+		}
 		switch v.Kind {
 		case yaml.ScalarNode:
 			values = []*yaml.Node{v}
 		case yaml.SequenceNode:
-			if _, repeatable := f.Value.(*serverFlags); !repeatable {
+			_, servers := f.Value.(*serverFlags)
+			_, stops := f.Value.(stopFlag)
+			if !servers && !stops {
 				return nil, at(v, "%s takes one value, not a list", key)
 			}
 			values = v.Content
@@ -124,6 +135,32 @@ func applyConfig(fs *flag.FlagSet, path string) ([]runner.Arm, error) {
 		}
 	}
 	return arms, nil
+}
+
+// yamlRequest is request options given in a config file: a YAML mapping, or a JSON object as
+// a string; checked as --request is, in canonical form.
+func yamlRequest(v *yaml.Node, what string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	switch v.Kind {
+	case yaml.ScalarNode:
+		raw = json.RawMessage(v.Value)
+	case yaml.MappingNode:
+		var m map[string]any
+		if err := v.Decode(&m); err != nil {
+			return nil, fmt.Errorf("%s: %v", what, err)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", what, err)
+		}
+		raw = b
+	default:
+		return nil, fmt.Errorf("%s: want a mapping of request members, such as {top_k: 20}", what)
+	}
+	if err := agent.CheckRequest(raw, what); err != nil {
+		return nil, err
+	}
+	return agent.CanonicalRequest(raw)
 }
 
 // configArms reads the arms list: policy names, or {name, policy, max-rounds, tool-mode}.
@@ -144,6 +181,14 @@ func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runn
 			var a runner.Arm
 			for j := 0; j+1 < len(item.Content); j += 2 {
 				k, val := item.Content[j], item.Content[j+1]
+				if k.Value == "request" {
+					req, err := yamlRequest(val, "arms: request")
+					if err != nil {
+						return nil, at(val, "%v", err)
+					}
+					a.Request = req
+					continue
+				}
 				if val.Kind != yaml.ScalarNode {
 					return nil, at(val, "arms: %s: want a value", k.Value)
 				}

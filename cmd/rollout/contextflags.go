@@ -113,6 +113,9 @@ func armSettings(a runner.Arm) string {
 	if a.Degrade != nil {
 		s += ",degrade=" + strconv.FormatBool(*a.Degrade)
 	}
+	if len(a.Request) > 0 {
+		s += ",request=" + string(a.Request) // last: parseArmName takes the rest of the name
+	}
 	return s
 }
 

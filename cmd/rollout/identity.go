@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -41,6 +42,9 @@ type runConfig struct {
 	Degrade              bool   `json:"degrade,omitempty"`
 	BriefingPrompt       string `json:"briefing_prompt,omitempty"`
 	BriefingPromptSHA256 string `json:"briefing_prompt_sha256,omitempty"`
+	// Request is the run's request options (--request, --extra-body and the named sampling
+	// flags merged, canonical); left out when none were given.
+	Request json.RawMessage `json:"request,omitempty"`
 }
 
 // redactServers is --server's values with the credentials of their URLs redacted, for the
@@ -110,6 +114,7 @@ func newRunConfig(f runFlags, opts *runner.Options, simOpts *sim.Options) runCon
 		cfg.Context = opts.Agent.Context.String()
 	}
 	cfg.Degrade = opts.Agent.Degrade
+	cfg.Request = opts.Agent.Request
 	if f.ctx.briefingPrompt != "" {
 		sum := sha256.Sum256([]byte(opts.Agent.BriefingPrompt))
 		cfg.BriefingPrompt, cfg.BriefingPromptSHA256 = f.ctx.briefingPrompt, hex.EncodeToString(sum[:])

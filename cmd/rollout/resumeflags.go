@@ -93,6 +93,9 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	if cfg.Degrade {
 		set("degrade", "true")
 	}
+	if len(cfg.Request) > 0 {
+		set("request", string(cfg.Request))
+	}
 	if cfg.BriefingPrompt != "" {
 		set("briefing-prompt", cfg.BriefingPrompt)
 	}
@@ -127,8 +130,16 @@ func parseArmName(s string) (runner.Arm, error) {
 	if !ok {
 		return runner.Arm{}, fmt.Errorf("want NAME=POLICY")
 	}
+	// request=JSON is the last setting: its JSON may hold commas.
+	rest, req, hasReq := strings.Cut(rest, ",request=")
 	parts := strings.Split(rest, ",")
 	a := runner.Arm{Name: name, Policy: parts[0]}
+	if hasReq {
+		if err := agent.CheckRequest(json.RawMessage(req), "request"); err != nil {
+			return runner.Arm{}, err
+		}
+		a.Request = json.RawMessage(req)
+	}
 	for _, p := range parts[1:] {
 		k, v, _ := strings.Cut(p, "=")
 		switch k {

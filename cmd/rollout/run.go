@@ -68,6 +68,7 @@ type runFlags struct {
 	metricsAddr                                string
 	fleet                                      fleetFlags
 	ctx                                        contextFlags
+	request                                    requestFlags
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -395,6 +396,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.Var(&f.failOnError, "fail-on-error", "exit 4 past this failed `RATE` (<1) or count")
 	fs.IntVar(&f.earlyStop, "early-stop", 20, "exit 4 when the first `N` rollouts all fail alike (0: never)")
 	f.ctx.define(fs)
+	f.request.define(fs)
 	simOptions = simKnobs(fs, "sim-")
 	fs.String("config", "", "a YAML `FILE` of flags by name, and arms")
 	return fs, modelURLFlag, simOptions
@@ -457,6 +459,9 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 	if f.temperature >= 0 {
 		t := f.temperature
 		opts.Agent.Temperature = &t
+	}
+	if opts.Agent.Request, err = f.request.build(); err != nil {
+		return opts, err
 	}
 	if f.steps != "" {
 		wf, err := agent.LoadWorkflow(f.steps)
@@ -797,6 +802,7 @@ failures to stderr (the first failure of each class as it happens).`,
 	groups: []flagGroup{
 		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
+		{title: "Request options (merged into every model request over the row's; docs/requests.md)", names: requestFlagNames},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",

@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -211,6 +212,10 @@ type Config struct {
 	// BriefingPrompt is the briefing strategy's request after each round ("":
 	// DefaultBriefingPrompt).
 	BriefingPrompt string
+	// Request is the run's request options (request.go): one JSON object merged over the body
+	// of every model call, after the row's own options; nil: none. ArmRequest, an arm's own,
+	// is merged after it.
+	Request, ArmRequest json.RawMessage
 	// Degrade: after MaxFailedRounds consecutive rounds of failed tool calls, one last model
 	// call without tools asks for the best answer (termination Degraded) instead of ending
 	// the rollout as tool_error.
@@ -290,6 +295,7 @@ func (c *Config) Validate() error {
 // before the next model call. It never returns an error: how the rollout
 // ended is in the trajectory.
 func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed int64) *Trajectory {
+	ctx = withRequestPatches(ctx, c.requestPatches(task.Params.ChatOptions()))
 	if c.Policy == PolicyWorkflow || c.ToolMode == ToolModeJSON {
 		return c.runSteps(ctx, task, tools, seed) // workflow.go
 	}
@@ -496,10 +502,11 @@ func cutOff(tr *Trajectory, rd Round, hist openai.ChatCompletionMessage) {
 }
 
 // historyMessage is the model's answer msg of round idx as the conversation keeps it: what the
-// model said, without echoing its reasoning back to it, and its tool calls, each with an id
-// (generated when the endpoint gave none), typed function, without a stream index.
+// model said, its reasoning (kept in the trajectory; sendable leaves it out of what is sent
+// back), and its tool calls, each with an id (generated when the endpoint gave none), typed
+// function, without a stream index.
 func historyMessage(msg *openai.ChatCompletionMessage, idx int) openai.ChatCompletionMessage {
-	hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content}
+	hist := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content, ReasoningContent: msg.ReasoningContent}
 	if len(msg.ToolCalls) > 0 {
 		hist.ToolCalls = make([]openai.ToolCall, len(msg.ToolCalls))
 		for i, tc := range msg.ToolCalls {
@@ -564,6 +571,8 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, pre
 	}
 	req.Messages = sendable(req.Messages)
 	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature}
+	tap.patches, _ = ctx.Value(patchKey{}).([]json.RawMessage)
+	tap.keep = true
 	if tc := c.CaptureTokens; tc != nil {
 		tap.capture, tap.vllm = true, !tc.plain.Load()
 		tap.prev = sendTokens(req.Messages, prev)
@@ -574,8 +583,14 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, pre
 		// The endpoint (OpenAI's) refuses vLLM's options: ask again, and from now on, for
 		// log-probs only (tokens.go).
 		c.CaptureTokens.refused(err)
-		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev}
+		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev, patches: tap.patches, keep: true}
 		resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
+	}
+	if err == nil {
+		answerReasoning(&resp, tap.body)
+	}
+	if !tap.capture {
+		tap.body = nil // kept for answerReasoning only
 	}
 	if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer within the model timeout of %v: %w", c.ModelTimeout, err)
@@ -637,19 +652,24 @@ func CheckUsage(u openai.Usage) error {
 const emptyContent = " "
 
 // sendable is msgs as they can be sent: a message with an empty content (and no tool calls or
-// multi-part content) gets emptyContent. msgs itself is not changed (the trajectory keeps the
-// answer as it was); it is copied only when a message needs it.
+// multi-part content) gets emptyContent, and the model's reasoning is not echoed back to it.
+// msgs itself is not changed (the trajectory keeps the answer as it was); it is copied only
+// when a message needs it.
 func sendable(msgs []openai.ChatCompletionMessage) []openai.ChatCompletionMessage {
 	var out []openai.ChatCompletionMessage
 	for i := range msgs {
 		m := &msgs[i]
-		if m.Content != "" || len(m.MultiContent) > 0 || len(m.ToolCalls) > 0 || m.FunctionCall != nil {
+		empty := m.Content == "" && len(m.MultiContent) == 0 && len(m.ToolCalls) == 0 && m.FunctionCall == nil
+		if !empty && m.ReasoningContent == "" {
 			continue
 		}
 		if out == nil {
 			out = slices.Clone(msgs)
 		}
-		out[i].Content = emptyContent
+		out[i].ReasoningContent = ""
+		if empty {
+			out[i].Content = emptyContent
+		}
 	}
 	if out == nil {
 		return msgs

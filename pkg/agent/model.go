@@ -93,7 +93,7 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 		req.Header.Set(RolloutIDHeader, id)
 	}
 	t, _ := req.Context().Value(tapKey{}).(*answerTap)
-	if t != nil && (t.zeros || t.capture) {
+	if t != nil && (t.zeros || t.capture || len(t.patches) > 0) {
 		if err := rewriteBody(req, func(body []byte) ([]byte, bool) {
 			changed := false
 			if t.zeros {
@@ -102,7 +102,14 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 			if t.capture {
 				body = withTokens(body, t.prev)
 				body, changed = askTokens(body, t.vllm), true // tokens.go
-				t.request, t.url = body, req.URL
+			}
+			for _, p := range t.patches {
+				if merged, err := MergePatch(body, p); err == nil { // request.go
+					body, changed = merged, true
+				}
+			}
+			if t.capture {
+				t.request, t.url = body, req.URL // as sent
 			}
 			return body, changed
 		}); err != nil {
@@ -156,6 +163,10 @@ type answerTap struct {
 	// request and url are the request as sent, for llama-server's prompt ids (llamaPromptIDs).
 	request []byte
 	url     *url.URL
+	// keep keeps the whole answer in body too (for answerReasoning).
+	keep bool
+	// patches are the request options merged over the body, in order (request.go).
+	patches []json.RawMessage
 }
 
 type tapKey struct{}
@@ -191,7 +202,7 @@ func (b *answerBody) Read(p []byte) (int, error) {
 	if t := b.tap; t != nil && len(t.prefix) < tapBytes {
 		t.prefix = append(t.prefix, p[:min(n, tapBytes-len(t.prefix))]...)
 	}
-	if t := b.tap; t != nil && t.capture {
+	if t := b.tap; t != nil && (t.capture || t.keep) {
 		t.body = append(t.body, p[:n]...)
 	}
 	return n, err
@@ -212,7 +223,7 @@ const zeroTemperatureJSON = "1e-45"
 // and of GetBody (for retries); when edit reports no change the body is left as it is.
 // answerDoer calls it for the model calls that Config flags in their answerTap (the others'
 // bodies are not read): zeroSampling writes a temperature or top_p of zeroTemperature as a
-// literal 0, askTokens asks for the call's tokens.
+// literal 0, askTokens asks for the call's tokens, MergePatch merges the request options.
 func rewriteBody(req *http.Request, edit func(body []byte) ([]byte, bool)) error {
 	if req.Body == nil || req.GetBody == nil || req.ContentLength <= 0 {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"net/url"
 	"sort"
 	"strconv"
@@ -93,6 +94,8 @@ type Arm struct {
 	Context agent.ContextStrategy
 	// Degrade overrides Options.Agent.Degrade for this arm when set.
 	Degrade *bool
+	// Request is the arm's request options, merged after Options.Agent.Request (agent.MergePatch).
+	Request json.RawMessage
 }
 
 // config is the agent configuration of the arm.
@@ -109,6 +112,9 @@ func (a Arm) config(base agent.Config) agent.Config {
 	}
 	if a.Degrade != nil {
 		base.Degrade = *a.Degrade
+	}
+	if len(a.Request) > 0 {
+		base.ArmRequest = a.Request
 	}
 	return base
 }
@@ -500,7 +506,7 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 		rec.FailureClass, rec.Error = record.FailVerify, err.Error()
 		return res
 	}
-	body := t.AppendObject(make([]byte, 0, len(t.Raw)+len(rb)+16), []string{"response"}, dataset.Field{Key: "response", Value: rb})
+	body := verifyRow(t).AppendObject(make([]byte, 0, len(t.Raw)+len(rb)+16), []string{"response"}, dataset.Field{Key: "response", Value: rb})
 	keys := make([]string, len(t.Fields))
 	for i, f := range t.Fields {
 		keys[i] = f.Key
@@ -518,6 +524,23 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 	rec.Reward, rec.HasReward, rec.RewardComponents = v.Reward, true, v.Components
 	res.Verify = v.Answer
 	return res
+}
+
+// verifyRow is the row as /verify gets it: its responses_create_params without the chat request
+// options a NeMo Gym server refuses (dataset.Params.VerifyParams); t itself when it has none.
+func verifyRow(t *dataset.Task) *dataset.Task {
+	vp, changed := t.Params.VerifyParams()
+	if !changed {
+		return t
+	}
+	c := *t
+	c.Fields = slices.Clone(t.Fields)
+	for i := range c.Fields {
+		if c.Fields[i].Key == "responses_create_params" {
+			c.Fields[i].Value = vp
+		}
+	}
+	return &c
 }
 
 // contextColumns fills the record's context columns when the arm has a context strategy or

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
+	"github.com/rollout-dev/rollout/pkg/dataset"
 )
 
 // The request bodies are read with a one-pass JSON scanner (internal/jsonfast): it checks the
@@ -56,7 +57,7 @@ var interned = func() map[string]string {
 	} {
 		m[s] = s
 	}
-	for k := range responseCreateParamsKeys {
+	for k := range dataset.ResponsesKeys {
 		m[k] = k
 	}
 	for k := range m {

@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+
+	"github.com/rollout-dev/rollout/pkg/dataset"
 )
 
 // FieldError is one entry of a FastAPI/pydantic 422 body.
@@ -289,22 +291,6 @@ func AsObject(raw json.RawMessage, loc []any, errs *ValidationErrors) (*Object, 
 	return nil, false
 }
 
-// responseCreateParamsKeys are the fields of NeMo Gym's NeMoGymResponseCreateParamsNonStreaming
-// (nemo_gym/openai_utils.py), a pydantic model with extra="forbid": any other key is a 422.
-// It is the union of the releases read: the first 23 come from the OpenAI ResponseCreateParams
-// copy of every release; the rest were added later "to mirror the SDK request schema".
-var responseCreateParamsKeys = map[string]bool{
-	"background": true, "include": true, "input": true, "instructions": true,
-	"max_output_tokens": true, "max_tool_calls": true, "metadata": true, "model": true,
-	"parallel_tool_calls": true, "previous_response_id": true, "prompt": true, "reasoning": true,
-	"service_tier": true, "store": true, "temperature": true, "text": true, "tool_choice": true,
-	"tools": true, "top_logprobs": true, "top_p": true, "truncation": true, "user": true,
-	"stream": true,
-	// later additions
-	"context_management": true, "conversation": true, "moderation": true, "prompt_cache_key": true,
-	"prompt_cache_retention": true, "safety_identifier": true, "stream_options": true,
-}
-
 // validateRunRequest checks "responses_create_params" as BaseRunRequest does.
 func validateRunRequest(req *Object, errs *ValidationErrors) {
 	loc := []any{"body", "responses_create_params"}
@@ -317,7 +303,7 @@ func validateRunRequest(req *Object, errs *ValidationErrors) {
 		return
 	}
 	for _, m := range params.Members {
-		if !responseCreateParamsKeys[m.Key] {
+		if !dataset.ResponsesKeys[m.Key] { // extra="forbid"
 			errs.Add("extra_forbidden", At(loc, m.Key), "Extra inputs are not permitted", m.Value)
 		}
 	}
