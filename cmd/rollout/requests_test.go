@@ -282,6 +282,18 @@ func TestReasoningKept(t *testing.T) {
 			if c := strings.Count(string(data), `"type":"reasoning"`); c != 4 {
 				t.Errorf("%d reasoning items in the NeMo Gym file, want 4 (2 per rollout)", c)
 			}
+			// rollout export rebuilds the same items from trajectories.jsonl.
+			exported := filepath.Join(t.TempDir(), "export.jsonl")
+			if r := runCLI(t, context.Background(), nil, "export", dir, "--format", "nemo-gym", "-o", exported); r.code != 0 {
+				t.Fatalf("export: exit %d: %s", r.code, r.stderr)
+			}
+			data, err = os.ReadFile(exported)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := strings.Count(string(data), `"type":"reasoning"`); c != 4 || !strings.Contains(string(data), "thinking in round stop") {
+				t.Errorf("%d reasoning items in the export, want 4 with their text", c)
+			}
 		})
 	}
 }

@@ -67,7 +67,7 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 		return nil, DropNoAnswer, nil
 	}
 	for i, m := range answers {
-		rd := agent.Round{Index: i, Content: m.text()}
+		rd := agent.Round{Index: i, Content: m.text(), Reasoning: m.ReasoningContent}
 		if i < len(tr.Rounds) {
 			rd.FinishReason, rd.Usage = tr.Rounds[i].FinishReason, tr.Rounds[i].Usage
 		}

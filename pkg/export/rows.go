@@ -92,6 +92,8 @@ type storedMessage struct {
 		} `json:"function"`
 	} `json:"tool_calls"`
 	ToolCallID string `json:"tool_call_id"`
+	// ReasoningContent is the model's reasoning of an assistant message.
+	ReasoningContent string `json:"reasoning_content"`
 }
 
 // text is the message's content as text.
