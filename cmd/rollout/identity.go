@@ -25,6 +25,7 @@ type runConfig struct {
 	ToolMode        string            `json:"tool_mode"`
 	Repeats         int               `json:"num_repeats"`
 	Limit           int               `json:"limit"`
+	SampleIDs       []string          `json:"sample_ids,omitempty"` // --sample-id, in the order given
 	ModelURL        string            `json:"model_url"`
 	Model           string            `json:"model"`
 	Servers         []string          `json:"servers"`
@@ -103,7 +104,7 @@ func newRunConfig(f runFlags, opts *runner.Options, simOpts *sim.Options) runCon
 		name += armSettings(a)
 		armNames = append(armNames, name)
 	}
-	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit,
+	cfg := runConfig{Arms: armNames, Steps: opts.Agent.Workflow, ToolMode: f.toolMode, Repeats: opts.Repeats, Limit: f.limit, SampleIDs: f.sampleIDs,
 		ModelURL: redactURLs(f.modelURL), Model: opts.Agent.ModelName, Servers: redactServers(f.servers),
 		MaxRounds: opts.Agent.MaxRounds, MaxFailedRounds: opts.Agent.MaxFailedRounds, MaxTokens: f.maxTokens,
 		Temperature: opts.Agent.Temperature, Seed: f.seed, MaxToolCalls: maxToolCallsConfig(f.maxToolCalls), CaptureTokens: f.captureTokens}

@@ -77,6 +77,9 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 	set("tool-mode", cfg.ToolMode)
 	set("num-repeats", strconv.Itoa(cfg.Repeats))
 	set("limit", strconv.Itoa(cfg.Limit))
+	if len(cfg.SampleIDs) > 0 {
+		set("sample-id", strings.Join(cfg.SampleIDs, ","))
+	}
 	set("max-rounds", strconv.Itoa(cfg.MaxRounds))
 	set("max-failed-rounds", strconv.Itoa(cfg.MaxFailedRounds))
 	set("max-tokens", strconv.Itoa(cfg.MaxTokens))

@@ -69,6 +69,9 @@ type runFlags struct {
 	fleet                                      fleetFlags
 	ctx                                        contextFlags
 	request                                    requestFlags
+	limitFrac                                  float64  // --limit as a fraction, until resolveSelection
+	sampleIDs                                  []string // --sample-id
+	ids                                        map[string]bool
 }
 
 // syncWriter serializes writes: the interrupt notice, the progress and the
@@ -294,6 +297,9 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	if err := f.check(); err != nil {
 		return f, nil, nil, nil, err
 	}
+	if f.ids, err = resolveSelection(&f, e.stderr); err != nil {
+		return f, nil, nil, nil, err
+	}
 	return f, simOptions, configArms, resumeSteps, nil
 }
 
@@ -359,7 +365,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
 	fleetFlagSet(fs, f)
 	fs.IntVar(&f.repeats, "num-repeats", 1, "`N` rollouts per task (repeated as aabbcc)")
-	fs.IntVar(&f.limit, "limit", 0, "run only the first `N` tasks (0: all)")
+	selectFlags(fs, f)
 	fs.IntVar(&f.maxRounds, "max-rounds", agent.DefaultMaxRounds, "most model calls (`N`) per rollout")
 	fs.IntVar(&f.maxFailedRounds, "max-failed-rounds", agent.DefaultMaxFailedRounds, "end as tool_error after `N` rounds of failed tool calls")
 	fs.IntVar(&f.maxToolCalls, "max-tool-calls", agent.DefaultMaxToolCalls, "most tool calls (`N`) in one answer; more: invalid_output")
@@ -444,7 +450,7 @@ func (f *runFlags) check() error {
 // --config or of the run resumed. Warnings about the input go to stderr.
 func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms []runner.Arm, resumeSteps *agent.Workflow, stderr io.Writer) (opts runner.Options, err error) {
 	opts = runner.Options{
-		Input: f.input, Limit: f.limit, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
+		Input: f.input, Limit: f.limit, IDs: f.ids, Repeats: f.repeats, Concurrency: f.concurrency, Strict: f.strict,
 		RolloutTimeout: f.rolloutTimeout, DrainTimeout: f.drainTimeout, Arm: f.arm, Seed: f.seed, Servers: routes, RetryBudget: f.retryBudget,
 		Shard: f.shard,
 		Agent: agent.Config{Model: ep.model, ModelName: ep.name, MaxRounds: f.maxRounds, MaxFailedRounds: f.maxFailedRounds,
@@ -800,7 +806,7 @@ every server answers. Results go to --out: journal.jsonl (crash-safe), rollouts.
 trajectories.jsonl, summary.json, evaluation.json; the summary goes to stdout, progress and
 failures to stderr (the first failure of each class as it happens).`,
 	groups: []flagGroup{
-		{title: "Input and output", names: []string{"input", "out", "limit", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
+		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Request options (merged into every model request over the row's; docs/requests.md)", names: requestFlagNames},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},

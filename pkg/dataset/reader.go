@@ -245,10 +245,12 @@ func (t *Task) parseCareful() *fieldError {
 
 // Options select which rollouts of the input run.
 type Options struct {
-	// Limit keeps the first Limit tasks (0: all).
+	// Limit keeps the first Limit tasks (0: all), of those IDs keeps.
 	Limit int
 	// Repeats is the number of rollouts per task (0 or 1: one).
 	Repeats int
+	// IDs, when not nil, keeps only the tasks whose ID (the row's "id" field) it holds.
+	IDs map[string]bool
 }
 
 // Each calls fn for every (task, rollout index) of the input in order:
@@ -263,6 +265,10 @@ func Each(r *Reader, opt Options, fn func(t *Task, rolloutIndex int) error) erro
 		}
 		if err != nil {
 			return err
+		}
+		if opt.IDs != nil && !opt.IDs[t.ID] {
+			n--
+			continue
 		}
 		for k := range repeats {
 			if err := fn(t, k); err != nil {

@@ -16,8 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,6 +44,8 @@ type Options struct {
 	// Limit keeps the first Limit tasks (0: all); Repeats is the number
 	// of rollouts per task.
 	Limit, Repeats int
+	// IDs, when not nil, keeps only the tasks whose row "id" it holds (before Limit).
+	IDs map[string]bool
 	// Concurrency is the number of rollouts in flight (default 64).
 	Concurrency int
 	// Window, when set, bounds the rollouts in flight below Concurrency by a number that may
@@ -280,6 +282,9 @@ func Planned(o *Options) int {
 	if err != nil || n < 0 {
 		return -1
 	}
+	if o.IDs != nil {
+		n = min(n, len(o.IDs))
+	}
 	if o.Limit > 0 {
 		n = min(n, o.Limit)
 	}
@@ -339,7 +344,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 	r := &run{o: &o}
 	p := pool.New().WithMaxGoroutines(o.Concurrency)
 	var started atomic.Int64
-	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats}, func(t *dataset.Task, k int) error {
+	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats, IDs: o.IDs}, func(t *dataset.Task, k int) error {
 		if ctx.Err() != nil || runCtx.Err() != nil {
 			return errStop
 		}
