@@ -58,8 +58,10 @@ type flagGroup struct {
 	title string
 	names []string
 	// brief lists the group's flags on one line each without their descriptions (the
-	// simulator's knobs: rollout sim --help describes them).
-	brief string
+	// simulator's knobs: rollout sim --help describes them), then brief; compact lists them so
+	// without a brief (the title says what they are).
+	brief   string
+	compact bool
 }
 
 // commandHelp is what `rollout CMD --help` prints: a synopsis, what the command does, its
@@ -93,7 +95,7 @@ func (h commandHelp) write(w io.Writer, fs *flag.FlagSet) {
 	}
 	for _, g := range groups {
 		fmt.Fprintf(w, "\n%s:\n", g.title)
-		if g.brief != "" {
+		if g.brief != "" || g.compact {
 			var names []string
 			for _, n := range g.names {
 				if fs.Lookup(n) != nil {
@@ -101,7 +103,9 @@ func (h commandHelp) write(w io.Writer, fs *flag.FlagSet) {
 				}
 			}
 			fmt.Fprintf(w, "%s\n", wrap(strings.Join(names, ", "), "  ", 100))
-			fmt.Fprintf(w, "%s\n", wrap(g.brief, "  ", 100))
+			if g.brief != "" {
+				fmt.Fprintf(w, "%s\n", wrap(g.brief, "  ", 100))
+			}
 			continue
 		}
 		for _, n := range g.names {

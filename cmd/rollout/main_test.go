@@ -293,9 +293,10 @@ func TestRunFailuresAreRecords(t *testing.T) {
 		{"hang", "timeout", "timeout", func(w http.ResponseWriter, _ map[string]any, _ int64) {
 			time.Sleep(2 * time.Second)
 		}, ""},
-		// NeMo Gym forbids unknown keys in responses_create_params: the
-		// built-in server's strict verify rejects the row.
-		{"strict verify", "verify", "verify_error", weatherModel, `, "not_a_param": 1`},
+		// NeMo Gym's responses_create_params takes stream only as false: the built-in
+		// server's strict verify rejects the row. (Unknown members are chat request options,
+		// left out of what /verify gets: TestRequestOptionsPerArm.)
+		{"strict verify", "verify", "verify_error", weatherModel, `, "stream": true`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

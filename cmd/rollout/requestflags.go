@@ -96,16 +96,6 @@ func numberIn(key string, lo, hi float64) func(string) (string, error) {
 	}
 }
 
-func jsonObject(key string) func(string) (string, error) {
-	return func(v string) (string, error) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(v), &m); err != nil || m == nil {
-			return "", fmt.Errorf("want a JSON object, got %q", v)
-		}
-		return fmt.Sprintf(`{%q:%s}`, key, v), nil
-	}
-}
-
 // define adds the request flags to fs.
 func (r *requestFlags) define(fs *flag.FlagSet) {
 	fs.Var(objectFlag{"request", r}, "request", "`JSON` object merged into every model request (repeatable; null removes a member)")
@@ -124,9 +114,7 @@ func (r *requestFlags) define(fs *flag.FlagSet) {
 	named("min-p", "drop tokens under `P` times the likeliest's probability (min_p)", numberIn("min_p", 0, 1))
 	named("presence-penalty", "presence_penalty `X` in [-2, 2]", numberIn("presence_penalty", -2, 2))
 	named("frequency-penalty", "frequency_penalty `X` in [-2, 2]", numberIn("frequency_penalty", -2, 2))
-	named("repetition-penalty", "repetition_penalty `X` (vLLM, llama.cpp; 1: off)", numberIn("repetition_penalty", 0, 10))
 	fs.Var(stopFlag{r}, "stop", "a stop `STRING` (repeatable: a list)")
-	named("logit-bias", "logit_bias `JSON`: {\"TOKEN_ID\": BIAS, ...}", jsonObject("logit_bias"))
 	named("reasoning-effort", "reasoning_effort `E`: none, minimal, low, medium, high", func(v string) (string, error) {
 		v = strings.TrimSpace(v)
 		if v == "" || strings.IndexFunc(v, func(c rune) bool { return !(c >= 'a' && c <= 'z') }) >= 0 {
@@ -141,12 +129,11 @@ func (r *requestFlags) define(fs *flag.FlagSet) {
 		}
 		return fmt.Sprintf(`{"chat_template_kwargs":{"enable_thinking":%t}}`, b), nil
 	})
-	named("chat-template-kwargs", "chat_template_kwargs `JSON` object for the model's chat template", jsonObject("chat_template_kwargs"))
 }
 
 // requestFlagNames are the request flags, for --help.
 var requestFlagNames = []string{"request", "extra-body", "top-p", "top-k", "min-p", "presence-penalty", "frequency-penalty",
-	"repetition-penalty", "stop", "logit-bias", "reasoning-effort", "enable-thinking", "chat-template-kwargs"}
+	"stop", "reasoning-effort", "enable-thinking"}
 
 // build is the run's request options: --request and --extra-body merged in order, then the
 // named flags, in the canonical form the manifest keeps (nil: none).

@@ -213,7 +213,6 @@ func TestRequestOptionsRefused(t *testing.T) {
 		{[]string{"--top-p", "1.5"}, "--top-p: want a number in [0, 1], got 1.5"},
 		{[]string{"--top-k", "many"}, "--top-k: want a whole number"},
 		{[]string{"--enable-thinking", "perhaps"}, "--enable-thinking: want true or false"},
-		{[]string{"--logit-bias", "5"}, "--logit-bias: want a JSON object"},
 		{[]string{"--config", cfg}, "run.yaml:2: arms: request: want a mapping"},
 	}
 	for _, c := range cases {

@@ -227,7 +227,8 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 		return errInterrupted
 	}
 	if watch.stopped {
-		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s",
+		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s "+
+			"(with the flags that fix it, such as another --model: every rollout so far failed, so all run again under them)",
 			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
 	}
 	return checkFailures(sum, f.failOnError, f.out)
@@ -360,7 +361,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
 	f.modelURL = e.getenv("OPENAI_BASE_URL")
 	modelURLFlag = &onceFlag{v: &f.modelURL, list: true}
-	fs.Var(modelURLFlag, "model-url", "OpenAI-compatible `URL` (…/v1), builtin:sim, replay:GLOB; repeated: pool")
+	fs.Var(modelURLFlag, "model-url", "API base `URL` (…/v1), builtin:sim or replay:GLOB; repeated: a pool")
 	fs.StringVar(&f.model, "model", e.getenv("ROLLOUT_MODEL"), "model `NAME` sent to the endpoint")
 	fs.Var(&f.servers, "server", "resource server `URL`, NAME=URL (by agent_ref.name), builtin:NAME")
 	fleetFlagSet(fs, f)
@@ -531,6 +532,9 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 // ones among them, which only --retry-failed runs again.
 func printResuming(w io.Writer, out *rundir.Dir) {
 	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", out.Path, len(out.Done))
+	if len(out.Changed) > 0 {
+		fmt.Fprintf(w, "rollout: from now on with other settings (the manifest names them): %s\n", strings.Join(out.Changed, "; "))
+	}
 	if out.Cancelled > 0 {
 		fmt.Fprintf(w, "rollout: %d of them are cancelled records (rollouts cut short by an interrupt), kept as they are; rollout run --resume --retry-failed runs them again\n", out.Cancelled)
 	}
@@ -803,12 +807,12 @@ var runHelp = commandHelp{
 OpenAI-compatible API calls the tools of the task's resource server, which verifies the result and
 returns a reward. Before it writes anything it checks that the endpoint lists --model and that
 every server answers. Results go to --out: journal.jsonl (crash-safe), rollouts.parquet,
-trajectories.jsonl, summary.json, evaluation.json; the summary goes to stdout, progress and
-failures to stderr (the first failure of each class as it happens).`,
+trajectories.jsonl, summary.json, evaluation.json; the summary to stdout, failures to stderr.`,
 	groups: []flagGroup{
 		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
-		{title: "Model", names: []string{"model-url", "model", "max-tokens", "temperature", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
-		{title: "Request options (merged into every model request over the row's; docs/requests.md)", names: requestFlagNames},
+		{title: "Model", names: []string{"model-url", "model", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
+		{title: "Request options (each sets a member of every model request, over the row's; docs/requests.md)",
+			names: append([]string{"temperature", "max-tokens"}, requestFlagNames...), compact: true},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
@@ -832,8 +836,7 @@ failures to stderr (the first failure of each class as it happens).`,
 	environment: []string{
 		"OPENAI_BASE_URL   default of --model-url",
 		"OPENAI_API_KEY    sent to the model endpoint as a Bearer token; never written anywhere",
-		"ROLLOUT_<FLAG>    any flag: ROLLOUT_NUM_REPEATS=4, ROLLOUT_SIM_SEED=2, ROLLOUT_CONCURRENCY=16;",
-		"                  the command line overrides it, and it overrides --config",
+		"ROLLOUT_<FLAG>    any flag (ROLLOUT_NUM_REPEATS=4), over --config; the command line wins",
 	},
 	exitCodes: slices.DeleteFunc(slices.Clone(exitCodeHelp), func(l string) bool { return strings.HasPrefix(l, "3 ") }),
 }

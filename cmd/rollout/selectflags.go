@@ -80,7 +80,7 @@ func contains(list []string, s string) bool {
 
 func selectFlags(fs *flag.FlagSet, f *runFlags) {
 	fs.Var(limitFlag{f}, "limit", "run only the first `N` tasks, or a fraction (0.1: the first 10%) (0: all)")
-	fs.Var(idsFlag{&f.sampleIDs}, "sample-id", "run only the tasks whose row \"id\" is one of `IDS` (comma-separated; repeatable)")
+	fs.Var(idsFlag{&f.sampleIDs}, "sample-id", "run only the rows whose \"id\" is one of `IDS` (a,b,c; repeatable)")
 }
 
 // resolveSelection checks --sample-id against the input (every id must be a row's "id") and

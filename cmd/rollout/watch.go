@@ -109,7 +109,17 @@ func checkFailures(sum report.Summary, limit failureLimit, out string) error {
 	if !limit.exceeded(sum.Failed, sum.Rollouts) {
 		return nil
 	}
-	return failuresError{fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), filepath.Join(out, rundir.ParquetFile))}
+	msg := fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), filepath.Join(out, rundir.ParquetFile))
+	retryable := 0
+	for class, n := range sum.FailuresByClass {
+		if record.FailureClass(class).Infra() {
+			retryable += n
+		}
+	}
+	if retryable > 0 {
+		msg += fmt.Sprintf(". Fix the cause, then run the %d failed rollouts again (the others are kept): rollout run --resume --retry-failed --out %s", retryable, out)
+	}
+	return failuresError{msg}
 }
 
 // classList is "model_unavailable 240, timeout 2", by count then name.

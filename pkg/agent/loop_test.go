@@ -429,11 +429,16 @@ func TestRunSumsUsage(t *testing.T) {
 	if tr.Rounds[1].Usage.PromptTokens != 200 || tr.Rounds[2].Reasoning != "thinking" {
 		t.Fatalf("rounds %+v", tr.Rounds)
 	}
-	// Reasoning is not echoed back to the model.
+	// The trajectory keeps the reasoning with its answer (sendable leaves it out of what is
+	// sent back: TestReasoningKept in cmd/rollout).
+	var kept []string
 	for _, msg := range tr.Messages {
 		if msg.ReasoningContent != "" {
-			t.Fatalf("reasoning kept in history: %+v", msg)
+			kept = append(kept, msg.Role+": "+msg.ReasoningContent)
 		}
+	}
+	if len(kept) != 1 || kept[0] != "assistant: thinking" {
+		t.Fatalf("reasoning in the trajectory's messages: %q, want the last answer's", kept)
 	}
 }
 

@@ -35,7 +35,8 @@ type Dir struct {
 	Path      string
 	Done      record.Done // the rollouts that have a record: a resume skips them
 	Resumed   bool
-	Cancelled int // records kept (on a resume without RetryFailed) whose failure class is cancelled
+	Cancelled int      // records kept (on a resume without RetryFailed) whose failure class is cancelled
+	Changed   []string // the settings a resume changed (with --force, or --retry-failed of only failures)
 	nemoGym   string
 	unlock    func()
 }
@@ -211,7 +212,17 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 	now.JSONLOut, was.JSONLOut = mf.JSONLOutPath(d.Path), old.JSONLOutPath(d.Path)
 	diffs := now.Differences(&was)
 	if len(diffs) > 0 && !o.Force {
-		return &PrepareError{Problem: ManifestDiffers, Path: d.Path, Differences: diffs}
+		// Other settings are refused, unless the input is the same and --retry-failed runs
+		// every record again: then no result of the old settings stays to be mixed with the new.
+		redo := false
+		if o.RetryFailed && mf.InputSHA256 == old.InputSHA256 {
+			if redo, err = allRetried(d.Path); err != nil {
+				return &PrepareError{Problem: ResumeFailed, Err: err}
+			}
+		}
+		if !redo {
+			return &PrepareError{Problem: ManifestDiffers, Path: d.Path, Differences: diffs}
+		}
 	}
 	var keep func(*record.Record) bool // nil: every record stays, read for its key only
 	if o.RetryFailed {
@@ -232,12 +243,32 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 	old.JSONLOut, old.Dir = mf.JSONLOut, mf.Dir
 	old.Shard = mf.Shard
 	old.Complete = nil // until this resume ends with every rollout recorded
-	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0, RetryFailed: o.RetryFailed})
+	if len(diffs) > 0 {
+		d.Changed = diffs
+		// The manifest names what runs from now on (a later --resume takes its settings); the
+		// resume says what changed.
+		old.Input, old.InputSHA256, old.Config, old.ConfigSHA256 = mf.Input, mf.InputSHA256, mf.Config, mf.ConfigSHA256
+	}
+	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0 && o.Force, RetryFailed: o.RetryFailed, Changed: diffs})
 	if err := WriteManifest(d.Path, old); err != nil {
 		return err
 	}
 	d.Resumed = true
 	return nil
+}
+
+// allRetried reports whether --retry-failed runs every record of dir's journal again: each
+// is an infrastructure failure (none is a reward or a bad_task).
+func allRetried(dir string) (bool, error) {
+	all := true
+	err := ScanJournal(join(dir, JournalFile), func(r *record.Record) error {
+		all = all && r.FailureClass.Infra()
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	return all, err
 }
 
 // JournalLines is the number of lines of the journal in dir (0 if it cannot be read).

@@ -90,6 +90,9 @@ type Resume struct {
 	At          time.Time `json:"at"`
 	Forced      bool      `json:"forced,omitempty"`
 	RetryFailed bool      `json:"retry_failed,omitempty"`
+	// Changed lists the settings this resume changed ("config.model was "a", now "b""); the
+	// manifest names the new ones from then on.
+	Changed []string `json:"changed,omitempty"`
 }
 
 // NewManifest hashes the input file and the config.
