@@ -44,14 +44,20 @@ func (redisQuiet) Printf(context.Context, string, ...any) {}
 func init() { redis.SetLogger(redisQuiet{}) }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		<-ctx.Done()
-		// A second Ctrl-C now kills the process at once (Go's default).
-		stop()
+		<-sigs
+		cancel() // the first: drain
+		// The second exits at once. Not by giving the signal back to its default: a job started
+		// in the background of a shell (cmd &) inherits SIGINT ignored, and Go restores that.
+		<-sigs
+		fmt.Fprintln(os.Stderr, "\nrollout: interrupted again: exiting now; rollout run --resume finishes the run")
+		os.Exit(exitInterrupted)
 	}()
 	code := run(ctx, os.Args[1:], env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
-	stop()
+	signal.Stop(sigs)
 	os.Exit(code)
 }
 

@@ -533,7 +533,11 @@ func runOptions(f runFlags, ep *modelEndpoint, routes runner.Servers, configArms
 func printResuming(w io.Writer, out *rundir.Dir) {
 	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", out.Path, len(out.Done))
 	if len(out.Changed) > 0 {
-		fmt.Fprintf(w, "rollout: from now on with other settings (the manifest names them): %s\n", strings.Join(out.Changed, "; "))
+		diffs := make([]string, len(out.Changed))
+		for i, d := range out.Changed {
+			diffs[i] = flagDiff(d)
+		}
+		fmt.Fprintf(w, "rollout: from now on with other settings (the manifest names them): %s\n", strings.Join(diffs, "; "))
 	}
 	if out.Cancelled > 0 {
 		fmt.Fprintf(w, "rollout: %d of them are cancelled records (rollouts cut short by an interrupt), kept as they are; rollout run --resume --retry-failed runs them again\n", out.Cancelled)

@@ -68,7 +68,9 @@ func (r *Report) Errors() int {
 //   - every tool's parameters compile as a JSON Schema;
 //   - no two rows share an id;
 //   - the reference_plan, when present, parses (see package plan) and calls only tools the row
-//     offers.
+//     offers;
+//   - the file has a task at all (an empty file, or one of blank lines, is an error: rollout
+//     run refuses it).
 //
 // It returns an error only when the file cannot be read; what is wrong with rows is in the
 // report.
@@ -119,6 +121,9 @@ func Lint(path string) (*Report, error) {
 				}
 			}
 		}
+	}
+	if rep.Tasks == 0 {
+		rep.Problems = append(rep.Problems, Problem{File: rep.File, Line: 1, Msg: "no tasks: the file is empty or holds only blank lines (rollout run refuses it)"})
 	}
 	return rep, nil
 }
