@@ -209,7 +209,8 @@ func TestEarlyStopThenResume(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	last := lines[len(lines)-1]
 	if !strings.HasPrefix(last, "rollout: stopped early: the first 20 rollouts all failed with model_unavailable (model call in round 0: Post ") ||
-		!strings.HasSuffix(last, "Fix the cause, then finish the run with: rollout run --resume --retry-failed --out "+out) {
+		!strings.HasSuffix(last, "Fix the cause, then finish the run with: rollout run --resume --retry-failed --out "+out+
+			" (with the flags that fix it, such as another --model: every rollout so far failed, so all run again under them)") {
 		t.Errorf("last line of stderr: %s", last)
 	}
 	recs := readRecords(t, out)

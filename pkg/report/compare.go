@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -49,6 +50,27 @@ type Comparison struct {
 	Won  int `json:"tasks_won"`
 	Lost int `json:"tasks_lost"`
 	Tied int `json:"tasks_tied"`
+	// FailuresAsZero is the difference with the failed rollouts scored 0 (every record of
+	// both sides paired), given when failures are left out of the difference above; which
+	// biases it when the sides fail at different rates (their Failed / Rollouts).
+	FailuresAsZero *PairedDiff `json:"failures_as_zero,omitempty"`
+	// Tokens and LatencyMs are what B costs against A, paired: the mean over the pairs of
+	// rollouts that both ended without failure of B's tokens (prompt and completion) or
+	// latency minus A's, with its task-clustered std err and 95% CI.
+	Tokens    *PairedDiff `json:"paired_tokens,omitempty"`
+	LatencyMs *PairedDiff `json:"paired_latency_ms,omitempty"`
+}
+
+// PairedDiff is the mean over pairs of B's value minus A's: the sides' means over the pairs,
+// the difference, its task-clustered std err, and its 95% CI (the bootstrap over tasks, as
+// the reward difference's).
+type PairedDiff struct {
+	Pairs    int        `json:"pairs"`
+	Tasks    int        `json:"tasks"`
+	Means    [2]float64 `json:"means"`
+	MeanDiff float64    `json:"mean_diff"`
+	StdErr   float64    `json:"std_err"`
+	CI95     *Interval  `json:"ci95,omitempty"`
 }
 
 // TaskKey is what a record's task is known by across runs: "id:" and the row's id, else
@@ -148,12 +170,15 @@ type Comparer struct {
 }
 
 // scoredRollout is a scored rollout: its task's number, repeat, reward and position among
-// its side's Adds.
+// its side's Adds; its tokens and latency; failed marks a failed rollout kept (as reward 0)
+// for Comparison.FailuresAsZero only, behaved one that ended without failure.
 type scoredRollout struct {
-	rollout int64
-	v       float64
-	task    int32
-	at      int32
+	rollout         int64
+	v               float64
+	tokens, latency float64
+	task            int32
+	at              int32
+	failed, behaved bool
 }
 
 // TaskPairs is a task's pairs, as Comparer.Tasks gives them.
@@ -235,15 +260,17 @@ func (c *Comparer) Add(side int, r *record.Record) {
 		c.seenBy = append(c.seenBy, 0)
 	}
 	c.seenBy[t] |= 1 << side
-	var v float64
+	sr := scoredRollout{rollout: r.RolloutIndex, task: t, at: int32(at), tokens: float64(r.PromptTokens + r.CompletionTokens),
+		latency: r.LatencyMs, behaved: r.FailureClass == "" && r.HasReward}
 	switch {
 	case r.FailureClass == "" && r.HasReward:
-		v = r.Reward
-	case r.FailureClass != "" && c.o.ScoreFailuresAsZero:
+		sr.v = r.Reward
+	case r.FailureClass != "":
+		sr.failed = !c.o.ScoreFailuresAsZero // kept for FailuresAsZero only
 	default:
 		return
 	}
-	c.scored[side] = append(c.scored[side], scoredRollout{rollout: r.RolloutIndex, v: v, task: t, at: int32(at)})
+	c.scored[side] = append(c.scored[side], sr)
 }
 
 // Comparison is the comparison of the records added.
@@ -263,13 +290,16 @@ func (cp *Comparer) Comparison() *Comparison {
 		c.PairedBy = "task id"
 	}
 	// Each side's scored rollouts by task and repeat; the first record of a (task, repeat) is
-	// the one paired.
+	// the one paired. withFailed holds the failed ones too, as reward 0, for FailuresAsZero.
 	var most float64 // the largest magnitude of a scored reward
+	var withFailed [2][]scoredRollout
 	for s := range cp.scored {
 		sc := cp.scored[s]
 		slices.SortFunc(sc, func(a, b scoredRollout) int {
 			return cmp.Or(cmp.Compare(a.task, b.task), cmp.Compare(a.rollout, b.rollout), cmp.Compare(a.at, b.at))
 		})
+		withFailed[s] = slices.CompactFunc(slices.Clone(sc), func(a, b scoredRollout) bool { return a.task == b.task && a.rollout == b.rollout })
+		sc = slices.DeleteFunc(sc, func(r scoredRollout) bool { return r.failed })
 		sc = slices.CompactFunc(sc, func(a, b scoredRollout) bool { return a.task == b.task && a.rollout == b.rollout })
 		for _, r := range sc {
 			most = max(most, math.Abs(r.v))
@@ -369,16 +399,92 @@ func (cp *Comparer) Comparison() *Comparison {
 		}
 	}
 	c.Tasks = len(paired)
+	key := func(t int32) string { return cp.keys[t].String() }
+	c.Tokens = pairedDiff(cp.scored, key, func(r *scoredRollout) float64 { return r.tokens }, true, o)
+	c.LatencyMs = pairedDiff(cp.scored, key, func(r *scoredRollout) float64 { return r.latency }, true, o)
+	if !o.ScoreFailuresAsZero && c.Sides[0].Failed*c.Sides[1].Rollouts != c.Sides[1].Failed*c.Sides[0].Rollouts {
+		c.FailuresAsZero = pairedDiff(withFailed, key, func(r *scoredRollout) float64 { return r.v }, false, o)
+	}
 	n := float64(c.Pairs)
 	mean := sumDiff / n
 	c.PairedMeans = [2]float64{sumA / n * scale, sumB / n * scale}
 	c.MeanDiff = mean * scale
 	c.StdErr = clusteredStdErr(clusters, mean) * scale
 	if o.Bootstrap > 0 {
-		lo, hi := bootstrapCI(clusters, o.Bootstrap, o.Seed)
-		c.CI95 = &Interval{Low: lo * scale, High: hi * scale, Point: lo == hi}
+		c.CI95 = meanInterval(clusters, mean, false, o)
+		c.CI95.Low *= scale
+		c.CI95.High *= scale
 	}
 	return c
+}
+
+// pairedDiff is the mean over the pairs of sides (each sorted by task and repeat, one entry a
+// (task, repeat)) of B's value minus A's, clustered by task: over the pairs whose rollouts both
+// behaved when behavedOnly; nil without a pair. Tasks are taken in the order of their keys,
+// so that the bootstrap does not depend on the order of the records.
+func pairedDiff(sides [2][]scoredRollout, key func(task int32) string, value func(*scoredRollout) float64, behavedOnly bool, o StatsOptions) *PairedDiff {
+	type acc struct {
+		n          int
+		a, b, diff float64
+	}
+	byTask := map[int32]*acc{}
+	sa, sb := sides[0], sides[1]
+	var most float64
+	for i, j := 0, 0; i < len(sa) && j < len(sb); {
+		switch d := cmp.Or(cmp.Compare(sa[i].task, sb[j].task), cmp.Compare(sa[i].rollout, sb[j].rollout)); {
+		case d < 0:
+			i++
+			continue
+		case d > 0:
+			j++
+			continue
+		}
+		a, b := &sa[i], &sb[j]
+		i++
+		j++
+		if behavedOnly && !(a.behaved && b.behaved) {
+			continue
+		}
+		t := byTask[a.task]
+		if t == nil {
+			t = &acc{}
+			byTask[a.task] = t
+		}
+		va, vb := value(a), value(b)
+		t.n++
+		t.a += va
+		t.b += vb
+		t.diff += vb - va
+		most = max(most, math.Abs(va), math.Abs(vb))
+	}
+	if len(byTask) == 0 {
+		return nil
+	}
+	tasks := slices.Collect(maps.Keys(byTask))
+	slices.SortFunc(tasks, func(x, y int32) int { return strings.Compare(key(x), key(y)) })
+	scale := scaleFor(most)
+	p := &PairedDiff{Tasks: len(tasks)}
+	clusters := make([]cluster, len(tasks))
+	var sumA, sumB, sumDiff float64
+	for i, t := range tasks {
+		a := byTask[t]
+		p.Pairs += a.n
+		sumA += a.a / scale
+		sumB += a.b / scale
+		sumDiff += a.diff / scale
+		clusters[i] = cluster{n: a.n, sum: a.diff / scale}
+	}
+	n := float64(p.Pairs)
+	mean := sumDiff / n
+	p.Means = [2]float64{sumA / n * scale, sumB / n * scale}
+	p.MeanDiff = mean * scale
+	p.StdErr = clusteredStdErr(clusters, mean) * scale
+	if o.Bootstrap > 0 {
+		p.CI95 = meanInterval(clusters, mean, false, o)
+		p.CI95.Low *= scale
+		p.CI95.High *= scale
+	}
+	return p
 }
 
 // Tasks are the tasks with pairs, in key order, once Comparison was called.
@@ -420,7 +526,10 @@ func (c *Comparison) rows() [][]string {
 	for _, k := range kl {
 		rows = append(rows, side(fmt.Sprintf("pass@%d", k), func(s *Scores) string {
 			if p, ok := s.Pass(k); ok {
-				return f(p.PassAt)
+				if p.Tasks < s.TaskArms {
+					return fmt.Sprintf("%s (%d/%d tasks)", f(p.PassAt), p.Tasks, s.TaskArms)
+				}
+				return fmt.Sprintf("%s (%d tasks)", f(p.PassAt), p.Tasks)
 			}
 			return "-"
 		}))
@@ -453,17 +562,43 @@ func (c *Comparison) headline() string {
 		c.Sides[1].Scope, c.Sides[0].Scope, c.MeanDiff, c.StdErr, ci, c.Pairs, c.Tasks, c.Won, c.Lost, c.Tied)
 }
 
-// cost is what B costs against A in one line: the change of its mean tokens (prompt and
-// completion) and of its mean latency per rollout, each side over its own rollouts with a
-// reward; "" when a side has no such rollout.
+// cost is what B costs against A in one line, paired: the mean over the pairs of rollouts
+// that both ended without failure of B's tokens (prompt and completion) minus A's, and of its
+// latency, each with its 95% CI and the sides' means over those pairs; "" without such a pair.
 func (c *Comparison) cost() string {
-	a, b := &c.Sides[0], &c.Sides[1]
-	ta, tb := a.MeanPromptTokens+a.MeanCompletionTokens, b.MeanPromptTokens+b.MeanCompletionTokens
-	if ta <= 0 || tb <= 0 || a.MeanLatencyMs <= 0 || b.MeanLatencyMs <= 0 {
+	if c.Tokens == nil || c.LatencyMs == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s − %s: tokens %+.1f%% a rollout (%.1f vs %.1f), latency %+.1f%% (%.1f vs %.1f ms)",
-		b.Scope, a.Scope, 100*(tb-ta)/ta, tb, ta, 100*(b.MeanLatencyMs-a.MeanLatencyMs)/a.MeanLatencyMs, b.MeanLatencyMs, a.MeanLatencyMs)
+	one := func(what, unit string, p *PairedDiff) string {
+		ci := ""
+		if p.CI95 != nil {
+			ci = fmt.Sprintf(", 95%% CI %+.1f to %+.1f", p.CI95.Low, p.CI95.High)
+		}
+		return fmt.Sprintf("%s %+.1f%s (std err %.1f%s; %.1f vs %.1f)", what, p.MeanDiff, unit, p.StdErr, ci, p.Means[1], p.Means[0])
+	}
+	return fmt.Sprintf("%s − %s a paired rollout (%d pairs without failure in %d tasks): %s, %s",
+		c.Sides[1].Scope, c.Sides[0].Scope, c.Tokens.Pairs, c.Tokens.Tasks, one("tokens", "", c.Tokens), one("latency", " ms", c.LatencyMs))
+}
+
+// failureNote says, when the sides fail at different rates and failures are left out of the
+// difference, that they do, and gives the difference with failures scored 0; "" otherwise.
+func (c *Comparison) failureNote() string {
+	p := c.FailuresAsZero
+	if p == nil {
+		return ""
+	}
+	rate := func(s *Scores) string {
+		if s.Rollouts == 0 {
+			return "no rollouts"
+		}
+		return fmt.Sprintf("%.1f%% (%d of %d)", 100*float64(s.Failed)/float64(s.Rollouts), s.Failed, s.Rollouts)
+	}
+	ci := ""
+	if p.CI95 != nil {
+		ci = fmt.Sprintf(", 95%% CI %+.4f to %+.4f", p.CI95.Low, p.CI95.High)
+	}
+	return fmt.Sprintf("the sides fail at different rates (%s %s, %s %s) and the difference above leaves failed rollouts out, which favours the side that fails more on hard tasks; with failures scored 0 the difference is %+.4f (std err %.4f%s) over %d pairs",
+		c.Sides[0].Scope, rate(&c.Sides[0]), c.Sides[1].Scope, rate(&c.Sides[1]), p.MeanDiff, p.StdErr, ci, p.Pairs)
 }
 
 // method says how the tasks were paired and the numbers computed, in one line.
@@ -497,6 +632,9 @@ func (c *Comparison) notes() []string {
 // WriteText writes the headline and a side-by-side table.
 func (c *Comparison) WriteText(w io.Writer) error {
 	fmt.Fprintln(w, c.headline())
+	if n := c.failureNote(); n != "" {
+		fmt.Fprintf(w, "warning: %s\n", n)
+	}
 	if cost := c.cost(); cost != "" {
 		fmt.Fprintln(w, cost)
 	}
@@ -515,6 +653,9 @@ func (c *Comparison) WriteText(w io.Writer) error {
 // WriteMarkdown writes the headline and the table in Markdown.
 func (c *Comparison) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "%s\n\n", c.headline())
+	if n := c.failureNote(); n != "" {
+		fmt.Fprintf(w, "**warning:** %s\n\n", n)
+	}
 	if cost := c.cost(); cost != "" {
 		fmt.Fprintf(w, "%s\n\n", cost)
 	}

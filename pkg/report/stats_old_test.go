@@ -258,8 +258,20 @@ func (e *oldEvaluator) scores(rows []oldEvalRow, ks []int) Scores {
 	}
 	s.TaskArms = taskArms(rows)
 	if s.Scored > 0 && e.o.Bootstrap > 0 {
-		lo, hi := bootstrapCI(toClusters(clusters), e.o.Bootstrap, e.o.Seed)
-		s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi}
+		cl := toClusters(clusters)
+		unit := true
+		for i := range rows {
+			if v, ok := e.scored(&rows[i]); ok {
+				unit = unit && v >= 0 && v <= 1
+			}
+		}
+		if unit && (s.MeanReward == 0 || s.MeanReward == 1) && s.StdErr == 0 {
+			lo, hi := wilsonCI(cl, s.MeanReward)
+			s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi, Method: "wilson"}
+		} else {
+			lo, hi := bootstrapCI(cl, e.o.Bootstrap, e.o.Seed)
+			s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi}
+		}
 	}
 
 	units := e.units(rows)

@@ -386,10 +386,16 @@ func TestEvaluateBootstrap(t *testing.T) {
 	if c := Evaluate(recs, StatsOptions{Bootstrap: -1}); c.Overall.CI95 != nil {
 		t.Errorf("Bootstrap -1 computed a CI %+v", c.Overall.CI95)
 	}
-	// Every reward equal: the interval is that reward.
+	// Every reward 1: not a point, but the Wilson score interval's lower bound over the 2 tasks,
+	// G/(G+q²) with q the 97.5% t quantile of 1 degree of freedom (12.7062047362).
 	same := Evaluate(slices.Concat(rollouts("m", 0, nil, 1, 1), rollouts("m", 1, nil, 1, 1)), StatsOptions{}).Overall
-	if same.CI95 == nil || same.CI95.Low != 1 || same.CI95.High != 1 || !same.CI95.Point {
-		t.Errorf("all ones: CI %+v", same.CI95)
+	if q := 12.7062047362; same.CI95 == nil || math.Abs(same.CI95.Low-2/(2+q*q)) > 1e-9 || same.CI95.High != 1 || same.CI95.Point || same.CI95.Method != "wilson" {
+		t.Errorf("all ones: CI %+v, want [%v, 1] by Wilson", same.CI95, 2/(2+12.7062047362*12.7062047362))
+	}
+	// Every reward equal but not 0 or 1: the interval is that reward, a point.
+	half := Evaluate(slices.Concat(rollouts("m", 0, nil, 0.5, 0.5), rollouts("m", 1, nil, 0.5, 0.5)), StatsOptions{}).Overall
+	if half.CI95 == nil || half.CI95.Low != 0.5 || half.CI95.High != 0.5 || !half.CI95.Point {
+		t.Errorf("all halves: CI %+v", half.CI95)
 	}
 
 	// Continuous rewards: the seed moves the interval; the parallelism does not.
