@@ -626,6 +626,9 @@ func (c *Comparison) notes() []string {
 	if c.Unpaired > 0 {
 		out = append(out, fmt.Sprintf("%d scored rollouts had no partner on the other side and are left out of the difference", c.Unpaired))
 	}
+	if c.CI95 != nil && !c.CI95.Point && c.Tasks < SmallTasks {
+		out = append(out, smallTasksNote(c.Tasks))
+	}
 	return out
 }
 
