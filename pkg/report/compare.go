@@ -150,8 +150,9 @@ func Compare(a, b []record.Record, nameA, nameB string, o StatsOptions) *Compari
 // Comparer computes what Compare does from records given one at a time, in two passes: Check
 // every record of both sides (which decides how tasks are paired), then Add every record again
 // in the same order. It keeps no record: each side's Evaluator, each task's key once (sharing
-// the record's strings), and 24 bytes per scored rollout (its task, repeat, reward and
-// position), which Comparison sorts and pairs. It is not safe for concurrent use.
+// the record's strings), and 48 bytes per rollout with a reward or a failure (its task,
+// repeat, reward, tokens, latency and position), which Comparison sorts and pairs. It is not
+// safe for concurrent use.
 type Comparer struct {
 	o       StatsOptions
 	names   [2]string
