@@ -70,6 +70,9 @@ func (e *exporter) nemoGymRow(ro *rollout) (*NemoGymRow, string, error) {
 		rd := agent.Round{Index: i, Content: m.text(), Reasoning: m.ReasoningContent}
 		if i < len(tr.Rounds) {
 			rd.FinishReason, rd.Usage = tr.Rounds[i].FinishReason, tr.Rounds[i].Usage
+			if tr.Rounds[i].Reasoning != "" {
+				rd.Reasoning = tr.Rounds[i].Reasoning // the round's own (runs before the messages kept it)
+			}
 		}
 		for _, tc := range m.ToolCalls {
 			rd.ToolCalls = append(rd.ToolCalls, agent.ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments, Output: outputs[tc.ID]})
