@@ -814,9 +814,9 @@ every server answers. Results go to --out: journal.jsonl (crash-safe), rollouts.
 trajectories.jsonl, summary.json, evaluation.json; the summary to stdout, failures to stderr.`,
 	groups: []flagGroup{
 		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
-		{title: "Model", names: []string{"model-url", "model", "seed", "tool-mode", "max-model-answer", "capture-tokens"}},
+		{title: "Model", names: []string{"model-url", "model", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Request options (each sets a member of every model request, over the row's; docs/requests.md)",
-			names: append([]string{"temperature", "max-tokens"}, requestFlagNames...), compact: true},
+			names: append([]string{"temperature", "max-tokens", "seed"}, requestFlagNames...), compact: true},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
