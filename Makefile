@@ -76,7 +76,7 @@ oracle: build
 	$(BIN) validate data/workflow.jsonl --oracle --server builtin:workflow
 
 test: vet
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The Parquet files read by an independent reader, apache/arrow-go: built only with this tag,
 # since arrow-go brings ~100 MB of modules (grpc, thrift, flatbuffers) that `make test` need not

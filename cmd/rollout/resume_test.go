@@ -163,7 +163,9 @@ func TestKill9Resume(t *testing.T) {
 	for i := 0; ; i++ {
 		a := args
 		if i > 0 {
-			a = append(append([]string{}, args...), "--resume")
+			// =auto, as a retried pod runs it: a kill before the first run wrote its manifest (a
+			// slow start on a loaded machine) leaves no run to resume, and the same command starts it.
+			a = append(append([]string{}, args...), "--resume=auto")
 		}
 		cmd, stderr, waited := startRollout(t, bin, a...)
 		if killed < kills {
