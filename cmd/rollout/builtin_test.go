@@ -478,7 +478,7 @@ func TestRunRetryBudget(t *testing.T) {
 		r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 2, ""), "--out", dir,
 			"--model-url", m.URL+"/v1", "--model", "m", "--server", "builtin:example_single_tool_call",
 			"--retries", "7", "--retry-budget", tc.budget, "--quiet")
-		if r.code != exitFailures { // every rollout failed
+		if r.code != exitTransient { // every rollout failed, rate_limited: transient
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
 		for _, rec := range readRecords(t, dir) {

@@ -172,10 +172,10 @@ func wrap(text, indent string, width int) string {
 var exitCodeHelp = []string{
 	"0    the run is sound: its failed rollouts are within --fail-on-error",
 	"1    the results could not be written (disk, permissions)",
-	"2    bad usage: a flag, the config, the input, --out, or the preflight (endpoint, model, server)",
+	"2    bad usage: a flag, the config, the input, --out, or the preflight (model, URL, key)",
 	"3    rollout validate found problems",
-	"4    more rollouts failed than --fail-on-error allows (every one failing always counts),",
-	"     or the run stopped early because its first --early-stop rollouts all failed alike",
+	"4    more rollouts failed than --fail-on-error allows, or the first --early-stop failed alike",
+	"5    as 4 but every failure transient, or not up within --wait-ready, or --out locked: retry",
 	"130  interrupted (Ctrl-C): what ran is written; --resume finishes the run",
 }
 

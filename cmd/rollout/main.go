@@ -24,6 +24,7 @@ const (
 	exitUsage       = 2   // bad flags, config, input or output directory
 	exitChecks      = 3   // a check failed: validate found problems
 	exitFailures    = 4   // run: more rollouts failed than --fail-on-error allows, or the run stopped early
+	exitTransient   = 5   // run: as 4, but every failure is transient (the endpoints or servers had a bad moment): a retry may succeed
 	exitInterrupted = 130 // Ctrl-C: what ran is written
 )
 
@@ -83,8 +84,9 @@ Start with the simulator, no model or key needed:
 
 'rollout COMMAND --help' gives a command's flags, examples, environment and exit codes.
 
-Exit codes: 0 sound run; 1 results not written; 2 bad usage or failed preflight; 3 validate found
-problems; 4 failed rollouts past --fail-on-error (or an early stop); 130 interrupted.
+Exit codes: 0 sound run; 1 results not written; 2 bad usage or a preflight answer a retry cannot change; 3 validate found
+problems; 4 failed rollouts past --fail-on-error (or an early stop); 5 the same, every failure transient
+(unreachable, rate-limited, timed out): a later retry may succeed; 130 interrupted.
 `
 
 // commands are the commands of rollout, for "did you mean".
@@ -184,13 +186,20 @@ func exitCode(err error, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "rollout: %v\n", err)
 	var u usageError
 	switch {
+	case errors.As(err, new(transientError)):
+		return exitTransient
 	case errors.As(err, &u):
 		return exitUsage
 	case errors.Is(err, errInterrupted), errors.Is(err, errInterruptedEarly):
 		return exitInterrupted
 	case errors.Is(err, errCheckFailed):
 		return exitChecks
-	case errors.As(err, new(failuresError)):
+	}
+	var fe failuresError
+	if errors.As(err, &fe) {
+		if fe.transient {
+			return exitTransient
+		}
 		return exitFailures
 	}
 	return exitFailure

@@ -305,8 +305,12 @@ func TestRunFailuresAreRecords(t *testing.T) {
 			r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 3, tc.extra), "--out", dir,
 				"--model-url", m.URL+"/v1", "--model", "m", "--server", "builtin:example_single_tool_call",
 				"--retries", "2", "--model-timeout", "200ms", "--quiet")
-			if r.code != exitFailures { // every rollout failed
-				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			want := exitFailures // every rollout failed
+			if record.FailureClass(tc.class).Transient() {
+				want = exitTransient // …and every failure is transient
+			}
+			if r.code != want {
+				t.Fatalf("exit %d, want %d: %s", r.code, want, r.stderr)
 			}
 			recs := readRecords(t, dir)
 			if len(recs) != 3 {

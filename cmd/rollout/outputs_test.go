@@ -39,8 +39,8 @@ func TestConcurrentWritersRefused(t *testing.T) {
 	for _, extra := range [][]string{{"--resume"}, {"--overwrite"}} {
 		second, secondErr, secondDone := startRollout(t, bin, append(append([]string{}, args...), extra...)...)
 		<-secondDone
-		if code := second.ProcessState.ExitCode(); code != exitUsage {
-			t.Errorf("%v while another run writes --out: exit %d, want %d", extra, code, exitUsage)
+		if code := second.ProcessState.ExitCode(); code != exitTransient {
+			t.Errorf("%v while another run writes --out: exit %d, want %d", extra, code, exitTransient)
 		}
 		if want := "in use by process " + strconv.Itoa(first.Process.Pid); !strings.Contains(secondErr.String(), want) {
 			t.Errorf("%v: the refusal does not name the holder (%q): %s", extra, want, secondErr.String())
@@ -242,7 +242,7 @@ func TestResumeRecoveryMessages(t *testing.T) {
 		t.Fatalf("resume without a manifest: exit %d: %s", r.code, r.stderr)
 	}
 	r = runCLI(t, context.Background(), nil, append(args, "--resume", "--force", "--sim-latency", "0")...)
-	if r.code != exitFailures { // the cancelled records kept are failed rollouts, past --fail-on-error
+	if r.code != exitTransient { // the cancelled records kept are failed rollouts (transient), past --fail-on-error
 		t.Fatalf("resume --force: exit %d: %s", r.code, r.stderr)
 	}
 	if want := fmt.Sprintf("%d of them are cancelled records", cancelled); !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "--retry-failed runs them again") {

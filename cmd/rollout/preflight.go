@@ -41,7 +41,55 @@ func preflightModel(ctx context.Context, client *http.Client, base, apiKey, mode
 	if r := redact.Replacer(secrets); r != nil {
 		msg = r.Replace(msg)
 	}
+	if errors.As(err, new(transientError)) {
+		return transientError{errors.New(msg)}
+	}
 	return badUsage("%s", msg)
+}
+
+// transientError is a failure that the same command may not meet later: an endpoint that is
+// not up yet (unreachable, or answering 5xx or 429), an output directory locked by another
+// run. It exits exitTransient, which a scheduler retries; exit 2 is kept for what a retry
+// cannot change.
+type transientError struct{ err error }
+
+func (t transientError) Error() string { return t.err.Error() }
+func (t transientError) Unwrap() error { return t.err }
+
+// notUp is the transientError of an endpoint that is not up (yet).
+func notUp(format string, args ...any) error {
+	return transientError{fmt.Errorf(format, args...)}
+}
+
+// waitReady runs check until it passes, fails with an error that is not transient, or
+// waitFor is over (0: once); it says on w, once, what it waits for. Between tries it waits
+// 1s, doubling up to 10s.
+func waitReady(ctx context.Context, w io.Writer, waitFor time.Duration, check func() error) error {
+	deadline := time.Now().Add(waitFor)
+	pause := time.Second
+	said := false
+	for {
+		err := check()
+		if err == nil || !errors.As(err, new(transientError)) || waitFor <= 0 {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return transientError{fmt.Errorf("not ready within --wait-ready %s: %w", waitFor, err)}
+		}
+		if !said {
+			fmt.Fprintf(w, "rollout: waiting up to %s (--wait-ready) for the endpoints: %v\n", waitFor, err)
+			said = true
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errInterruptedEarly
+		case <-t.C:
+		}
+		pause = min(2*pause, 10*time.Second)
+	}
 }
 
 func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model string) error {
@@ -53,10 +101,12 @@ func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model
 		return errInterruptedEarly
 	}
 	if err != nil {
-		return badUsage("--model-url %s: cannot reach the model endpoint: %v", base, err)
+		return notUp("--model-url %s: cannot reach the model endpoint: %v", base, err)
 	}
 	what := fmt.Sprintf("GET %s answered %s", u, resp.Status)
 	switch {
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+		return notUp("--model-url %s: %s%s: the endpoint is not ready", base, what, bodyMessage(resp, body))
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return badUsage("--model-url %s: %s%s: the endpoint wants an API key (set OPENAI_API_KEY)", base, what, bodyMessage(resp, body))
 	case resp.StatusCode == http.StatusNotFound:
@@ -101,7 +151,7 @@ func preflightServers(ctx context.Context, client *http.Client, routes runner.Se
 			return errInterruptedEarly
 		}
 		if err != nil {
-			return badUsage("--server %s: cannot reach the resource server: %v", flagValue, err)
+			return notUp("--server %s: cannot reach the resource server: %v", flagValue, err)
 		}
 		return nil
 	}

@@ -103,7 +103,7 @@ func TestRunResume(t *testing.T) {
 	dir = t.TempDir()
 	base = []string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction", "--quiet", "--limit", "10", "--retries", "0"}
 	r = runCLI(t, context.Background(), nil, append(base, "--sim-http-500", "1")...)
-	if r.code != exitFailures {
+	if r.code != exitTransient { // model_unavailable only
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for _, rec := range readRecords(t, dir) {
@@ -115,7 +115,7 @@ func TestRunResume(t *testing.T) {
 	// (the model is fixed: --sim-http-500 0, with --force since the knob changed; a knob not
 	// given keeps the run's value).
 	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--sim-http-500", "1")...)
-	if r.code != exitFailures || !strings.Contains(r.stderr, "10 rollouts already have a record") { // the run's rollouts all failed
+	if r.code != exitTransient || !strings.Contains(r.stderr, "10 rollouts already have a record") { // the run's rollouts all failed, transiently
 		t.Errorf("plain resume: exit %d: %s", r.code, r.stderr)
 	}
 	r = runCLI(t, context.Background(), nil, append(base, "--resume", "--retry-failed", "--force", "--sim-http-500", "0")...)

@@ -54,6 +54,7 @@ type runFlags struct {
 	temperature                                float64
 	seed                                       int64
 	strict, overwrite, quiet, noPreflight      bool
+	waitReady                                  time.Duration // --wait-ready: how long the preflight waits for endpoints to come up
 	resume, force, retryFailed                 bool
 	endSessions                                bool
 	captureTokens                              bool
@@ -139,7 +140,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return badUsage("--out %s: not a directory", f.out)
 	}
 	if !f.noPreflight {
-		if err := preflightRun(ctx, ep, transport, routes); err != nil {
+		if err := waitReady(ctx, e.stderr, f.waitReady, func() error { return preflightRun(ctx, ep, transport, routes) }); err != nil {
 			return err
 		}
 	}
@@ -227,9 +228,9 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 		return errInterrupted
 	}
 	if watch.stopped {
-		return failuresError{fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s "+
+		return failuresError{msg: fmt.Sprintf("stopped early: the first %d rollouts all failed with %s (%s); what ran is kept in %s. Fix the cause, then finish the run with: rollout run --resume --retry-failed --out %s "+
 			"(with the flags that fix it, such as another --model: every rollout so far failed, so all run again under them)",
-			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out)}
+			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out), transient: watch.same.Transient()}
 	}
 	return checkFailures(sum, f.failOnError, f.out)
 }
@@ -265,6 +266,9 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	fs.Usage = func() { runHelp.write(fs.Output(), fs) }
 	if err := parseFlags(fs, args, e); err != nil {
 		return f, nil, nil, nil, err
+	}
+	if f.waitReady < 0 {
+		return f, nil, nil, nil, badUsage("--wait-ready %s: want a duration of 0 or more (10m: wait up to ten minutes)", f.waitReady)
 	}
 	if f.resumeAuto && !f.overwrite {
 		f.resume = holdsRun(f.out)
@@ -399,6 +403,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.BoolVar(&f.retryFailed, "retry-failed", false, "with --resume: run the failed rollouts again too (all but bad_task)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the endpoint, model and server checks")
+	fs.DurationVar(&f.waitReady, "wait-ready", 0, "let the preflight wait up to `D` for endpoints not up yet (0: once)")
 	f.failOnError = failureLimit{0.05}
 	fs.Var(&f.failOnError, "fail-on-error", "exit 4 past this failed `RATE` (<1) or count")
 	fs.IntVar(&f.earlyStop, "early-stop", 20, "exit 4 when the first `N` rollouts all fail alike (0: never)")
@@ -560,7 +565,7 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 		return nil, badUsage("--resume needs --input FILE: stdin cannot be compared with the run's input")
 	}
 	d, err := rundir.Prepare(f.out, rundir.PrepareOptions{Input: f.input, Config: cfg, NemoGym: f.jsonlOut, Shard: manifestShard(f.shard),
-		Resume: f.resume, Force: f.force, RetryFailed: f.retryFailed, Overwrite: f.overwrite})
+		Resume: f.resume, Force: f.force, RetryFailed: f.retryFailed, RetryTransient: f.resumeAuto && f.resume, Overwrite: f.overwrite})
 	var pe *rundir.PrepareError
 	if err == nil || !errors.As(err, &pe) {
 		return d, err
@@ -571,7 +576,7 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 	case rundir.DirUnusable:
 		return nil, badUsage("--out %s: %v", f.out, pe.Err)
 	case rundir.Locked:
-		return nil, badUsage("--out %v", pe.Err)
+		return nil, transientError{fmt.Errorf("--out %v", pe.Err)}
 	case rundir.InputUnreadable:
 		return nil, badUsage("--input: %v", pe.Err)
 	case rundir.HoldsRun:
@@ -820,7 +825,7 @@ trajectories.jsonl, summary.json, evaluation.json; the summary to stdout, failur
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
-			"no-preflight", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
+			"no-preflight", "wait-ready", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
 		{title: "Endpoint pool (several --model-url, or endpoints: in --config; docs/fleets.md)", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},
 			brief: "--sim-replicas N serves builtin:sim as N simulated inference servers (knobs below)."},
 		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",

@@ -226,6 +226,9 @@ func TestSecurityAPIKeyNeverWritten(t *testing.T) {
 			want := exitOK
 			if tc.class != "" {
 				want = exitFailures // every rollout failed
+				if record.FailureClass(tc.class).Transient() {
+					want = exitTransient // …every one transiently
+				}
 			}
 			if r.code != want {
 				t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
@@ -416,7 +419,7 @@ func TestSimChaosFlags(t *testing.T) {
 		args := append([]string{"run", "--input", input, "--out", dir, "--model-url", "builtin:sim", "--server", "builtin:extraction",
 			"--retries", "1", "--quiet"}, tc.flags...)
 		r := runCLI(t, context.Background(), nil, args...)
-		if r.code != exitFailures { // every rollout failed
+		if r.code != exitTransient { // every rollout failed, model_unavailable or timeout
 			t.Fatalf("%v: exit %d: %s", tc.flags, r.code, r.stderr)
 		}
 		for _, rec := range readRecords(t, dir) {

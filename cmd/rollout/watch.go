@@ -68,7 +68,12 @@ func (f *failureWatch) Write(res *record.Result) error {
 func (f *failureWatch) Close() error { return nil }
 
 // failuresError: the run finished, but too many of its rollouts failed (or it stopped early).
-type failuresError struct{ msg string }
+// transient: every failure was of a transient class (record.FailureClass.Transient), so the
+// run exits exitTransient, which a scheduler retries, rather than exitFailures.
+type failuresError struct {
+	msg       string
+	transient bool
+}
 
 func (e failuresError) Error() string { return e.msg }
 
@@ -111,15 +116,22 @@ func checkFailures(sum report.Summary, limit failureLimit, out string) error {
 	}
 	msg := fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), filepath.Join(out, rundir.ParquetFile))
 	retryable := 0
+	transient := true
 	for class, n := range sum.FailuresByClass {
 		if record.FailureClass(class).Infra() {
 			retryable += n
 		}
+		if n > 0 && !record.FailureClass(class).Transient() {
+			transient = false
+		}
 	}
-	if retryable > 0 {
+	switch {
+	case transient:
+		msg += "; every failure is of a transient class: the same command with --resume=auto runs them again"
+	case retryable > 0:
 		msg += fmt.Sprintf(". Fix the cause, then run the %d failed rollouts again (the others are kept): rollout run --resume --retry-failed --out %s", retryable, out)
 	}
-	return failuresError{msg}
+	return failuresError{msg: msg, transient: transient}
 }
 
 // classList is "model_unavailable 240, timeout 2", by count then name.

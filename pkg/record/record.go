@@ -98,3 +98,17 @@ func (c FailureClass) Infra() bool {
 	}
 	return false
 }
+
+// Transient reports whether the failure class says the infrastructure had a bad moment
+// rather than that the model or its configuration failed: the endpoint was unreachable,
+// overloaded or rate-limiting, a resource server failed, a call timed out, or an interrupt cut
+// the rollout short. Running such a rollout again later may succeed: rollout run --resume=auto
+// does, and a run whose failures are all transient exits with its own code so that a
+// scheduler retries it.
+func (c FailureClass) Transient() bool {
+	switch c {
+	case FailModelUnavailable, FailRateLimited, FailResourceServer, FailTimeout, FailCancelled:
+		return true
+	}
+	return false
+}

@@ -26,8 +26,9 @@ type PrepareOptions struct {
 	Shard   *Shard // the shard of a sharded run the directory holds (nil: the whole run)
 	// Resume finishes the run in the directory: its manifest must match (unless Force), and
 	// Compact keeps one record per rollout (the ones with an infrastructure failure go with
-	// RetryFailed). Overwrite, for a new run, removes an earlier run's files.
-	Resume, Force, RetryFailed, Overwrite bool
+	// RetryFailed, the transient ones alone with RetryTransient). Overwrite, for a new run,
+	// removes an earlier run's files.
+	Resume, Force, RetryFailed, RetryTransient, Overwrite bool
 }
 
 // Dir is a run's directory, locked and ready for the run's Sink.
@@ -225,8 +226,11 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 		}
 	}
 	var keep func(*record.Record) bool // nil: every record stays, read for its key only
-	if o.RetryFailed {
+	switch {
+	case o.RetryFailed:
 		keep = func(r *record.Record) bool { return !r.FailureClass.Infra() }
+	case o.RetryTransient:
+		keep = func(r *record.Record) bool { return !r.FailureClass.Transient() }
 	}
 	var nemoGym string
 	if d.nemoGym != "" {
@@ -235,7 +239,7 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 	if d.Done, err = Compact(d.Path, nemoGym, keep); err != nil {
 		return &PrepareError{Problem: ResumeFailed, Err: err}
 	}
-	if !o.RetryFailed {
+	if !o.RetryFailed && !o.RetryTransient {
 		if d.Cancelled, err = CountClass(d.Path, record.FailCancelled); err != nil {
 			return &PrepareError{Problem: ResumeFailed, Err: err}
 		}
@@ -249,7 +253,7 @@ func (d *Dir) resume(mf *Manifest, o PrepareOptions) error {
 		// resume says what changed.
 		old.Input, old.InputSHA256, old.Config, old.ConfigSHA256 = mf.Input, mf.InputSHA256, mf.Config, mf.ConfigSHA256
 	}
-	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0 && o.Force, RetryFailed: o.RetryFailed, Changed: diffs})
+	old.Resumes = append(old.Resumes, Resume{At: time.Now().UTC(), Forced: len(diffs) > 0 && o.Force, RetryFailed: o.RetryFailed, RetryTransient: o.RetryTransient, Changed: diffs})
 	if err := WriteManifest(d.Path, old); err != nil {
 		return err
 	}

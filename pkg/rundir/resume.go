@@ -93,6 +93,9 @@ type Resume struct {
 	// Changed lists the settings this resume changed ("config.model was "a", now "b""); the
 	// manifest names the new ones from then on.
 	Changed []string `json:"changed,omitempty"`
+	// RetryTransient: the records of transient failures (record.FailureClass.Transient) were
+	// run again, as --resume=auto does.
+	RetryTransient bool `json:"retry_transient,omitempty"`
 }
 
 // NewManifest hashes the input file and the config.

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rollout-dev/rollout/internal/testnet"
+	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/rundir"
+)
+
+// A run whose failures are all transient (the endpoint was down: model_unavailable) exits 5,
+// not 4, so that a scheduler retries it; the same command with --resume=auto runs those
+// rollouts again. A run with a failure of the model's own (model_error) exits 4 and
+// --resume=auto keeps that record: only --retry-failed runs it again.
+func TestTransientFailuresExitFiveAndResumeAutoRetriesThem(t *testing.T) {
+	var mode atomic.Value // "down", "bad-w0", "up"
+	mode.Store("down")
+	m := newFakeModel(t, func(w http.ResponseWriter, req map[string]any, _ int64) {
+		switch mode.Load() {
+		case "down":
+			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
+			return
+		case "bad-w0":
+			if strings.Contains(jsonText(req), "weather 0?") {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"error": {"message": "bad request", "type": "invalid_request_error"}}`)
+				return
+			}
+			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		writeChat(w, "done")
+	})
+	classes := func(dir string) []string {
+		var out []string
+		for _, rec := range readRecords(t, dir) {
+			out = append(out, string(rec.FailureClass))
+		}
+		return out
+	}
+	input := weatherRows(t, 3, "")
+	run := func(dir string, extra ...string) result {
+		args := append([]string{"run", "--input", input, "--out", dir, "--model-url", m.URL + "/v1", "--model", "m",
+			"--server", "builtin:example_single_tool_call", "--retries", "0", "--quiet"}, extra...)
+		return runCLI(t, context.Background(), nil, args...)
+	}
+
+	dir := t.TempDir()
+	r := run(dir, "--resume=auto")
+	if r.code != exitTransient || !strings.Contains(r.stderr, "transient") {
+		t.Fatalf("model down: exit %d, want %d: %s", r.code, exitTransient, r.stderr)
+	}
+	if got := classes(dir); !slices.Equal(got, []string{record.FailModelUnavailable, record.FailModelUnavailable, record.FailModelUnavailable}) {
+		t.Fatalf("classes %v", got)
+	}
+	mode.Store("up")
+	if r := run(dir, "--resume=auto"); r.code != exitOK {
+		t.Fatalf("--resume=auto with the model up: exit %d: %s", r.code, r.stderr)
+	}
+	if got := classes(dir); !slices.Equal(got, []string{"", "", ""}) {
+		t.Errorf("after --resume=auto: classes %v, want the transient failures run again", got)
+	}
+
+	dir = t.TempDir()
+	mode.Store("bad-w0")
+	if r := run(dir, "--resume=auto"); r.code != exitFailures {
+		t.Fatalf("a model_error among transient failures: exit %d, want %d: %s", r.code, exitFailures, r.stderr)
+	}
+	mode.Store("up")
+	r = run(dir, "--resume=auto", "--fail-on-error", "1")
+	if r.code != exitOK {
+		t.Fatalf("--resume=auto: exit %d: %s", r.code, r.stderr)
+	}
+	if got := classes(dir); !slices.Equal(got, []string{record.FailModelError, "", ""}) {
+		t.Errorf("after --resume=auto: classes %v, want the model_error kept and the others run again", got)
+	}
+}
+
+// jsonText is v as JSON text, for a test to look for a string in a request.
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// The preflight tells a model or server that is not up yet (unreachable, 5xx) from a
+// configuration that a retry cannot change (no API at the URL): the first exits 5, which the
+// Job's pod failure policy retries, and with --wait-ready it is waited for; the second exits 2
+// at once, whatever --wait-ready says. A locked --out (another pod of the same index still
+// running) exits 5 too. A bad --wait-ready is one line naming it, exit 2.
+func TestPreflightWaitsForEndpointsAndExitsTransient(t *testing.T) {
+	input := weatherRows(t, 2, "")
+	args := func(modelURL, out string, extra ...string) []string {
+		return append([]string{"run", "--input", input, "--out", out, "--model-url", modelURL, "--model", "m",
+			"--server", "builtin:example_single_tool_call", "--quiet"}, extra...)
+	}
+	closed := testnet.ClosedPort(t)
+	t.Run("unreachable, no wait", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runCLI(t, context.Background(), nil, args(closed+"/v1", out)...)
+		if r.code != exitTransient || !strings.HasPrefix(r.stderr, "rollout: --model-url "+closed+"/v1: cannot reach") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("exit %d, want %d and one line naming --model-url: %s", r.code, exitTransient, r.stderr)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("--out was created: %v", err)
+		}
+	})
+	t.Run("not ready, then up", func(t *testing.T) {
+		var lists atomic.Int32
+		m := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/models") {
+				if lists.Add(1) <= 2 {
+					http.Error(w, `{"error":{"message":"loading the weights"}}`, http.StatusServiceUnavailable)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"object": "list", "data": [{"id": "m"}]}`)
+				return
+			}
+			writeChat(w, "done")
+		}))
+		defer m.Close()
+		r := runCLI(t, context.Background(), nil, args(m.URL+"/v1", t.TempDir(), "--wait-ready", "10m")...)
+		if r.code != exitOK || !strings.Contains(r.stderr, "waiting up to 10m0s (--wait-ready)") || !strings.Contains(r.stderr, "loading the weights") {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
+		}
+		if n := lists.Load(); n != 3 {
+			t.Errorf("%d model list requests, want 3", n)
+		}
+		// Without --wait-ready the 503 exits 5 at once.
+		lists.Store(0)
+		r = runCLI(t, context.Background(), nil, args(m.URL+"/v1", t.TempDir())...)
+		if r.code != exitTransient || !strings.Contains(r.stderr, "503") {
+			t.Errorf("without --wait-ready: exit %d: %s", r.code, r.stderr)
+		}
+	})
+	t.Run("not ready within the wait", func(t *testing.T) {
+		r := runCLI(t, context.Background(), nil, args(closed+"/v1", t.TempDir(), "--wait-ready", "1s")...)
+		if r.code != exitTransient || !strings.Contains(r.stderr, "not ready within --wait-ready 1s") {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
+		}
+	})
+	t.Run("a configuration error is not waited for", func(t *testing.T) {
+		var gets atomic.Int32
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			gets.Add(1)
+			http.NotFound(w, r)
+		}))
+		defer s.Close()
+		r := runCLI(t, context.Background(), nil, args(s.URL+"/v1", t.TempDir(), "--wait-ready", "10m")...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "no OpenAI-compatible API") || gets.Load() != 1 {
+			t.Errorf("exit %d after %d requests: %s", r.code, gets.Load(), r.stderr)
+		}
+	})
+	t.Run("an interrupt ends the wait", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan result)
+		go func() { done <- runCLI(t, ctx, nil, args(closed+"/v1", t.TempDir(), "--wait-ready", "10m")...) }()
+		cancel()
+		if r := <-done; r.code != exitInterrupted {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
+		}
+	})
+	t.Run("bad --wait-ready", func(t *testing.T) {
+		r := runCLI(t, context.Background(), nil, args(closed+"/v1", t.TempDir(), "--wait-ready", "-5s")...)
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "rollout: --wait-ready -5s:") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
+		}
+	})
+	t.Run("--out locked", func(t *testing.T) {
+		out := t.TempDir()
+		unlock, err := rundir.LockDir(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unlock()
+		r := runCLI(t, context.Background(), nil, args("builtin:sim", out)...)
+		if r.code != exitTransient || !strings.Contains(r.stderr, "--out") {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
+		}
+	})
+}
