@@ -12,7 +12,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/rundir"
@@ -189,4 +193,65 @@ func TestPreflightWaitsForEndpointsAndExitsTransient(t *testing.T) {
 			t.Errorf("exit %d: %s", r.code, r.stderr)
 		}
 	})
+}
+
+// rollout serve --session-key-file signs the cookies with a key from a file (the mounted
+// Secret of the Kubernetes manifests): nothing that can write the session store can read or
+// replace it, while without the flag the key lives in the store. Redis with requirepass
+// refuses a server without the password. A short or missing key file is one line naming the
+// flag, exit 2.
+func TestSessionKeyFileKeepsTheKeyOutOfTheStore(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.Start(t, "--requirepass", "pw-1")
+	authed := strings.Replace(url, "redis://", "redis://:pw-1@", 1)
+	if b, err := newBuiltin(ctx, "extraction", url, time.Minute, nil); err == nil {
+		b.Close()
+		t.Error("a server without the Redis password was let in")
+	}
+	opts, err := redis.ParseURL(authed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	secrets := func() []string {
+		keys, err := rc.Keys(ctx, "rollout:secret:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	keyFile := filepath.Join(t.TempDir(), "session-key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := parseServe([]string{"extraction", "--session-store", authed, "--session-key-file", keyFile}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newBuiltin(ctx, a.name, a.storeURL, a.ttl, a.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if got := secrets(); len(got) != 0 {
+		t.Errorf("with --session-key-file the store holds %v", got)
+	}
+	srv, err = newBuiltin(ctx, a.name, a.storeURL, a.ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if got := secrets(); len(got) != 1 {
+		t.Errorf("without --session-key-file the store holds %v, want the key", got)
+	}
+
+	short := filepath.Join(t.TempDir(), "short")
+	os.WriteFile(short, []byte("0123456789\n"), 0o600)
+	for _, file := range []string{short, filepath.Join(t.TempDir(), "missing")} {
+		r := runCLI(t, ctx, nil, "serve", "extraction", "--session-key-file", file)
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "rollout: serve: --session-key-file") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s: exit %d: %s", file, r.code, r.stderr)
+		}
+	}
 }

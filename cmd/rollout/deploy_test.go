@@ -403,7 +403,7 @@ func TestKubernetesManifests(t *testing.T) {
 	if containerPort(t, c, "http") != srvPort {
 		t.Errorf("resource server listens on %d (--addr %s), its http port is %d", srvPort, sa.addr, containerPort(t, c, "http"))
 	}
-	h, err := newBuiltin(context.Background(), sa.name, "memory", sa.ttl)
+	h, err := newBuiltin(context.Background(), sa.name, "memory", sa.ttl, sa.key)
 	if err != nil {
 		t.Fatal(err)
 	}

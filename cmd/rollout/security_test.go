@@ -48,7 +48,7 @@ type recorder struct {
 
 func newRecorder(t *testing.T, name string) *recorder {
 	t.Helper()
-	b, err := newBuiltin(context.Background(), name, "memory", store.DefaultTTL)
+	b, err := newBuiltin(context.Background(), name, "memory", store.DefaultTTL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

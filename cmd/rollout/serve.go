@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/chaos"
 	"github.com/rollout-dev/rollout/pkg/servers"
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
@@ -21,6 +24,7 @@ type serveArgs struct {
 	name, addr, storeURL, metricsAddr string
 	ttl                               time.Duration
 	chaos                             chaos.Options
+	key                               []byte // --session-key-file's key; nil: the store's
 }
 
 // parseServe reads rollout serve's arguments, checking them.
@@ -40,6 +44,7 @@ func parseServe(args []string, e env) (a serveArgs, err error) {
 	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
 	metricsFlag(fs, &a.metricsAddr)
+	keyFile := fs.String("session-key-file", "", "sign the session cookies with the key in `FILE` (32 bytes or more, e.g. a mounted Secret) instead of one kept in the session store")
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
 	if a.name, err = parseNamed(fs, args, e); err != nil {
 		return a, err
@@ -49,6 +54,15 @@ func parseServe(args []string, e env) (a serveArgs, err error) {
 	}
 	if !slices.Contains(servers.Names(), a.name) {
 		return a, badUsage("serve: unknown server %q; one of: %s", a.name, strings.Join(servers.Names(), ", "))
+	}
+	if *keyFile != "" {
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return a, badUsage("serve: --session-key-file: %v", err)
+		}
+		if a.key = bytes.TrimSpace(b); len(a.key) < gym.MinKeySize {
+			return a, badUsage("serve: --session-key-file %s: %d bytes, want at least %d (openssl rand -hex 32 makes one)", *keyFile, len(a.key), gym.MinKeySize)
+		}
 	}
 	if co.Endpoints, err = chaos.ParseEndpoints(*endpoints); err != nil {
 		return a, badUsage("serve: --chaos-endpoints: %v", err)
@@ -66,7 +80,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	name, co := a.name, a.chaos
-	h, err := newBuiltin(ctx, name, a.storeURL, a.ttl)
+	h, err := newBuiltin(ctx, name, a.storeURL, a.ttl, a.key)
 	if err != nil {
 		return badUsage("serve: --session-store: %v", err)
 	}
@@ -142,7 +156,7 @@ func serveLocal(h http.Handler) (url string, stop func(), err error) {
 // startBuiltin starts the built-in resource server name in this process.
 // storeURL is memory or redis://…; ttl the sessions' lifetime after their last write.
 func startBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (string, func(), error) {
-	h, err := newBuiltin(ctx, name, storeURL, ttl)
+	h, err := newBuiltin(ctx, name, storeURL, ttl, nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -166,8 +180,8 @@ func (b builtinServer) Close() error {
 }
 
 // newBuiltin opens the session store at storeURL (keys prefixed with the server's name) and
-// the named server on it.
-func newBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (*builtinServer, error) {
+// the named server on it; key signs its cookies (nil: a key kept in the store).
+func newBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration, key []byte) (*builtinServer, error) {
 	if !slices.Contains(servers.Names(), name) {
 		return nil, fmt.Errorf("unknown built-in server %q (built-in: %s)", name, strings.Join(servers.Names(), ", "))
 	}
@@ -175,7 +189,7 @@ func newBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (
 	if err != nil {
 		return nil, err
 	}
-	srv, err := servers.New(name, servers.Options{Store: st})
+	srv, err := servers.New(name, servers.Options{Store: st, Key: key})
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -40,12 +40,16 @@ type Builtin struct {
 }
 
 // NewHandler returns the server b as an http.Handler keeping its sessions in st. Its cookie key
-// is the store's secret "cookie:<name>", so that handlers sharing a store (e.g. Redis) accept
-// each other's cookies.
-func NewHandler(ctx context.Context, b Builtin, st store.Store) (*Handler, error) {
-	key, err := st.Secret(ctx, "cookie:"+b.Name)
-	if err != nil {
-		return nil, fmt.Errorf("%s: session key: %w", b.Name, err)
+// is key, or when key is nil the store's secret "cookie:<name>", so that handlers sharing a
+// store (e.g. Redis) accept each other's cookies.
+func NewHandler(ctx context.Context, b Builtin, st store.Store, key []byte) (*Handler, error) {
+	if key == nil {
+		var err error
+		if key, err = st.Secret(ctx, "cookie:"+b.Name); err != nil {
+			return nil, fmt.Errorf("%s: session key: %w", b.Name, err)
+		}
+	} else if len(key) < MinKeySize {
+		return nil, fmt.Errorf("%s: session key of %d bytes: want at least %d", b.Name, len(key), MinKeySize)
 	}
 	cookieName := b.Class + "___" + b.Name
 	return &Handler{

@@ -16,7 +16,14 @@ type Options struct {
 	// TTL is the session lifetime after its last write for the store New opens when Store is
 	// nil; 0 means store.DefaultTTL.
 	TTL time.Duration
+	// Key signs the session cookies (at least MinKeySize bytes), e.g. read from a mounted
+	// Kubernetes Secret, so that who may write the store cannot sign cookies. nil: the store's
+	// shared secret "cookie:<name>", created in the store on first use.
+	Key []byte
 }
+
+// MinKeySize is the least length of Options.Key.
+const MinKeySize = 32
 
 // Server is one built-in resource server, an http.Handler.
 type Server struct {
@@ -40,7 +47,7 @@ func New(ctx context.Context, b Builtin, opts Options) (*Server, error) {
 		st = store.NewMemory(store.Options{Prefix: b.Name, TTL: opts.TTL})
 		own = st
 	}
-	h, err := NewHandler(ctx, b, st)
+	h, err := NewHandler(ctx, b, st, opts.Key)
 	if err != nil {
 		if own != nil {
 			own.Close()
