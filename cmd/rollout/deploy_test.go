@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -51,7 +52,12 @@ type kustomization struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName"`
 		NewTag  string `json:"newTag"`
+		Digest  string `json:"digest"`
 	} `json:"images"`
+	SecretGenerator []struct {
+		Name string   `json:"name"`
+		Envs []string `json:"envs"`
+	} `json:"secretGenerator"`
 }
 
 // podMonitor is the part of the Prometheus Operator's PodMonitor the example uses.
@@ -74,6 +80,7 @@ type manifests struct {
 	services    map[string]*corev1.Service
 	jobs        map[string]*batchv1.Job
 	pvcs        map[string]*corev1.PersistentVolumeClaim
+	netpols     map[string]*networkingv1.NetworkPolicy
 	monitors    []*podMonitor
 	files       map[string][]string // file → "Kind/name" of its objects
 }
@@ -91,7 +98,7 @@ func strict(t *testing.T, where string, doc []byte, v any) {
 func readManifests(t *testing.T) manifests {
 	t.Helper()
 	m := manifests{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{}, jobs: map[string]*batchv1.Job{},
-		pvcs: map[string]*corev1.PersistentVolumeClaim{}, files: map[string][]string{}}
+		pvcs: map[string]*corev1.PersistentVolumeClaim{}, netpols: map[string]*networkingv1.NetworkPolicy{}, files: map[string][]string{}}
 	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s: %v", deployDir, err)
@@ -136,6 +143,10 @@ func readManifests(t *testing.T) manifests {
 				o := new(batchv1.Job)
 				strict(t, where, []byte(doc), o)
 				name, m.jobs[o.Name] = o.Name, o
+			case "networking.k8s.io/v1 NetworkPolicy":
+				o := new(networkingv1.NetworkPolicy)
+				strict(t, where, []byte(doc), o)
+				name, m.netpols[o.Name] = o.Name, o
 			case "monitoring.coreos.com/v1 PodMonitor":
 				o := new(podMonitor)
 				strict(t, where, []byte(doc), o)
@@ -382,7 +393,13 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(k.Images) != 1 || k.Images[0].Name != "rollout" {
 		t.Fatalf("kustomization.yaml images: %+v", k.Images)
 	}
-	fullImage := k.Images[0].NewName + ":" + k.Images[0].NewTag
+	if im := k.Images[0]; im.NewTag == "latest" || (im.NewTag == "" && im.Digest == "") {
+		t.Errorf("kustomization.yaml: image %+v: want a tag other than latest, or a digest", im)
+	}
+	// Redis's password and the cookie key come from a generated Secret, of a file not in git.
+	if len(k.SecretGenerator) != 1 || k.SecretGenerator[0].Name != secretName || len(k.SecretGenerator[0].Envs) != 1 {
+		t.Fatalf("kustomization.yaml secretGenerator: %+v, want %s", k.SecretGenerator, secretName)
+	}
 
 	// The resource server: rollout serve's own parser reads its args; its readiness and
 	// liveness probes ask the server for a path it answers; its Service reaches its port; its
@@ -395,9 +412,20 @@ func TestKubernetesManifests(t *testing.T) {
 	if c.Image != "rollout" || len(c.Command) > 0 || c.Args[0] != "serve" {
 		t.Fatalf("resource server: image %q, command %q, args %q: want the image's entrypoint with args serve ...", c.Image, c.Command, c.Args)
 	}
-	sa, err := parseServe(c.Args[1:], quiet())
+	// What the kubelet does: $(REDIS_PASSWORD) is the Secret's value, the key file is the
+	// Secret's item mounted.
+	serveArgs := kubeletArgs(t, c, rs.Spec.Template.Spec, map[string]string{"redis-password": "pw", "session-key": strings.Repeat("k", 64)})
+	sa, err := parseServe(serveArgs[1:], quiet())
 	if err != nil {
-		t.Fatalf("resource server args %q: %v", c.Args, err)
+		t.Fatalf("resource server args %q: %v", serveArgs, err)
+	}
+	if !slices.Contains(c.Args, "--session-key-file") || len(sa.key) < 32 {
+		t.Errorf("resource server: want --session-key-file from the Secret, not a key kept in Redis: %q", c.Args)
+	}
+	if u, err := url.Parse(sa.storeURL); err != nil || u.User == nil {
+		t.Errorf("resource server: --session-store %s without the Redis password", sa.storeURL)
+	} else if pw, _ := u.User.Password(); pw != "pw" {
+		t.Errorf("resource server: --session-store %s: the password is not the Secret's", sa.storeURL)
 	}
 	srvPort := portOf(t, sa.addr)
 	if containerPort(t, c, "http") != srvPort {
@@ -418,9 +446,47 @@ func TestKubernetesManifests(t *testing.T) {
 	if port, _ := serviceFor(t, m, "resource-server"); port == 0 {
 		t.Error("resource-server Service without a port")
 	}
-	redis := m.deployments["redis"].Spec.Template.Spec.Containers[0]
+	redisPod := m.deployments["redis"].Spec.Template
+	redis := redisPod.Spec.Containers[0]
 	if redis.ReadinessProbe == nil || redis.ReadinessProbe.Exec == nil {
 		t.Error("redis: want a readiness probe")
+	}
+	ra := kubeletArgs(t, redis, redisPod.Spec, map[string]string{"redis-password": "pw"})
+	if i := slices.Index(ra, "--requirepass"); i < 0 || i+1 >= len(ra) || ra[i+1] != "pw" {
+		t.Errorf("redis: want --requirepass with the Secret's password: %q", redis.Args)
+	}
+	authed := false
+	for _, ev := range redis.Env {
+		authed = authed || (ev.Name == "REDISCLI_AUTH" && ev.ValueFrom != nil && ev.ValueFrom.SecretKeyRef != nil)
+	}
+	if !authed {
+		t.Error("redis: the readiness probe's redis-cli needs REDISCLI_AUTH")
+	}
+	// Only the resource server's pods reach Redis.
+	np := m.netpols["redis"]
+	if np == nil {
+		t.Fatal("no NetworkPolicy for redis")
+	}
+	if sel, _ := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); !sel.Matches(labels.Set(redisPod.Labels)) || len(np.Spec.Ingress) != 1 {
+		t.Errorf("NetworkPolicy redis: does not select the Redis pods with one ingress rule: %+v", np.Spec)
+	} else {
+		for _, peer := range np.Spec.Ingress[0].From {
+			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil || peer.PodSelector == nil || len(peer.PodSelector.MatchLabels) == 0 || peer.NamespaceSelector != nil || peer.IPBlock != nil {
+				t.Errorf("NetworkPolicy redis: a peer other than pods of this namespace: %+v", peer)
+				continue
+			}
+			for name, d := range m.deployments {
+				if sel.Matches(labels.Set(d.Spec.Template.Labels)) != (name == "resource-server") {
+					t.Errorf("NetworkPolicy redis: %s's pods: allowed %v", name, sel.Matches(labels.Set(d.Spec.Template.Labels)))
+				}
+			}
+			for name, j := range m.jobs {
+				if sel.Matches(labels.Set(j.Spec.Template.Labels)) {
+					t.Errorf("NetworkPolicy redis: Job %s's pods may reach Redis", name)
+				}
+			}
+		}
 	}
 
 	// The simulator, standing in for the model: rollout sim's parser reads its args, and its
@@ -551,8 +617,8 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatal("no Job rollout-merge")
 	}
 	c = mj.Spec.Template.Spec.Containers[0]
-	if c.Image != fullImage {
-		t.Errorf("rollout-merge (applied without kustomize) runs %s, the kustomization's image is %s", c.Image, fullImage)
+	if c.Image != "rollout" {
+		t.Errorf("rollout-merge runs %s: want rollout, which merge.sh replaces with the shards' image", c.Image)
 	}
 	ma, err := parseMerge(c.Args[1:], quiet())
 	if err != nil || c.Args[0] != "merge" {
@@ -586,4 +652,56 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("rollout-merge's pods lack %s=%s", key, v)
 		}
 	}
+}
+
+// secretName is the Secret of Redis's password and the cookie key (kustomization.yaml).
+const secretName = "rollout-secrets"
+
+// kubeletArgs are c's args as the kubelet runs them: $(VAR) replaced by the value of c's env
+// VAR (from secret, by the key of secretName it names), and a path under a volume mount of
+// secretName replaced by a file holding that key's value.
+func kubeletArgs(t *testing.T, c corev1.Container, pod corev1.PodSpec, secret map[string]string) []string {
+	t.Helper()
+	vars := map[string]string{}
+	for _, ev := range c.Env {
+		if r := ev.ValueFrom; r != nil && r.SecretKeyRef != nil {
+			if r.SecretKeyRef.Name != secretName {
+				t.Fatalf("%s: env %s from Secret %s, want %s", c.Name, ev.Name, r.SecretKeyRef.Name, secretName)
+			}
+			v, ok := secret[r.SecretKeyRef.Key]
+			if !ok {
+				t.Fatalf("%s: env %s from key %q of %s, which has none", c.Name, ev.Name, r.SecretKeyRef.Key, secretName)
+			}
+			vars[ev.Name] = v
+		}
+	}
+	files := map[string]string{} // mounted path → a local file of the same content
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name != vm.Name || v.Secret == nil {
+				continue
+			}
+			if v.Secret.SecretName != secretName {
+				t.Fatalf("%s: volume %s of Secret %s, want %s", c.Name, v.Name, v.Secret.SecretName, secretName)
+			}
+			for _, it := range v.Secret.Items {
+				local := filepath.Join(t.TempDir(), path.Base(it.Path))
+				if err := os.WriteFile(local, []byte(secret[it.Key]+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				files[path.Join(vm.MountPath, it.Path)] = local
+			}
+		}
+	}
+	args := slices.Clone(c.Args)
+	for i, a := range args {
+		for k, v := range vars {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		if local, ok := files[a]; ok {
+			a = local
+		}
+		args[i] = a
+	}
+	return args
 }
