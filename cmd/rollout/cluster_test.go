@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,5 +255,49 @@ func TestSessionKeyFileKeepsTheKeyOutOfTheStore(t *testing.T) {
 		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "rollout: serve: --session-key-file") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%s: exit %d: %s", file, r.code, r.stderr)
 		}
+	}
+}
+
+// A --out the run's user may not write (a ReadWriteMany volume's root-owned 0755 directory, the
+// shards running as uid 65532: fsGroup not applied) is one line that says what to set, exit
+// 2, nothing created. As root the test runs rollout as uid 65532, as the pods do.
+func TestOutPermissionDeniedSaysWhatToSet(t *testing.T) {
+	shared, err := os.MkdirTemp("", "rollout-perm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	// The binary and the input where any user may read them; the volume's directory
+	// root-owned (or this user's) and 0555 to others.
+	bin := filepath.Join(shared, "rollout")
+	b, err := os.ReadFile(buildRollout(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	volume := filepath.Join(shared, "results")
+	for _, err := range []error{os.WriteFile(bin, b, 0o755), os.WriteFile(filepath.Join(shared, "tasks.jsonl"), []byte(readFile(t, weatherRows(t, 2, ""))), 0o644),
+		os.Mkdir(volume, 0o755), os.Chmod(shared, 0o755)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "run", "--input", filepath.Join(shared, "tasks.jsonl"), "--out", filepath.Join(volume, "run", "shard-0"),
+		"--model-url", "builtin:sim", "--server", "builtin:example_single_tool_call", "--quiet")
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+	} else if err := os.Chmod(volume, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cmd.Run()
+	code := cmd.ProcessState.ExitCode()
+	msg := stderr.String()
+	if code != exitUsage || strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, "rollout: --out "+filepath.Join(volume, "run", "shard-0")) ||
+		!strings.Contains(msg, "permission denied") || !strings.Contains(msg, "fsGroup") || !strings.Contains(msg, "runAsUser") {
+		t.Errorf("exit %d: %s", code, msg)
+	}
+	if entries, _ := os.ReadDir(volume); len(entries) != 0 {
+		t.Errorf("the run left %v in the volume", entries)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -574,6 +575,11 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 	case rundir.OutputOverlaps:
 		return nil, badUsage("%v", pe.Err)
 	case rundir.DirUnusable:
+		if errors.Is(pe.Err, fs.ErrPermission) {
+			return nil, badUsage("--out %s: %v: rollout runs as uid %d gid %d, which may not write there; make the directory writable by it "+
+				"(on Kubernetes a ReadWriteMany volume's CSI driver often ignores fsGroup: set the owner on the share, e.g. an NFS export's anonuid/anongid, "+
+				"or the pods' runAsUser/runAsGroup to its owner)", f.out, pe.Err, os.Getuid(), os.Getgid())
+		}
 		return nil, badUsage("--out %s: %v", f.out, pe.Err)
 	case rundir.Locked:
 		return nil, transientError{fmt.Errorf("--out %v", pe.Err)}
