@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -299,5 +300,57 @@ func TestOutPermissionDeniedSaysWhatToSet(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(volume); len(entries) != 0 {
 		t.Errorf("the run left %v in the volume", entries)
+	}
+}
+
+// A shard's metrics say what it plans and what is left, while it runs: shard 1/2 of 5 tasks
+// with 2 arms plans 4 rollouts, none recorded while the model holds every call.
+func TestShardMetricsPlannedRemaining(t *testing.T) {
+	release := make(chan struct{})
+	m := newFakeModel(t, func(w http.ResponseWriter, _ map[string]any, _ int64) {
+		<-release
+		writeChat(w, "done")
+	})
+	port, err := testnet.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	done := make(chan result)
+	go func() {
+		done <- runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 5, ""), "--out", t.TempDir(), "--model-url", m.URL+"/v1",
+			"--model", "m", "--server", "builtin:example_single_tool_call", "--arms", "single,multi", "--shard", "1/2", "--quiet", "--metrics-addr", addr)
+	}()
+	metric := func(text, name string) string {
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	var text string
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			text = string(b)
+			if metric(text, "rollout_rollouts_in_flight") == "4" {
+				break
+			}
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the run ended first: exit %d: %s", r.code, r.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if p, rem := metric(text, "rollout_rollouts_planned"), metric(text, "rollout_rollouts_remaining"); p != "4" || rem != "4" {
+		t.Errorf("planned %q remaining %q, want 4 and 4", p, rem)
+	}
+	close(release)
+	if r := <-done; r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 }

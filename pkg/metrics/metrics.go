@@ -35,19 +35,22 @@ var callBuckets = prometheus.ExponentialBuckets(0.005, 2, 15)
 // called from the runner's one writer goroutine); Started is safe for concurrent use, and so
 // is the RoundTripper of Transport.
 type Run struct {
-	reg      *prometheus.Registry
-	rollouts *prometheus.CounterVec
-	failures *prometheus.CounterVec
-	tokens   *prometheus.CounterVec
-	inFlight prometheus.Gauge
-	reward   prometheus.Gauge
-	scored   prometheus.Counter
-	calls    *prometheus.HistogramVec
-	info     *prometheus.GaugeVec
+	reg       *prometheus.Registry
+	rollouts  *prometheus.CounterVec
+	failures  *prometheus.CounterVec
+	tokens    *prometheus.CounterVec
+	inFlight  prometheus.Gauge
+	reward    prometheus.Gauge
+	scored    prometheus.Counter
+	calls     *prometheus.HistogramVec
+	info      *prometheus.GaugeVec
+	planned   prometheus.Gauge
+	remaining prometheus.Gauge
 
 	mu   sync.Mutex
 	n    int
 	mean float64
+	left int // rollouts of the plan without a record; -1: not known
 }
 
 // NewRun registers a run's metrics in a registry of its own (with the Go runtime's and the
@@ -74,7 +77,13 @@ func NewRun() *Run {
 			Buckets: callBuckets}, []string{"kind", "endpoint"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rollout_info",
 			Help: "1, with the run's config hash (manifest.json's config_sha256) and shard (I/N; empty for a whole run)."}, []string{"config_hash", "shard"}),
+		planned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rollout_rollouts_planned",
+			Help: "Rollouts the run (this shard) plans in all, those recorded before a resume included; -1 when the input cannot be counted (stdin)."}),
+		remaining: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rollout_rollouts_remaining",
+			Help: "Rollouts of the plan without a record yet: 0 when the run (this shard) is done; with the shard label of rollout_info, the straggler shards."}),
 	}
+	r.SetPlan(-1, 0) // until the run knows its plan
+	reg.MustRegister(r.planned, r.remaining)
 	reg.MustRegister(r.rollouts, r.failures, r.tokens, r.inFlight, r.reward, r.scored, r.calls, r.info,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rollout_retries_total",
 			Help: "HTTP requests sent again after a 429, a 5xx or a transport error (model and resource-server calls)."},
@@ -91,6 +100,20 @@ func (r *Run) SetInfo(configHash, shard string) {
 	r.info.WithLabelValues(configHash, shard).Set(1)
 }
 
+// SetPlan sets rollout_rollouts_planned to planned (-1: not known) and
+// rollout_rollouts_remaining to planned less done, the rollouts that already have a record;
+// each record written then takes one off the remaining.
+func (r *Run) SetPlan(planned, done int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.planned.Set(float64(planned))
+	r.left = -1
+	if planned >= 0 {
+		r.left = max(planned-done, 0)
+	}
+	r.remaining.Set(float64(r.left))
+}
+
 // Started counts a rollout that started: it is in flight until its record is written.
 func (r *Run) Started() { r.inFlight.Inc() }
 
@@ -98,6 +121,12 @@ func (r *Run) Started() { r.inFlight.Inc() }
 func (r *Run) Write(res *record.Result) error {
 	rec := &res.Record
 	r.inFlight.Dec()
+	r.mu.Lock()
+	if r.left > 0 {
+		r.left--
+		r.remaining.Set(float64(r.left))
+	}
+	r.mu.Unlock()
 	term := rec.Termination
 	if term == "" {
 		term = "none" // a bad_task record: the rollout never ran

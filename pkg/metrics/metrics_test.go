@@ -313,3 +313,46 @@ func TestRunMetricsTakeAnyRecord(t *testing.T) {
 		}
 	}
 }
+
+// rollout_rollouts_planned and rollout_rollouts_remaining: the plan (those recorded before a
+// resume included) and what of it has no record yet, one less per record; -1 before the plan
+// is known or when it cannot be (stdin).
+func TestPlannedAndRemaining(t *testing.T) {
+	r := metrics.NewRun()
+	get := func(name string) float64 {
+		fams, err := r.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			byName[f.GetName()] = f
+		}
+		v, found := value(byName, name, nil)
+		if !found {
+			t.Fatalf("no %s", name)
+		}
+		return v
+	}
+	if p, rem := get("rollout_rollouts_planned"), get("rollout_rollouts_remaining"); p != -1 || rem != -1 {
+		t.Errorf("before the plan: planned %v remaining %v, want -1 and -1", p, rem)
+	}
+	r.SetPlan(10, 3) // a resume: 3 of 10 have a record
+	for i := range 8 {
+		r.Started()
+		if err := r.Write(&record.Result{Record: record.Record{Arm: "multi", Termination: "completed"}}); err != nil {
+			t.Fatal(err)
+		}
+		if want := float64(max(7-(i+1), 0)); get("rollout_rollouts_remaining") != want {
+			t.Errorf("after %d records: remaining %v, want %v", i+1, get("rollout_rollouts_remaining"), want)
+		}
+	}
+	if get("rollout_rollouts_planned") != 10 {
+		t.Errorf("planned %v, want 10", get("rollout_rollouts_planned"))
+	}
+	r.SetPlan(-1, 0)
+	r.Write(&record.Result{Record: record.Record{Arm: "multi", Termination: "completed"}})
+	if get("rollout_rollouts_remaining") != -1 {
+		t.Errorf("stdin: remaining %v, want -1", get("rollout_rollouts_remaining"))
+	}
+}
