@@ -54,12 +54,19 @@ func (s Shard) Validate() error {
 	return nil
 }
 
+// SlurmArrayEnv is the environment variable --shard auto/N reads the shard's index from when
+// ShardIndexEnv is not set: the task id Slurm gives each task of a job array (sbatch
+// --array), less $SLURM_ARRAY_TASK_MIN, so that --array=1-4 is shards 0 to 3 too.
+const SlurmArrayEnv = "SLURM_ARRAY_TASK_ID"
+
 // ParseShard reads "I/N" or "auto/N", where auto is the integer in the environment variable
-// ShardIndexEnv (getenv looks it up).
+// ShardIndexEnv (a Kubernetes Indexed Job's pod) or else SlurmArrayEnv (a Slurm array task),
+// which getenv looks up. A Slurm array of another size than N ($SLURM_ARRAY_TASK_COUNT) is
+// refused: its tasks would not cover the shards.
 func ParseShard(v string, getenv func(string) string) (Shard, error) {
 	is, ns, ok := strings.Cut(v, "/")
 	if !ok {
-		return Shard{}, fmt.Errorf("%q: want I/N (shard I of N, 0 <= I < N) or auto/N (I from $%s)", v, ShardIndexEnv)
+		return Shard{}, fmt.Errorf("%q: want I/N (shard I of N, 0 <= I < N) or auto/N (I from $%s or $%s)", v, ShardIndexEnv, SlurmArrayEnv)
 	}
 	n, err := strconv.Atoi(ns)
 	if err != nil || n < 1 {
@@ -67,11 +74,31 @@ func ParseShard(v string, getenv func(string) string) (Shard, error) {
 	}
 	from := ""
 	if is == "auto" {
-		is = getenv(ShardIndexEnv)
-		if is == "" {
-			return Shard{}, fmt.Errorf("%q: $%s is not set (Kubernetes sets it in the pods of an Indexed Job); give I/N instead", v, ShardIndexEnv)
+		switch {
+		case getenv(ShardIndexEnv) != "":
+			is = getenv(ShardIndexEnv)
+			from = fmt.Sprintf(" ($%s)", ShardIndexEnv)
+		case getenv(SlurmArrayEnv) != "":
+			id, err := strconv.Atoi(getenv(SlurmArrayEnv))
+			if err != nil {
+				return Shard{}, fmt.Errorf("%q: $%s %q is not an integer", v, SlurmArrayEnv, getenv(SlurmArrayEnv))
+			}
+			from = fmt.Sprintf(" ($%s)", SlurmArrayEnv)
+			if m := getenv("SLURM_ARRAY_TASK_MIN"); m != "" {
+				lo, err := strconv.Atoi(m)
+				if err != nil {
+					return Shard{}, fmt.Errorf("%q: $SLURM_ARRAY_TASK_MIN %q is not an integer", v, m)
+				}
+				id -= lo
+				from = fmt.Sprintf(" ($%s %s less $SLURM_ARRAY_TASK_MIN %s)", SlurmArrayEnv, getenv(SlurmArrayEnv), m)
+			}
+			if c := getenv("SLURM_ARRAY_TASK_COUNT"); c != "" && c != ns {
+				return Shard{}, fmt.Errorf("%q: the Slurm array has $SLURM_ARRAY_TASK_COUNT %s tasks, not %d: give sbatch --array=0-%d", v, c, n, n-1)
+			}
+			is = strconv.Itoa(id)
+		default:
+			return Shard{}, fmt.Errorf("%q: neither $%s (Kubernetes sets it in the pods of an Indexed Job) nor $%s (Slurm, in the tasks of a job array) is set; give I/N instead", v, ShardIndexEnv, SlurmArrayEnv)
 		}
-		from = fmt.Sprintf(" ($%s)", ShardIndexEnv)
 	}
 	i, err := strconv.Atoi(is)
 	if err != nil || i < 0 || i >= n {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -92,11 +93,42 @@ func TestParseShard(t *testing.T) {
 		{"1/0", "", Shard{}, `N "0" is not a count`},
 		{"1", "", Shard{}, "want I/N"},
 		{"a/b", "", Shard{}, `N "b"`},
-		{"auto/4", "", Shard{}, "$JOB_COMPLETION_INDEX is not set"},
+		{"auto/4", "", Shard{}, "neither $JOB_COMPLETION_INDEX (Kubernetes sets it in the pods of an Indexed Job) nor $SLURM_ARRAY_TASK_ID"},
 		{"auto/4", "7", Shard{}, `index "7" ($JOB_COMPLETION_INDEX): want an integer from 0 to 3`},
 		{"auto/4", "x", Shard{}, `index "x" ($JOB_COMPLETION_INDEX)`},
 	} {
 		got, err := ParseShard(tc.arg, env(tc.env))
+		check(t, tc.arg, tc.env, got, err, tc.want, tc.err)
+	}
+	// Slurm: the array task's id, less the array's first id; an array of another size is
+	// refused. JOB_COMPLETION_INDEX, when set, wins.
+	for _, tc := range []struct {
+		arg  string
+		env  map[string]string
+		want Shard
+		err  string
+	}{
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "4"}, Shard{3, 4}, ""},
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, Shard{0, 4}, ""},
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "2"}, Shard{2, 4}, ""},
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "2", "JOB_COMPLETION_INDEX": "1"}, Shard{1, 4}, ""},
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "8"}, Shard{}, "the Slurm array has $SLURM_ARRAY_TASK_COUNT 8 tasks, not 4: give sbatch --array=0-3"},
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "1"}, Shard{}, `index "4" ($SLURM_ARRAY_TASK_ID 5 less $SLURM_ARRAY_TASK_MIN 1): want an integer from 0 to 3`},
+		{"auto/4", map[string]string{"SLURM_ARRAY_TASK_ID": "x"}, Shard{}, `$SLURM_ARRAY_TASK_ID "x" is not an integer`},
+	} {
+		got, err := ParseShard(tc.arg, func(k string) string { return tc.env[k] })
+		check(t, tc.arg, fmt.Sprint(tc.env), got, err, tc.want, tc.err)
+	}
+}
+
+func check(t *testing.T, arg, env string, got Shard, err error, want Shard, wantErr string) {
+	t.Helper()
+	tc := struct {
+		arg, env string
+		want     Shard
+		err      string
+	}{arg, env, want, wantErr}
+	{
 		switch {
 		case tc.err == "" && err != nil:
 			t.Errorf("%s: %v", tc.arg, err)
