@@ -48,7 +48,7 @@ func (r resumeFlag) Set(v string) error {
 // shardFlags registers --shard and --resume into f.
 func shardFlags(fs *flag.FlagSet, f *runFlags) {
 	fs.Var(resumeFlag{&f.resume, &f.resumeAuto}, "resume", "finish the run in --out, by its own flags (=auto: if any; else start)")
-	fs.StringVar(&f.shardArg, "shard", "", "shard `I/N`: tasks of index I mod N; auto/N: I from $JOB_COMPLETION_INDEX or $SLURM_ARRAY_TASK_ID")
+	fs.StringVar(&f.shardArg, "shard", "", "shard `I/N`: tasks of index I mod N; auto/N: I from the Job or Slurm array")
 }
 
 // resolveShard reads --shard into f.shard, once --resume has set it from the manifest when it
