@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/pkg/record"
@@ -199,7 +200,7 @@ func TestScaleDemo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var p expfmt.TextParser
+		p := expfmt.NewTextParser(model.UTF8Validation)
 		fams, err := p.TextToMetricFamilies(resp.Body)
 		resp.Body.Close()
 		if err != nil {
