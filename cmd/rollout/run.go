@@ -819,10 +819,9 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 var runHelp = commandHelp{
 	usage: "rollout run --input FILE --model-url URL --model NAME --server URL [flags]\n       rollout run --resume --out DIR [flags]",
 	about: `Runs every task of a NeMo Gym JSONL file as multi-step tool-using rollouts: the model behind an
-OpenAI-compatible API calls the tools of the task's resource server, which verifies the result and
-returns a reward. Before it writes anything it checks that the endpoint lists --model and that
-every server answers. Results go to --out: journal.jsonl (crash-safe), rollouts.parquet,
-trajectories.jsonl, summary.json, evaluation.json; the summary to stdout, failures to stderr.`,
+OpenAI-compatible API calls the tools of the task's resource server, which verifies and rewards.
+First it checks that the endpoint lists --model and every server answers. Results: --out's
+journal.jsonl, rollouts.parquet, trajectories.jsonl, summary.json; the summary on stdout.`,
 	groups: []flagGroup{
 		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
 		{title: "Model", names: []string{"model-url", "model", "tool-mode", "max-model-answer", "capture-tokens"}},
