@@ -49,7 +49,8 @@ func modelByName(dead func(n int64) bool) func(w http.ResponseWriter, req map[st
 	}
 }
 
-// A model that dies mid-run: exit 4, and the error says how to run the failed rollouts again;
+// A model that dies mid-run: exit 5 (its 500s are transient), and the error says how to run the
+// failed rollouts again;
 // that command, once the model is back, finishes the run.
 func TestModelDiesMidRunHint(t *testing.T) {
 	var revived atomic.Bool
@@ -58,8 +59,8 @@ func TestModelDiesMidRunHint(t *testing.T) {
 	input := weatherRows(t, 10, "")
 	r := runCLI(t, context.Background(), nil, "run", "--input", input, "--out", dir, "--model-url", m.URL+"/v1", "--model", "right",
 		"--server", "builtin:example_single_tool_call", "--concurrency", "1", "--retries", "0", "--quiet")
-	if r.code != exitFailures {
-		t.Fatalf("exit %d, want %d\n%s", r.code, exitFailures, r.stderr)
+	if r.code != exitTransient {
+		t.Fatalf("exit %d, want %d\n%s", r.code, exitTransient, r.stderr)
 	}
 	hint := "Fix the cause, then run the 7 failed rollouts again (the others are kept): rollout run --resume --retry-failed --out " + dir
 	if !strings.Contains(r.stderr, hint) {

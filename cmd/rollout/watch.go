@@ -125,11 +125,11 @@ func checkFailures(sum report.Summary, limit failureLimit, out string) error {
 			transient = false
 		}
 	}
-	switch {
-	case transient:
-		msg += "; every failure is of a transient class: the same command with --resume=auto runs them again"
-	case retryable > 0:
+	if retryable > 0 {
 		msg += fmt.Sprintf(". Fix the cause, then run the %d failed rollouts again (the others are kept): rollout run --resume --retry-failed --out %s", retryable, out)
+	}
+	if transient {
+		msg += "; every failure is transient (exit 5): the same command with --resume=auto runs them again"
 	}
 	return failuresError{msg: msg, transient: transient}
 }
