@@ -30,6 +30,9 @@ func TestManifestsPodSecurityRestricted(t *testing.T) {
 	for name, d := range m.deployments {
 		pods["Deployment/"+name] = d.Spec.Template
 	}
+	for name, s := range m.statefuls {
+		pods["StatefulSet/"+name] = s.Spec.Template
+	}
 	for name, j := range m.jobs {
 		pods["Job/"+name] = j.Spec.Template
 		if j.Spec.TTLSecondsAfterFinished == nil {
@@ -55,7 +58,7 @@ func TestManifestsPodSecurityRestricted(t *testing.T) {
 		}
 	}
 	// The check has teeth: the pods as they were (no seccomp profile) are refused.
-	p := m.deployments["model-sim"].Spec.Template.DeepCopy()
+	p := m.statefuls["model-sim"].Spec.Template.DeepCopy()
 	p.Spec.SecurityContext.SeccompProfile = nil
 	if res := policy.AggregateCheckResults(eval.EvaluatePod(lv, &p.ObjectMeta, &p.Spec)); res.Allowed {
 		t.Error("a pod without a seccomp profile passes restricted")

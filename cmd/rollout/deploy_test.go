@@ -77,6 +77,7 @@ type podMonitor struct {
 // manifests are the decoded objects of deploy/kubernetes, by kind.
 type manifests struct {
 	deployments map[string]*appsv1.Deployment
+	statefuls   map[string]*appsv1.StatefulSet
 	services    map[string]*corev1.Service
 	jobs        map[string]*batchv1.Job
 	pvcs        map[string]*corev1.PersistentVolumeClaim
@@ -97,7 +98,7 @@ func strict(t *testing.T, where string, doc []byte, v any) {
 
 func readManifests(t *testing.T) manifests {
 	t.Helper()
-	m := manifests{deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{}, jobs: map[string]*batchv1.Job{},
+	m := manifests{deployments: map[string]*appsv1.Deployment{}, statefuls: map[string]*appsv1.StatefulSet{}, services: map[string]*corev1.Service{}, jobs: map[string]*batchv1.Job{},
 		pvcs: map[string]*corev1.PersistentVolumeClaim{}, netpols: map[string]*networkingv1.NetworkPolicy{}, files: map[string][]string{}}
 	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -139,6 +140,10 @@ func readManifests(t *testing.T) manifests {
 				o := new(appsv1.Deployment)
 				strict(t, where, []byte(doc), o)
 				name, m.deployments[o.Name] = o.Name, o
+			case "apps/v1 StatefulSet":
+				o := new(appsv1.StatefulSet)
+				strict(t, where, []byte(doc), o)
+				name, m.statefuls[o.Name] = o.Name, o
 			case "batch/v1 Job":
 				o := new(batchv1.Job)
 				strict(t, where, []byte(doc), o)
@@ -324,21 +329,37 @@ func serviceFor(t *testing.T, m manifests, name string) (port int32, pods corev1
 		t.Fatalf("no Service %q", name)
 	}
 	var matched []string
+	workloads := map[string]struct {
+		sel  *metav1.LabelSelector
+		pods corev1.PodTemplateSpec
+	}{}
 	for dn, d := range m.deployments {
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		workloads["Deployment "+dn] = struct {
+			sel  *metav1.LabelSelector
+			pods corev1.PodTemplateSpec
+		}{d.Spec.Selector, d.Spec.Template}
+	}
+	for sn, s := range m.statefuls {
+		workloads["StatefulSet "+sn] = struct {
+			sel  *metav1.LabelSelector
+			pods corev1.PodTemplateSpec
+		}{s.Spec.Selector, s.Spec.Template}
+	}
+	for dn, d := range workloads {
+		sel, err := metav1.LabelSelectorAsSelector(d.sel)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-			t.Errorf("Deployment %s: its selector does not select its own pods", dn)
+		if !sel.Matches(labels.Set(d.pods.Labels)) {
+			t.Errorf("%s: its selector does not select its own pods", dn)
 		}
 		all := true
 		for k, v := range svc.Spec.Selector {
-			all = all && d.Spec.Template.Labels[k] == v
+			all = all && d.pods.Labels[k] == v
 		}
 		if all && len(svc.Spec.Selector) > 0 {
 			matched = append(matched, dn)
-			pods = d.Spec.Template
+			pods = d.pods
 		}
 	}
 	if len(matched) != 1 || len(svc.Spec.Ports) != 1 {
@@ -359,7 +380,20 @@ func serviceURL(t *testing.T, m manifests, what, raw string) {
 	if err != nil {
 		t.Fatalf("%s %s: %v", what, raw, err)
 	}
-	port, _ := serviceFor(t, m, u.Hostname())
+	host := u.Hostname()
+	// POD.SERVICE: a replica of a StatefulSet by its own name, through its headless Service.
+	if pod, svc, ok := strings.Cut(host, "."); ok {
+		s := m.statefuls[strings.TrimRight(strings.TrimRightFunc(pod, func(r rune) bool { return r >= '0' && r <= '9' }), "-")]
+		ord, err := strconv.Atoi(pod[strings.LastIndex(pod, "-")+1:])
+		if s == nil || err != nil || s.Spec.ServiceName != svc || s.Spec.Replicas == nil || ord >= int(*s.Spec.Replicas) {
+			t.Fatalf("%s %s: %s is not a replica of a StatefulSet served by %s", what, raw, pod, svc)
+		}
+		if m.services[svc] == nil || m.services[svc].Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("%s %s: Service %s is not headless", what, raw, svc)
+		}
+		host = svc
+	}
+	port, _ := serviceFor(t, m, host)
 	if strconv.Itoa(int(port)) != u.Port() {
 		t.Errorf("%s %s: Service %s listens on %d", what, raw, u.Hostname(), port)
 	}
@@ -481,6 +515,11 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Errorf("NetworkPolicy redis: %s's pods: allowed %v", name, sel.Matches(labels.Set(d.Spec.Template.Labels)))
 				}
 			}
+			for name, s := range m.statefuls {
+				if sel.Matches(labels.Set(s.Spec.Template.Labels)) {
+					t.Errorf("NetworkPolicy redis: StatefulSet %s's pods may reach Redis", name)
+				}
+			}
 			for name, j := range m.jobs {
 				if sel.Matches(labels.Set(j.Spec.Template.Labels)) {
 					t.Errorf("NetworkPolicy redis: Job %s's pods may reach Redis", name)
@@ -491,7 +530,10 @@ func TestKubernetesManifests(t *testing.T) {
 
 	// The simulator, standing in for the model: rollout sim's parser reads its args, and its
 	// readiness probe asks it for its model list.
-	ms := m.deployments["model-sim"]
+	ms := m.statefuls["model-sim"]
+	if ms == nil || ms.Spec.Replicas == nil || *ms.Spec.Replicas < 2 {
+		t.Fatal("model-sim: want a StatefulSet of several replicas, each its own endpoint")
+	}
 	c = ms.Spec.Template.Spec.Containers[0]
 	if c.Args[0] != "sim" {
 		t.Fatalf("model-sim args %q", c.Args)
@@ -590,7 +632,13 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("pod %d: --out %s is not on the volume at %s", i, f.out, mount)
 		}
 		outs = append(outs, f.out)
-		serviceURL(t, m, "--model-url", f.modelURL)
+		urls := strings.Split(f.modelURL, ",")
+		if len(urls) != int(*ms.Spec.Replicas) {
+			t.Errorf("pod %d: %d --model-url for %d model replicas: want one each, for rollout's routing", i, len(urls), *ms.Spec.Replicas)
+		}
+		for _, u := range urls {
+			serviceURL(t, m, "--model-url", u)
+		}
 		for _, s := range f.servers {
 			serviceURL(t, m, "--server", serverURL(s))
 		}
