@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -352,5 +353,86 @@ func TestShardMetricsPlannedRemaining(t *testing.T) {
 	close(release)
 	if r := <-done; r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// With --session-key-file, a session's state rewritten in Redis between the tool calls and the
+// verify (altered in place, or another session's value copied over it) is not scored: the
+// verify answers 409 session_tampered, and the rollout's record is a resource_server failure,
+// no reward.
+func TestTamperedSessionStateIsNotScored(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.Start(t)
+	keyFile := filepath.Join(t.TempDir(), "session-key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("cd", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := parseServe([]string{"extraction", "--session-store", url, "--session-key-file", keyFile}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newBuiltin(ctx, a.name, a.storeURL, a.ttl, a.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	// In front of the server: before each verify, the session's value in Redis is rewritten,
+	// by turns appended to in place and replaced with the previous session's value.
+	var mu sync.Mutex
+	var last []byte
+	verifies := 0
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/verify" {
+			mu.Lock()
+			for _, c := range r.Cookies() {
+				sid, _, ok := strings.Cut(c.Value, ".")
+				if !ok || !strings.HasSuffix(c.Name, "___extraction") {
+					continue
+				}
+				key := "rollout:session:extraction:" + sid
+				v, err := rc.Get(r.Context(), key).Bytes()
+				if err != nil {
+					t.Errorf("verify %d: the session's state: %v", verifies, err)
+					continue
+				}
+				forged := append(append([]byte{}, v...), ' ')
+				if verifies%2 == 1 {
+					forged = last
+				}
+				if err := rc.Set(r.Context(), key, forged, time.Minute).Err(); err != nil {
+					t.Error(err)
+				}
+				last = v
+				verifies++
+			}
+			mu.Unlock()
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	dir := t.TempDir()
+	r := runCLI(t, ctx, nil, "run", "--input", headLines(t, extractionData, 4), "--out", dir, "--model-url", "builtin:sim",
+		"--server", front.URL, "--quiet", "--concurrency", "1")
+	if r.code != exitTransient || !strings.Contains(r.stderr, "session_tampered") {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if verifies != 4 {
+		t.Errorf("%d verifies rewritten, want 4", verifies)
+	}
+	recs := readRecords(t, dir)
+	if len(recs) != 4 {
+		t.Fatalf("%d records", len(recs))
+	}
+	for _, rec := range recs {
+		if rec.HasReward || rec.FailureClass != record.FailResourceServer || !strings.Contains(rec.Error, "session_tampered") {
+			t.Errorf("task %d: reward %v (%v), %s %q", rec.TaskIndex, rec.Reward, rec.HasReward, rec.FailureClass, rec.Error)
+		}
 	}
 }

@@ -519,8 +519,10 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 	v, err := verify.Remote(ctx, sess, body, keys)
 	if err != nil {
 		var fallback record.FailureClass = record.FailVerify
-		if verify.SessionLost(err) {
-			fallback = record.FailResourceServer // the server lost the session: run it again
+		if verify.SessionLost(err) || verify.SessionTampered(err) {
+			// the server lost the session, or its state was altered in the store: not a score;
+			// run it again
+			fallback = record.FailResourceServer
 		}
 		rec.FailureClass, rec.Error = callFailure(ctx, err, fallback), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.VerifyError))

@@ -61,6 +61,14 @@ func SessionLost(err error) bool {
 	return errors.As(err, &e) && e.Status == http.StatusConflict && strings.Contains(e.Msg, "session_not_found")
 }
 
+// SessionTampered reports whether err is a resource server's 409 session_tampered: the state the
+// session store held for the session carried no valid MAC of the server's (it was altered in
+// the store, or copied from another session), so the server refused to score it.
+func SessionTampered(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusConflict && strings.Contains(e.Msg, "session_tampered")
+}
+
 // Remote posts body (the task row plus "response") to /verify and reads
 // the reward. rowKeys are the task row's top-level keys, which the server
 // may echo and which are not reward components.

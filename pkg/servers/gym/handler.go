@@ -41,7 +41,9 @@ type Builtin struct {
 
 // NewHandler returns the server b as an http.Handler keeping its sessions in st. Its cookie key
 // is key, or when key is nil the store's secret "cookie:<name>", so that handlers sharing a
-// store (e.g. Redis) accept each other's cookies.
+// store (e.g. Redis) accept each other's cookies. A key given (held outside the store) also
+// seals the sessions' state (store.Sealed): a state altered in the store, or copied there from
+// another session, is answered 409 session_tampered, never scored.
 func NewHandler(ctx context.Context, b Builtin, st store.Store, key []byte) (*Handler, error) {
 	if key == nil {
 		var err error
@@ -50,6 +52,8 @@ func NewHandler(ctx context.Context, b Builtin, st store.Store, key []byte) (*Ha
 		}
 	} else if len(key) < MinKeySize {
 		return nil, fmt.Errorf("%s: session key of %d bytes: want at least %d", b.Name, len(key), MinKeySize)
+	} else {
+		st = store.Sealed(st, key, b.Name)
 	}
 	cookieName := b.Class + "___" + b.Name
 	return &Handler{
@@ -422,6 +426,10 @@ func (e *DetailError) StatusBody() (int, []byte) {
 // writeError answers err: a StatusBodyError its status and body, validation errors 422
 // (FastAPI's shape), anything else 500.
 func writeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, store.ErrTampered) {
+		writeJSON(w, http.StatusConflict, []byte(`{"error":"session_tampered","detail":"the session store holds state for this session that no server wrote (altered in the store, or copied from another session); it is not scored"}`))
+		return
+	}
 	var serr StatusBodyError
 	if errors.As(err, &serr) {
 		status, body := serr.StatusBody()
