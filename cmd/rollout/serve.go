@@ -44,7 +44,7 @@ func parseServe(args []string, e env) (a serveArgs, err error) {
 	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
 	metricsFlag(fs, &a.metricsAddr)
-	keyFile := fs.String("session-key-file", "", "sign the session cookies with the key in `FILE` (32 bytes or more, e.g. a mounted Secret) instead of one kept in the session store")
+	keyFile := fs.String("session-key-file", "", "sign the session cookies, and MAC the session state, with the key in `FILE` (32 bytes or more, e.g. a mounted Secret) instead of one kept in the session store")
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
 	if a.name, err = parseNamed(fs, args, e); err != nil {
 		return a, err

@@ -5,10 +5,12 @@ import (
 	"github.com/rollout-dev/rollout/pkg/servers/gym/gymtest"
 	"github.com/rollout-dev/rollout/pkg/servers/nemogym"
 
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -389,4 +391,70 @@ func newServer(name string, opts gym.Options) (*gym.Server, error) {
 		return nil, fmt.Errorf("no counter server %q", name)
 	}
 	return gym.New(context.Background(), b, opts)
+}
+
+// With a session key held outside the store, a session's state altered in Redis (the count
+// rewritten) or replaced with another session's value is answered 409 session_tampered by the
+// tool calls and the verify of both instances, never scored; untouched sessions go on as before.
+func TestSharedStoreTamperedStateRefused(t *testing.T) {
+	for _, name := range []string{"counter", "example_session_state_mgmt"} {
+		t.Run(name, func(t *testing.T) {
+			url := redistest.Start(t)
+			key := []byte(strings.Repeat("s", 32))
+			var hs []http.Handler
+			for range 2 {
+				h, err := newServer(name, gym.Options{Store: openRedisStore(t, url, store.Options{Prefix: name}), Key: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { h.Close() })
+				hs = append(hs, h)
+			}
+			srv := httptest.NewServer(newRoundRobin(hs...))
+			t.Cleanup(srv.Close)
+			raw := openRedisStore(t, url, store.Options{Prefix: name})
+			ctx := context.Background()
+			altered, copied, good := newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil), newCounterClient(t, srv.URL, nil)
+			for _, c := range []*counterClient{altered, copied, good} {
+				c.mustWant(t, http.StatusOK, "/seed_session", counterRow(5, 0))
+			}
+			good.mustWant(t, http.StatusOK, "/increment_counter", `{"count":3}`)
+			sidOf := func(c *counterClient) string {
+				t.Helper()
+				u, _ := neturl.Parse(srv.URL)
+				for _, ck := range c.c.Jar.Cookies(u) {
+					if sid, _, ok := strings.Cut(ck.Value, "."); ok {
+						return sid
+					}
+				}
+				t.Fatal("no session cookie")
+				return ""
+			}
+			goodState, ok, err := raw.Get(ctx, sidOf(good))
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			// The count 5 rewritten to 8 in place, and good's value (count 8) copied over.
+			set := func(sid string, v []byte) {
+				if err := raw.Update(ctx, sid, func([]byte, bool) ([]byte, error) { return v, nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, _, _ := raw.Get(ctx, sidOf(altered))
+			if !bytes.Contains(a, []byte("5")) {
+				t.Fatalf("state %q", a)
+			}
+			set(sidOf(altered), bytes.Replace(a, []byte("5"), []byte("8"), 1))
+			set(sidOf(copied), goodState)
+			for _, c := range []*counterClient{altered, copied} {
+				for _, call := range [][2]string{{"/verify", counterVerify(counterRow(5, 8))}, {"/increment_counter", `{"count":3}`}, {"/get_counter_value", `{}`}, {"/verify", counterVerify(counterRow(5, 8))}} {
+					code, out, err := c.post(call[0], call[1])
+					if err != nil || code != http.StatusConflict || !strings.Contains(string(out), `"error":"session_tampered"`) {
+						t.Errorf("%s of a tampered session: %d %s %v, want 409 session_tampered", call[0], code, out, err)
+					}
+				}
+			}
+			wantVerify(t, good, counterRow(5, 8), map[string]any{"reward": 1.0})
+		})
+	}
 }
