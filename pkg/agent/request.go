@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
+	"github.com/rollout-dev/rollout/pkg/dataset"
 )
 
 // Request options: what a model call sends beyond what rollout writes itself. A run's options
@@ -71,14 +73,14 @@ func ComposePatch(first, second json.RawMessage) (json.RawMessage, error) {
 }
 
 func mergePatch(target, patch json.RawMessage, keepNulls bool) (json.RawMessage, error) {
-	pm, ok, err := objectMembers(patch)
+	pm, ok, err := dataset.SplitObject(patch)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return bytes.TrimSpace(patch), nil
 	}
-	tm, ok, err := objectMembers(target)
+	tm, ok, err := dataset.SplitObject(target)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +88,7 @@ func mergePatch(target, patch json.RawMessage, keepNulls bool) (json.RawMessage,
 		tm = nil
 	}
 	for _, p := range pm {
-		i := slicesIndex(tm, p.Key)
+		i := slices.IndexFunc(tm, func(m dataset.Field) bool { return m.Key == p.Key })
 		if string(p.Value) == "null" {
 			switch {
 			case keepNulls && i >= 0:
@@ -112,62 +114,10 @@ func mergePatch(target, patch json.RawMessage, keepNulls bool) (json.RawMessage,
 		if i >= 0 {
 			tm[i].Value = v
 		} else {
-			tm = append(tm, member{p.Key, v})
+			tm = append(tm, dataset.Field{Key: p.Key, Value: v})
 		}
 	}
-	out := make([]byte, 0, len(target)+len(patch))
-	out = append(out, '{')
-	for i, m := range tm {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = jsonfast.AppendString(out, m.Key)
-		out = append(out, ':')
-		out = append(out, m.Value...)
-	}
-	return append(out, '}'), nil
-}
-
-type member struct {
-	Key   string
-	Value json.RawMessage
-}
-
-func slicesIndex(ms []member, key string) int {
-	for i := range ms {
-		if ms[i].Key == key {
-			return i
-		}
-	}
-	return -1
-}
-
-// objectMembers splits a JSON object into its members in order; ok is false when raw is not
-// an object (nil, a number, a list...).
-func objectMembers(raw json.RawMessage) ([]member, bool, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return nil, false, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil {
-		return nil, false, err
-	}
-	var ms []member
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, false, err
-		}
-		k, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, false, err
-		}
-		ms = append(ms, member{k, v})
-	}
-	return ms, true, nil
+	return dataset.AppendObject(make([]byte, 0, len(target)+len(patch)), tm), nil
 }
 
 // CanonicalRequest is a request-options object in one canonical form (compact, members sorted
@@ -198,7 +148,7 @@ func CanonicalRequest(raw json.RawMessage) (json.RawMessage, error) {
 
 // RequestKeys lists the top-level members of request options, sorted, for messages.
 func RequestKeys(raw json.RawMessage) string {
-	ms, _, _ := objectMembers(raw)
+	ms, _, _ := dataset.SplitObject(raw)
 	keys := make([]string, len(ms))
 	for i, m := range ms {
 		keys[i] = m.Key

@@ -82,7 +82,7 @@ func (p *Params) ChatOptions() json.RawMessage {
 	if len(out) == 0 {
 		return nil
 	}
-	return appendFields(nil, out)
+	return AppendObject(nil, out)
 }
 
 // VerifyParams is responses_create_params as a NeMo Gym resource server takes it in /verify:
@@ -103,11 +103,11 @@ func (p *Params) VerifyParams() (raw json.RawMessage, changed bool) {
 	if len(kept) == len(fields) {
 		return p.Raw, false
 	}
-	return appendFields(make([]byte, 0, len(p.Raw)), kept), true
+	return AppendObject(make([]byte, 0, len(p.Raw)), kept), true
 }
 
-// appendFields appends the object of fields to dst.
-func appendFields(dst []byte, fields []Field) []byte {
+// AppendObject appends the compact JSON object of fields, in their order, to dst.
+func AppendObject(dst []byte, fields []Field) []byte {
 	dst = append(dst, '{')
 	for i, f := range fields {
 		if i > 0 {
@@ -118,4 +118,35 @@ func appendFields(dst []byte, fields []Field) []byte {
 		dst = append(dst, bytes.TrimSpace(f.Value)...)
 	}
 	return append(dst, '}')
+}
+
+// SplitObject splits a JSON object into its members in the order written (a repeated key is a
+// member each time); ok is false when raw is not an object (empty, a number, a list...). Unlike
+// a row's own members, the values are copies, and raw need not be checked JSON: a malformed
+// object is an error.
+func SplitObject(raw json.RawMessage) (fields []Field, ok bool, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, false, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return nil, false, err
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false, err
+		}
+		k, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false, err
+		}
+		fields = append(fields, Field{Key: k, Value: v})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, false, err
+	}
+	return fields, true, nil
 }

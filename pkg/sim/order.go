@@ -3,6 +3,8 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/rollout-dev/rollout/pkg/dataset"
 )
 
 // inSchemaOrder rewrites a call's arguments (a JSON object) with each object's keys in the
@@ -89,28 +91,16 @@ func writeOrdered(b *bytes.Buffer, v, schema json.RawMessage) bool {
 // objectMembers reads a JSON object's keys in order and its values; a repeated key keeps its
 // last value at its first place.
 func objectMembers(v json.RawMessage) (keys []string, vals map[string]json.RawMessage, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(v))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	fields, ok, err := dataset.SplitObject(v)
+	if err != nil || !ok {
 		return nil, nil, false
 	}
-	vals = map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, nil, false
+	vals = make(map[string]json.RawMessage, len(fields))
+	for _, f := range fields {
+		if _, seen := vals[f.Key]; !seen {
+			keys = append(keys, f.Key)
 		}
-		k, _ := tok.(string)
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return nil, nil, false
-		}
-		if _, seen := vals[k]; !seen {
-			keys = append(keys, k)
-		}
-		vals[k] = val
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, nil, false
+		vals[f.Key] = f.Value
 	}
 	return keys, vals, true
 }
