@@ -406,17 +406,22 @@ func (cp *Comparer) Comparison() *Comparison {
 	if !o.ScoreFailuresAsZero && c.Sides[0].Failed*c.Sides[1].Rollouts != c.Sides[1].Failed*c.Sides[0].Rollouts {
 		c.FailuresAsZero = pairedDiff(withFailed, key, func(r *scoredRollout) float64 { return r.v }, false, o)
 	}
-	n := float64(c.Pairs)
-	mean := sumDiff / n
-	c.PairedMeans = [2]float64{sumA / n * scale, sumB / n * scale}
-	c.MeanDiff = mean * scale
-	c.StdErr = clusteredStdErr(clusters, mean) * scale
-	if o.Bootstrap > 0 {
-		c.CI95 = meanInterval(clusters, mean, false, o)
-		c.CI95.Low *= scale
-		c.CI95.High *= scale
-	}
+	c.PairedMeans, c.MeanDiff, c.StdErr, c.CI95 = clusteredDiff(clusters, c.Pairs, sumA, sumB, sumDiff, scale, o)
 	return c
+}
+
+// clusteredDiff is what a paired difference reports from its per-task clusters of B − A and
+// its sums over pairs, all divided by scale: the two sides' means, the mean difference, its
+// task-clustered std err and (with o.Bootstrap) its 95% CI, back in the values' own scale.
+func clusteredDiff(clusters []cluster, pairs int, sumA, sumB, sumDiff, scale float64, o StatsOptions) (means [2]float64, diff, stdErr float64, ci *Interval) {
+	n := float64(pairs)
+	mean := sumDiff / n
+	if o.Bootstrap > 0 {
+		ci = meanInterval(clusters, mean, false, o)
+		ci.Low *= scale
+		ci.High *= scale
+	}
+	return [2]float64{sumA / n * scale, sumB / n * scale}, mean * scale, clusteredStdErr(clusters, mean) * scale, ci
 }
 
 // pairedDiff is the mean over the pairs of sides (each sorted by task and repeat, one entry a
@@ -475,16 +480,7 @@ func pairedDiff(sides [2][]scoredRollout, key func(task int32) string, value fun
 		sumDiff += a.diff / scale
 		clusters[i] = cluster{n: a.n, sum: a.diff / scale}
 	}
-	n := float64(p.Pairs)
-	mean := sumDiff / n
-	p.Means = [2]float64{sumA / n * scale, sumB / n * scale}
-	p.MeanDiff = mean * scale
-	p.StdErr = clusteredStdErr(clusters, mean) * scale
-	if o.Bootstrap > 0 {
-		p.CI95 = meanInterval(clusters, mean, false, o)
-		p.CI95.Low *= scale
-		p.CI95.High *= scale
-	}
+	p.Means, p.MeanDiff, p.StdErr, p.CI95 = clusteredDiff(clusters, p.Pairs, sumA, sumB, sumDiff, scale, o)
 	return p
 }
 
