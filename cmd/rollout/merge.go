@@ -119,11 +119,8 @@ func expectOf(m *rundir.Manifest) (*rundir.Expect, error) {
 		name, _, _ := strings.Cut(a, "=")
 		x.Arms = append(x.Arms, name)
 	}
-	if m.Input == "-" || m.InputSHA256 == "" {
-		return x, nil
-	}
-	if sum, err := rundir.HashFile(m.Input); err != nil || sum != m.InputSHA256 {
-		return x, nil // the input moved or changed: the counts come from the manifests
+	if sum, known := m.InputNow(); !known || sum != m.InputSHA256 {
+		return x, nil // stdin, or the input moved or changed: the counts come from the manifests
 	}
 	if n, err := dataset.Count(m.Input); err == nil && n >= 0 {
 		x.Tasks = int64(n)

@@ -245,14 +245,10 @@ func (opt *Options) checkInput() error {
 func checkManifestInputs(dirs []string) error {
 	for _, dir := range dirs {
 		m, err := rundir.ReadManifest(dir)
-		if err != nil || m.InputSHA256 == "" || m.Input == "" || m.Input == "-" {
+		if err != nil {
 			continue // openTasks says what is wrong
 		}
-		sum, err := rundir.HashFile(m.Input)
-		if err != nil {
-			continue
-		}
-		if sum != m.InputSHA256 {
+		if sum, known := m.InputNow(); known && sum != m.InputSHA256 {
 			return &InputError{fmt.Errorf("%s: the run's task file %s has changed since the run: its sha256 is now %s, the run read %s (give the run's task file with --input)",
 				dir, m.Input, sum, m.InputSHA256)}
 		}

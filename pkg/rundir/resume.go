@@ -126,6 +126,17 @@ func HashFile(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// InputNow is the SHA-256 of the run's task file as the manifest names it, read now, to compare
+// with InputSHA256 (what the run read). known is false when it cannot be told: the input was
+// standard input, the manifest has no hash, or the file cannot be read (moved or gone).
+func (m *Manifest) InputNow() (sum string, known bool) {
+	if m.Input == "" || m.Input == "-" || m.InputSHA256 == "" {
+		return "", false
+	}
+	sum, err := HashFile(m.Input)
+	return sum, err == nil
+}
+
 // JSONLOutPath is the absolute path of the run's --jsonl-out file ("" for none), for the run
 // in dir.
 func (m *Manifest) JSONLOutPath(dir string) string {
