@@ -30,13 +30,16 @@ type docCmd struct {
 }
 
 // docBlocks reads the tested blocks of a Markdown file: a line <!-- tested --> (or
-// <!-- tested: slow -->, which -short skips), then a ```console block.
-func docBlocks(t *testing.T, path string) (blocks []docBlock, slow []bool) {
+// <!-- tested: slow -->, which -short skips, or <!-- tested: nemo-gym -->, which needs the
+// Python packages of examples/cart_nemo_gym), then a ```console block. kinds holds each
+// block's "", "slow" or "nemo-gym".
+func docBlocks(t *testing.T, path string) (blocks []docBlock, kinds []string) {
 	t.Helper()
 	lines := strings.Split(readFile(t, path), "\n")
 	for i := 0; i < len(lines); i++ {
 		mark := strings.TrimSpace(lines[i])
-		if mark != "<!-- tested -->" && mark != "<!-- tested: slow -->" {
+		kind, ok := map[string]string{"<!-- tested -->": "", "<!-- tested: slow -->": "slow", "<!-- tested: nemo-gym -->": "nemo-gym"}[mark]
+		if !ok {
 			continue
 		}
 		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```console" {
@@ -54,9 +57,9 @@ func docBlocks(t *testing.T, path string) (blocks []docBlock, slow []bool) {
 			}
 		}
 		blocks = append(blocks, b)
-		slow = append(slow, mark == "<!-- tested: slow -->")
+		kinds = append(kinds, kind)
 	}
-	return blocks, slow
+	return blocks, kinds
 }
 
 // docMasks are the numbers that vary from run to run: durations, timestamps, and numbers with
@@ -103,15 +106,20 @@ func copyRepo(t *testing.T, root, dir string) {
 		t.Skipf("git ls-files: %v (the documented commands run in a copy of the repository)", err)
 	}
 	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		b, err := os.ReadFile(filepath.Join(root, f))
+		src := filepath.Join(root, f)
+		b, err := os.ReadFile(src)
 		if err != nil {
 			continue // deleted in the work tree
+		}
+		mode := os.FileMode(0o644)
+		if fi, err := os.Stat(src); err == nil && fi.Mode()&0o100 != 0 {
+			mode = 0o755 // scripts the documented commands run, such as examples/cart_nemo_gym/serve.sh
 		}
 		dst := filepath.Join(dir, f)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
+		if err := os.WriteFile(dst, b, mode); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,7 +143,7 @@ func waitAddr(cmd string) {
 // <!-- tested -->) is run, in a copy of the repository with bin/rollout built from it and on
 // the PATH as rollout, and its output (stdout and stderr) must be the documented one, with
 // times and other varying numbers masked. A command ending in & runs in the background until
-// the block ends.
+// the block ends (and, with --addr HOST:PORT, is waited for until it listens there).
 func TestDocumentedOutputs(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -144,10 +152,10 @@ func TestDocumentedOutputs(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	files = append([]string{filepath.Join(root, "README.md")}, files...)
 	var all []docBlock
-	var slowOnes []bool
+	var kinds []string
 	for _, f := range files {
-		b, s := docBlocks(t, f)
-		all, slowOnes = append(all, b...), append(slowOnes, s...)
+		b, k := docBlocks(t, f)
+		all, kinds = append(all, b...), append(kinds, k...)
 	}
 	if len(all) == 0 {
 		t.Fatal("no tested blocks in README.md and docs/*.md")
@@ -169,8 +177,14 @@ func TestDocumentedOutputs(t *testing.T) {
 	for i, b := range all {
 		name := fmt.Sprintf("%s:%d", strings.TrimPrefix(b.file, root+"/"), b.line)
 		t.Run(name, func(t *testing.T) {
-			if slowOnes[i] && testing.Short() {
-				t.Skip("slow (-short)")
+			env := env
+			switch kinds[i] {
+			case "slow":
+				if testing.Short() {
+					t.Skip("slow (-short)")
+				}
+			case "nemo-gym":
+				env = append(env, "PYTHON="+nemoGymPython(t))
 			}
 			var background []*exec.Cmd
 			defer func() {
