@@ -114,12 +114,8 @@ func stringArguments(t *testing.T, msgs []json.RawMessage) []map[string]any {
 // request's tools, vLLM from the request's JSON): the row's tools are compared with the
 // request's as JSON instead.
 //
-// The same run with --capture-tokens: every round has the generated token ids (llama-server's
-// per-token "id"), as many log-probs, and prompt ids (the server's /tokenize of its
-// /apply-template rendering of the request) as many as the server counted. Whether a call's
-// prompt ids extend the previous call's prompt and generated ids is measured against the
-// server's own /tokenize of each recorded request; where they do not (llama-server's chat
-// endpoint re-renders the history and takes no ids back), export must warn.
+// (Token capture against the server is TestCaptureTokensContiguousLlama's: with
+// --capture-tokens the calls after a first one go to /completion as token ids.)
 func TestExportRendersAsSampled(t *testing.T) {
 	s := env(t)
 	py := hfPython(t)
@@ -127,7 +123,7 @@ func TestExportRendersAsSampled(t *testing.T) {
 	srv := s.start(t, "toolcall.gguf", "-c", "4096", "--parallel", "2")
 	proxy := recordingProxy(t, srv.base)
 	tasks, _ := counterTasks(t, 2)
-	out, _ := s.run(t, "--input", tasks, "--num-repeats", "2", "--concurrency", "2", "--max-rounds", "3", "--capture-tokens",
+	out, _ := s.run(t, "--input", tasks, "--num-repeats", "2", "--concurrency", "2", "--max-rounds", "3",
 		"--model-url", proxy.url, "--model", "toolcall", "--server", counterServer, "--seed", "5")
 
 	sft := filepath.Join(t.TempDir(), "sft.jsonl")
@@ -196,102 +192,6 @@ func TestExportRendersAsSampled(t *testing.T) {
 			t.Logf("row 0 renders as sampled (%d bytes); with string arguments it would read %q", len(sampled.Prompt),
 				old[strings.Index(old, `"arguments": `):][:40])
 		}
-	}
-
-	// Tokens: llama-server's per-token ids, and /tokenize of its renderings.
-	type answer struct {
-		Choices []struct {
-			Logprobs *struct {
-				Content []struct {
-					ID      int32   `json:"id"`
-					Logprob float64 `json:"logprob"`
-				} `json:"content"`
-			} `json:"logprobs"`
-		} `json:"choices"`
-	}
-	for _, r := range readJSONL[struct {
-		TaskIndex    int `json:"task_index"`
-		RolloutIndex int `json:"rollout_index"`
-		Trajectory   struct {
-			Rounds []struct {
-				Prompt []int32   `json:"prompt_token_ids"`
-				Gen    []int32   `json:"generation_token_ids"`
-				LP     []float64 `json:"generation_log_probs"`
-				Note   string    `json:"token_note"`
-				Usage  struct {
-					PromptTokens int `json:"prompt_tokens"`
-				} `json:"usage"`
-			} `json:"rounds"`
-		} `json:"trajectory"`
-	}](t, filepath.Join(out, "trajectories.jsonl")) {
-		for k, rd := range r.Trajectory.Rounds {
-			if len(rd.Gen) == 0 || len(rd.LP) != len(rd.Gen) || len(rd.Prompt) != rd.Usage.PromptTokens || rd.Note != "" {
-				t.Errorf("task %d rollout %d round %d: %d prompt ids (usage %d), %d generation ids, %d log-probs, note %q",
-					r.TaskIndex, r.RolloutIndex, k, len(rd.Prompt), rd.Usage.PromptTokens, len(rd.Gen), len(rd.LP), rd.Note)
-			}
-		}
-	}
-	// Each request's rendering, tokenized by the server, against the previous request's and
-	// the ids the server generated for it (the calls of one rollout follow each other by the
-	// tool call ids they carry).
-	breaks, checked := 0, 0
-	for k := range calls {
-		var req struct {
-			Messages []map[string]any `json:"messages"`
-		}
-		json.Unmarshal(calls[k].body, &req)
-		if len(req.Messages) < 3 {
-			continue
-		}
-		// The previous call: the one whose request is this one's messages but the last answer
-		// and its tool results.
-		var prev *proxyCall
-		for j := range calls {
-			var p struct {
-				Messages []map[string]any `json:"messages"`
-			}
-			json.Unmarshal(calls[j].body, &p)
-			n := len(p.Messages)
-			if n < len(req.Messages) && n >= 1 && j != k {
-				a, _ := json.Marshal(p.Messages)
-				b, _ := json.Marshal(req.Messages[:n])
-				if bytes.Equal(stripTokens(a), stripTokens(b)) && len(req.Messages) == n+2 {
-					prev = &calls[j]
-				}
-			}
-		}
-		if prev == nil {
-			continue
-		}
-		var ans answer
-		json.Unmarshal(prev.answer, &ans)
-		if len(ans.Choices) == 0 || ans.Choices[0].Logprobs == nil {
-			t.Fatalf("the server's answer has no log-probs: %.300s", prev.answer)
-		}
-		var gen []int32
-		for _, c := range ans.Choices[0].Logprobs.Content {
-			gen = append(gen, c.ID)
-		}
-		before, now := tokenizeRequest(t, srv, prev.body), tokenizeRequest(t, srv, calls[k].body)
-		checked++
-		want := append(slices.Clone(before), gen...)
-		if len(now) < len(want) || !slices.Equal(now[:len(want)], want) {
-			breaks++
-			if breaks == 1 {
-				t.Logf("first break: previous prompt %d ids + %d generated; this prompt %d ids; first difference at %d",
-					len(before), len(gen), len(now), firstDiff(now, want))
-			}
-		}
-	}
-	t.Logf("token contiguity against llama-server's /tokenize: %d of %d calls after a first one extend the previous call's prompt and generated ids", checked-breaks, checked)
-	if checked == 0 {
-		t.Fatal("no call after a first one was checked")
-	}
-	// llama-server's chat endpoint takes no token ids back and returns no prompt ids: where its
-	// re-rendering breaks contiguity, the export must say so rather than hand NeMo RL data it
-	// refuses.
-	if breaks > 0 && !strings.Contains(string(exportOut), "prompt_token_ids do not begin with") {
-		t.Errorf("%d of %d calls are not contiguous and export gave no warning:\n%s", breaks, checked, exportOut)
 	}
 }
 

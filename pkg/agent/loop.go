@@ -574,7 +574,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, pre
 	tap.patches, _ = ctx.Value(patchKey{}).([]json.RawMessage)
 	tap.keep = true
 	if tc := c.CaptureTokens; tc != nil {
-		tap.capture, tap.vllm = true, !tc.plain.Load()
+		tap.capture, tap.vllm, tap.tc = true, !tc.plain.Load(), tc
 		tap.prev = sendTokens(req.Messages, prev)
 	}
 	start := time.Now()
@@ -583,7 +583,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, pre
 		// The endpoint (OpenAI's) refuses vLLM's options: ask again, and from now on, for
 		// log-probs only (tokens.go).
 		c.CaptureTokens.refused(err)
-		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev, patches: tap.patches, keep: true}
+		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev, patches: tap.patches, keep: true, tc: tap.tc}
 		resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
 	}
 	if err == nil {

@@ -116,7 +116,14 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	resp, err := a.next.Do(req)
+	var resp *http.Response
+	var err error
+	if t != nil && t.capture && t.tc != nil && t.tc.llamaSeen.Load() {
+		resp, err = t.tc.tokenIn(req, t, a.next) // llamatokens.go
+	}
+	if resp == nil && err == nil {
+		resp, err = a.next.Do(req)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +170,10 @@ type answerTap struct {
 	// request and url are the request as sent, for llama-server's prompt ids (llamaPromptIDs).
 	request []byte
 	url     *url.URL
+	// tc is the run's token capture: once it has seen llama-server, the call is made by the
+	// token-in path (llamatokens.go), and tokenNote says what its tokens lack.
+	tc        *TokenCapture
+	tokenNote string
 	// keep keeps the whole answer in body too (for answerReasoning).
 	keep bool
 	// patches are the request options merged over the body, in order (request.go).

@@ -48,6 +48,10 @@ type TokenCapture struct {
 	HTTP *http.Client
 	// plain is set once the endpoint refused vLLM's options: calls ask for log-probs only.
 	plain atomic.Bool
+	// llamaSeen is set once an answer carried llama-server's per-token ids: later calls take
+	// the token-in path (llamatokens.go), with what llama holds of the server.
+	llamaSeen atomic.Bool
+	llama     llamaState
 }
 
 // refused records that the endpoint refused vLLM's options.
@@ -191,8 +195,17 @@ func (c *Config) captureTokens(ctx context.Context, rd *Round, tap *answerTap) {
 	if !ok && tc.OnNoTokens != nil {
 		tc.OnNoTokens(rd.TokenNote)
 	}
+	if llama {
+		tc.llamaSeen.Store(true)
+	}
 	if llama && rd.PromptTokenIDs == nil && tap.url != nil {
 		llamaPromptIDs(ctx, tc, rd, tap)
+	}
+	if tap.tokenNote != "" {
+		if rd.TokenNote != "" {
+			rd.TokenNote += "; "
+		}
+		rd.TokenNote += tap.tokenNote
 	}
 	tap.body, tap.request = nil, nil
 }
