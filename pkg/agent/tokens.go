@@ -192,6 +192,14 @@ func (c *Config) captureTokens(ctx context.Context, rd *Round, tap *answerTap) {
 		return
 	}
 	ok, llama := tokensOf(rd, tap.body)
+	switch {
+	case tap.tokenNote != "" && !ok:
+		rd.TokenNote = tap.tokenNote // the token-in path's reason (llamatokens.go)
+	case tap.tokenNote != "" && rd.TokenNote != "":
+		rd.TokenNote += "; " + tap.tokenNote
+	case tap.tokenNote != "":
+		rd.TokenNote = tap.tokenNote
+	}
 	if !ok && tc.OnNoTokens != nil {
 		tc.OnNoTokens(rd.TokenNote)
 	}
@@ -200,12 +208,6 @@ func (c *Config) captureTokens(ctx context.Context, rd *Round, tap *answerTap) {
 	}
 	if llama && rd.PromptTokenIDs == nil && tap.url != nil {
 		llamaPromptIDs(ctx, tc, rd, tap)
-	}
-	if tap.tokenNote != "" {
-		if rd.TokenNote != "" {
-			rd.TokenNote += "; "
-		}
-		rd.TokenNote += tap.tokenNote
 	}
 	tap.body, tap.request = nil, nil
 }
