@@ -2,8 +2,12 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -62,6 +66,21 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 			if b, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(a, b) {
 				t.Fatalf("trial %d: a second Evaluation differs", trial)
 			}
+			// Spilled in sorted runs of a few rows, merged back: the same, twice.
+			sp := NewEvaluator(o)
+			sp.SpillTo(t.TempDir())
+			sp.spill.rows = 1 + trial%9
+			for _, i := range order {
+				sp.Add(&recs[i])
+			}
+			for range 2 {
+				if b, _ := json.Marshal(sp.Evaluation()); !bytes.Equal(a, b) {
+					t.Fatalf("trial %d: spilled in runs of %d rows:\n%.2000s\nin memory:\n%.2000s", trial, sp.spill.rows, b, a)
+				}
+			}
+			if err := cmp.Or(sp.Err(), sp.Close()); err != nil {
+				t.Fatal(err)
+			}
 			return a
 		}
 		got := evaluate(rng.Perm(n))
@@ -78,5 +97,58 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 		if want, _ := json.Marshal(old.Evaluation()); !bytes.Equal(got, want) {
 			t.Fatalf("trial %d (%d records, %+v):\nold %.2000s\nnew %.2000s", trial, len(recs), o, want, got)
 		}
+	}
+}
+
+// An Evaluator that spills holds at most a run of rows; its file is gone at Close (and from
+// the directory at once where the system allows); one that cannot write its file keeps its
+// rows and gives the same Evaluation; one whose file cannot be read back says so.
+func TestEvaluatorSpill(t *testing.T) {
+	recs := make([]record.Record, 1000)
+	for i := range recs {
+		recs[i] = recordtest.Realistic(i)
+	}
+	want, _ := json.Marshal(Evaluate(recs, StatsOptions{Seed: 1}))
+	spilled := func(dir string) *Evaluator {
+		ev := NewEvaluator(StatsOptions{Seed: 1})
+		ev.SpillTo(dir)
+		ev.spill.rows = 64
+		ev.Reserve(len(recs))
+		for i := range recs {
+			ev.Add(&recs[i])
+			if len(ev.rows) > 64 && ev.spill.dir != "" {
+				t.Fatalf("%d rows in memory", len(ev.rows))
+			}
+		}
+		return ev
+	}
+	dir := t.TempDir()
+	ev := spilled(dir)
+	if len(ev.spill.runs) != 1000/64 {
+		t.Fatalf("%d runs, want %d", len(ev.spill.runs), 1000/64)
+	}
+	if got, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(got, want) || ev.Err() != nil {
+		t.Fatalf("spilled: %v\n%.1000s\nwant\n%.1000s", ev.Err(), got, want)
+	}
+	if err := ev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left in the spill directory: %v", left)
+	}
+
+	ev = spilled(filepath.Join(dir, "missing"))
+	if len(ev.spill.runs) != 0 || len(ev.rows) != len(recs) {
+		t.Fatalf("%d runs and %d rows in memory, want 0 and %d", len(ev.spill.runs), len(ev.rows), len(recs))
+	}
+	if got, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(got, want) || ev.Err() != nil {
+		t.Fatalf("unspilled: %v\n%.1000s", ev.Err(), got)
+	}
+
+	ev = spilled(dir)
+	ev.spill.f.Close()
+	ev.Evaluation()
+	if err := ev.Err(); err == nil || !strings.Contains(err.Error(), "reading back its temporary file") {
+		t.Errorf("Err() = %v after the spill file was closed", err)
 	}
 }

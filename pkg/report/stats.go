@@ -1,7 +1,6 @@
 package report
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -95,15 +95,20 @@ const SmallTasks = 20
 // meanInterval is the 95% interval of a mean (in units of the reward scale) over clusters:
 // unit says every value is in [0, 1].
 func meanInterval(clusters []cluster, mean float64, unit bool, o StatsOptions) *Interval {
-	g := len(clusters)
+	return intervalOf(len(clusters), clusteredStdErr(clusters, mean), clusters, mean, unit, o)
+}
+
+// intervalOf is meanInterval over g clusters whose clustered standard error is se; clusters
+// may be nil past BootstrapMaxTasks, where they are not bootstrapped.
+func intervalOf(g int, se float64, clusters []cluster, mean float64, unit bool, o StatsOptions) *Interval {
 	var lo, hi float64
 	iv := &Interval{}
 	switch {
-	case unit && (mean == 0 || mean == 1) && clusteredStdErr(clusters, mean) == 0:
-		lo, hi = wilsonCI(clusters, mean)
+	case unit && (mean == 0 || mean == 1) && se == 0:
+		lo, hi = wilsonInterval(g, se, mean)
 		iv.Method = "wilson"
 	case g > BootstrapMaxTasks:
-		lo, hi = normalCI(mean, clusteredStdErr(clusters, mean))
+		lo, hi = normalCI(mean, se)
 		iv.Normal = true
 	default:
 		lo, hi = bootstrapCI(clusters, o.Bootstrap, o.Seed)
@@ -234,6 +239,8 @@ func Evaluate(recs []record.Record, o StatsOptions) *Evaluation {
 // record.ScanJSONL).
 func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	ev := NewEvaluator(o)
+	ev.SpillTo(filepath.Dir(path))
+	defer ev.Close()
 	ev.Reserve(lines.Estimate(path))
 	err := record.ScanJSONLInPlace(path, func(rec *record.Record) error {
 		ev.Add(rec)
@@ -242,7 +249,8 @@ func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ev.Evaluation(), nil
+	eval := ev.Evaluation()
+	return eval, ev.Err()
 }
 
 // Evaluator collects records, keeping a few numbers of each (not the records), for an
@@ -251,11 +259,14 @@ func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 // Each record costs an evalRow (48 bytes): what the order-dependent statistics need (the
 // reward, and the latency, whose float sum depends on the order of the terms). The counts
 // and integer sums are kept per cell, an arm and a group-by value, which every scope is a
-// union of.
+// union of. With SpillTo, the rows go to a temporary file in sorted runs of spillRows, so
+// that its memory does not grow with the records (see spill.go).
 type Evaluator struct {
 	o     StatsOptions
 	rows  []evalRow
+	n     int // rows added, spilled ones included
 	cells []evalCell
+	spill spill
 	// cellOf indexes cells by arm and group; lastCell is the cell of the last record, which
 	// the next one often shares.
 	cellOf   map[[2]int32]int32
@@ -294,7 +305,7 @@ func (u *UnknownFieldError) Error() string {
 // UnknownGroupBy returns an *UnknownFieldError when the options group by a field that none of
 // the records added has (nil without GroupBy, records, or when some record has it).
 func (e *Evaluator) UnknownGroupBy() error {
-	if e.o.GroupBy == "" || e.groupSeen || len(e.rows) == 0 {
+	if e.o.GroupBy == "" || e.groupSeen || e.n == 0 {
 		return nil
 	}
 	return &UnknownFieldError{Field: e.o.GroupBy, Known: slices.Sorted(maps.Keys(e.fields))}
@@ -335,6 +346,8 @@ type evalCell struct {
 	// Over the records with a reward and no failure class.
 	behaved                                             int
 	rounds, toolCalls, behavedPrompt, behavedCompletion int64
+	// most is the largest magnitude of their rewards (NaN if one is NaN), for scaleFor.
+	most float64
 }
 
 // NewEvaluator returns an empty Evaluator.
@@ -346,8 +359,13 @@ func NewEvaluator(o StatsOptions) *Evaluator {
 	return e
 }
 
-// Reserve makes room for n more records.
-func (e *Evaluator) Reserve(n int) { e.rows = slices.Grow(e.rows, n) }
+// Reserve makes room for n more records (for at most a run's worth with SpillTo).
+func (e *Evaluator) Reserve(n int) {
+	if e.spill.dir != "" {
+		n = min(n, e.spill.rows-len(e.rows))
+	}
+	e.rows = slices.Grow(e.rows, n)
+}
 
 // internAs is intern, first trying the last string of its kind.
 func (e *Evaluator) internAs(kind int, s string) int32 {
@@ -399,6 +417,10 @@ func (e *Evaluator) Add(r *record.Record) {
 		row.flags |= rowFailed
 	}
 	e.rows = append(e.rows, row)
+	e.n++
+	if e.spill.dir != "" && len(e.rows) >= e.spill.rows {
+		e.spillRun()
+	}
 
 	c := e.cell(row.arm, row.group)
 	c.rollouts++
@@ -413,6 +435,7 @@ func (e *Evaluator) Add(r *record.Record) {
 	c.completionTokens += r.CompletionTokens
 	c.toolErrors += int64(r.ToolErrors)
 	if r.FailureClass == record.FailNone && r.HasReward {
+		c.most = max(c.most, math.Abs(r.Reward))
 		c.behaved++
 		c.rounds += int64(r.Rounds)
 		c.toolCalls += int64(r.ToolCalls)
@@ -437,312 +460,8 @@ func (e *Evaluator) cell(arm, group int32) *evalCell {
 	return &e.cells[i]
 }
 
-// Evaluation computes the statistics of the records added so far. It sorts the rows it
-// keeps in place (their order does not matter), and needs little memory besides: a list of
-// row numbers per arm and per group.
-func (e *Evaluator) Evaluation() *Evaluation {
-	// Sort the rows so that sums, tasks and resamples come in one order whatever the
-	// order the records came in: by source, task, arm (their names' order) and rollout,
-	// then (for duplicates) by the rest, so that only identical rows tie.
-	rank := make([]int32, len(e.names))
-	byName := make([]int32, len(e.names))
-	for i := range byName {
-		byName[i] = int32(i)
-	}
-	slices.SortFunc(byName, func(a, b int32) int { return strings.Compare(e.names[a], e.names[b]) })
-	for r, i := range byName {
-		rank[i] = int32(r)
-	}
-	rows := e.rows
-	slices.SortFunc(rows, func(a, b evalRow) int {
-		return cmp.Or(
-			cmp.Compare(rank[a.src], rank[b.src]),
-			cmp.Compare(a.task, b.task),
-			cmp.Compare(rank[a.arm], rank[b.arm]),
-			cmp.Compare(a.rollout, b.rollout),
-			cmp.Compare(rank[a.group], rank[b.group]),
-			cmp.Compare(a.reward, b.reward),
-			cmp.Compare(a.latencyMs, b.latencyMs),
-			cmp.Compare(a.flags, b.flags),
-		)
-	})
-	name := func(i int32) string { return e.names[i] }
-	all := rowSet{rows: rows}
-
-	// k: powers of two up to the most scored rollouts of one task in one arm.
-	maxN := 0
-	units, _ := e.units(all)
-	for _, u := range units {
-		maxN = max(maxN, u.n)
-	}
-	var ks []int
-	for k := 1; k <= maxN; k *= 2 {
-		ks = append(ks, k)
-	}
-
-	ev := &Evaluation{Options: e.o, K: ks, ByArm: []Scores{}}
-	for i := 1; i < len(rows); i++ {
-		a, b := &rows[i-1], &rows[i]
-		if a.src == b.src && a.task == b.task && a.arm == b.arm && a.rollout == b.rollout {
-			ev.Duplicates++
-		}
-	}
-	cells := func(keep func(*evalCell) bool) []*evalCell {
-		var out []*evalCell
-		for i := range e.cells {
-			if keep(&e.cells[i]) {
-				out = append(out, &e.cells[i])
-			}
-		}
-		return out
-	}
-	ev.Overall = e.scores(all, cells(func(*evalCell) bool { return true }), ks)
-	ev.Overall.Scope = "all"
-
-	byArm := all.partition(func(r *evalRow) int32 { return r.arm })
-	arms := sortedNames(byArm, name)
-	for _, arm := range arms {
-		s := e.scores(byArm[arm], cells(func(c *evalCell) bool { return c.arm == arm }), ks)
-		s.Scope, s.Arm = "arm="+name(arm), name(arm)
-		ev.ByArm = append(ev.ByArm, s)
-	}
-	if e.o.GroupBy == "" {
-		return ev
-	}
-	byGroup := all.partition(func(r *evalRow) int32 { return r.group })
-	for _, g := range sortedNames(byGroup, name) {
-		s := e.scores(byGroup[g], cells(func(c *evalCell) bool { return c.group == g }), ks)
-		s.Scope, s.Group = e.o.GroupBy+"="+name(g), name(g)
-		ev.ByGroup = append(ev.ByGroup, s)
-	}
-	if len(byArm) > 1 {
-		for _, arm := range arms {
-			groups := byArm[arm].partition(func(r *evalRow) int32 { return r.group })
-			for _, g := range sortedNames(groups, name) {
-				s := e.scores(groups[g], cells(func(c *evalCell) bool { return c.arm == arm && c.group == g }), ks)
-				s.Scope, s.Arm, s.Group = "arm="+name(arm)+" "+e.o.GroupBy+"="+name(g), name(arm), name(g)
-				ev.ByArmGroup = append(ev.ByArmGroup, s)
-			}
-		}
-	}
-	return ev
-}
-
-// sortedNames lists the keys of m (indices into names) in the order of their names.
-func sortedNames[V any](m map[int32]V, name func(int32) string) []int32 {
-	keys := slices.Collect(maps.Keys(m))
-	slices.SortFunc(keys, func(a, b int32) int { return strings.Compare(name(a), name(b)) })
-	return keys
-}
-
-// rowSet is some of the sorted rows, in order: all of them (idx nil), or those at idx.
-type rowSet struct {
-	rows []evalRow
-	idx  []int32
-}
-
-func (s rowSet) len() int {
-	if s.idx == nil {
-		return len(s.rows)
-	}
-	return len(s.idx)
-}
-
-func (s rowSet) at(i int) *evalRow {
-	if s.idx == nil {
-		return &s.rows[i]
-	}
-	return &s.rows[s.idx[i]]
-}
-
-// partition splits a set by key, keeping the order.
-func (s rowSet) partition(key func(*evalRow) int32) map[int32]rowSet {
-	m := map[int32]rowSet{}
-	for i := range s.len() {
-		k := key(s.at(i))
-		p := m[k]
-		p.rows = s.rows
-		if s.idx == nil {
-			p.idx = append(p.idx, int32(i))
-		} else {
-			p.idx = append(p.idx, s.idx[i])
-		}
-		m[k] = p
-	}
-	return m
-}
-
-// scored reports whether a row is in the reward statistics, and with which reward.
-func (e *Evaluator) scored(r *evalRow) (reward float64, ok bool) {
-	if r.flags&rowFailed != 0 {
-		return 0, e.o.ScoreFailuresAsZero
-	}
-	return r.reward, r.flags&rowHasReward != 0
-}
-
-// unit is one task in one arm: n scored rollouts, c successes.
-type unit struct{ n, c int }
-
-// units counts the scored rollouts and successes of each (source, task, arm) of sorted rows
-// that has a scored rollout; pairs counts every (source, task, arm) of the rows.
-func (e *Evaluator) units(rows rowSet) (_ []unit, pairs int) {
-	var out []unit
-	var prev *evalRow
-	for i := range rows.len() {
-		r := rows.at(i)
-		if i == 0 || r.src != prev.src || r.task != prev.task || r.arm != prev.arm {
-			out = append(out, unit{})
-		}
-		prev = r
-		reward, ok := e.scored(r)
-		if !ok {
-			continue
-		}
-		u := &out[len(out)-1]
-		u.n++
-		if reward >= e.o.Threshold {
-			u.c++
-		}
-	}
-	return slices.DeleteFunc(out, func(u unit) bool { return u.n == 0 }), len(out)
-}
-
-// scores computes the Scores of sorted rows, whose cells are cells.
-func (e *Evaluator) scores(rows rowSet, cells []*evalCell, ks []int) Scores {
-	s := Scores{FailuresByClass: map[string]int{}, Terminations: map[string]int{}, PassAtK: []PassAtK{}}
-	// Counts and integer sums, from the cells.
-	var behaved int
-	var rounds, toolCalls, prompt, completion int64
-	for _, c := range cells {
-		s.Rollouts += c.rollouts
-		s.Failed += c.failed
-		for class, n := range c.failures {
-			s.FailuresByClass[e.names[class]] += n
-		}
-		for term, n := range c.terminations {
-			s.Terminations[e.names[term]] += n
-		}
-		s.PromptTokens += c.promptTokens
-		s.CompletionTokens += c.completionTokens
-		s.ToolErrors += c.toolErrors
-		behaved += c.behaved
-		rounds += c.rounds
-		toolCalls += c.toolCalls
-		prompt += c.behavedPrompt
-		completion += c.behavedCompletion
-	}
-	// The rewards are divided by scale, a power of two (exact), so that sums and squares of
-	// huge finite rewards do not overflow; the results are multiplied back.
-	scale := e.rewardScale(rows)
-	// Clusters: the scored rewards of each (source, task), summed; tasks whose every
-	// rollout failed are listed apart.
-	var clusters []cluster
-	var sum, latency float64
-	unit := true      // every scored reward in [0, 1]
-	var taskStart int // the first row of the current task
-	allFailed := true
-	for i := range rows.len() {
-		r := rows.at(i)
-		if i > 0 {
-			if p := rows.at(i - 1); r.src != p.src || r.task != p.task {
-				if allFailed {
-					e.allFailed(&s, rows.at(taskStart))
-				}
-				taskStart, allFailed = i, true
-			}
-		}
-		if r.flags&rowFailed == 0 {
-			allFailed = false
-		}
-		if r.flags&(rowFailed|rowHasReward) == rowHasReward {
-			latency += r.latencyMs
-		}
-		reward, ok := e.scored(r)
-		if !ok {
-			continue
-		}
-		s.Scored++
-		unit = unit && reward >= 0 && reward <= 1
-		if reward >= e.o.Threshold {
-			s.Successes++
-		}
-		reward /= scale
-		sum += reward
-		if len(clusters) == 0 || taskStart != clusters[len(clusters)-1].first {
-			clusters = append(clusters, cluster{first: taskStart})
-		}
-		c := &clusters[len(clusters)-1]
-		c.sum += reward
-		c.n++
-	}
-	if rows.len() > 0 && allFailed {
-		e.allFailed(&s, rows.at(taskStart))
-	}
-	if behaved > 0 {
-		n := float64(behaved)
-		s.MeanRounds, s.MeanToolCalls = float64(rounds)/n, float64(toolCalls)/n
-		s.MeanPromptTokens, s.MeanCompletionTokens = float64(prompt)/n, float64(completion)/n
-		s.MeanLatencyMs = latency / n
-	}
-	s.Tasks = len(clusters)
-	var mean float64 // in units of scale
-	if s.Scored > 0 {
-		mean = sum / float64(s.Scored)
-		s.MeanReward = mean * scale
-		s.StdErr = clusteredStdErr(clusters, mean) * scale
-	}
-	if s.Scored > 0 && e.o.Bootstrap > 0 {
-		s.CI95 = meanInterval(clusters, mean, unit, e.o)
-		s.CI95.Low *= scale
-		s.CI95.High *= scale
-	}
-
-	units, pairs := e.units(rows)
-	s.TaskArms = pairs
-	for _, k := range ks {
-		p := PassAtK{K: k}
-		least := k // the scored rollouts a task needs to count
-		if e.o.PassKCommonTasks {
-			least = ks[len(ks)-1]
-		}
-		for _, u := range units {
-			if u.n < least {
-				continue
-			}
-			p.Tasks++
-			p.PassAt += PassAt(u.n, u.c, k)
-			p.PassHat += PassHat(u.n, u.c, k)
-		}
-		if p.Tasks == 0 {
-			continue
-		}
-		p.PassAt /= float64(p.Tasks)
-		p.PassHat /= float64(p.Tasks)
-		s.PassAtK = append(s.PassAtK, p)
-	}
-	return s
-}
-
-// allFailed counts in s the task of row r, whose rollouts all failed.
-func (e *Evaluator) allFailed(s *Scores, r *evalRow) {
-	s.TasksAllFailed++
-	s.AllFailedTasks = append(s.AllFailedTasks, TaskRef{SourceFile: e.names[r.src], TaskIndex: r.task})
-}
-
-// rewardScale is a power of two over half the largest magnitude of the scored rewards of
-// rows, 1 when they are all within [−1, 1]: dividing by it is exact and bounds every reward
-// by 2.
-func (e *Evaluator) rewardScale(rows rowSet) float64 {
-	var most float64
-	for i := range rows.len() {
-		if reward, ok := e.scored(rows.at(i)); ok {
-			most = max(most, math.Abs(reward))
-		}
-	}
-	return scaleFor(most)
-}
-
-// scaleFor is the power of two of rewardScale for a largest magnitude most.
+// scaleFor is the power of two that scores divide rewards by, for their largest magnitude
+// most: 1 when they are all within [−1, 1].
 func scaleFor(most float64) float64 {
 	if most <= 1 || math.IsInf(most, 0) || math.IsNaN(most) {
 		return 1
@@ -1221,12 +940,15 @@ func t975(df int) float64 {
 // (G when se is 0: every task the same, or every reward 0 or 1) and the quantile t975(G−1).
 // At p = 0 (no success) it is [0, q²/(G+q²)], the Wilson upper bound.
 func wilsonCI(clusters []cluster, mean float64) (lo, hi float64) {
-	g := len(clusters)
+	return wilsonInterval(len(clusters), clusteredStdErr(clusters, mean), mean)
+}
+
+// wilsonInterval is wilsonCI over g clusters whose clustered standard error is se.
+func wilsonInterval(g int, se, mean float64) (lo, hi float64) {
 	q := t975(g - 1)
 	if g < 2 {
 		q = t975(1)
 	}
-	se := clusteredStdErr(clusters, mean)
 	n := float64(g)
 	if v := mean * (1 - mean); se > 0 && v > 0 {
 		n = v / (se * se)

@@ -549,8 +549,8 @@ func Finalize(dir string, opt record.ParquetOptions) (report.Summary, error) {
 
 // FinalizeWith is Finalize, also returning the report.Evaluation of the records, computed in the
 // same pass over the journal. It reads the journal a record at a time: its memory does not
-// grow with the journal's length beyond the report.Evaluator's few numbers per record (the Parquet
-// writer holds one row group).
+// grow with the journal's length (the report.Evaluator spills its rows to a temporary file in
+// dir past a run of them; the Parquet writer holds one row group).
 func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Evaluation, error) {
 	pw, err := record.NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
 	if err != nil {
@@ -561,6 +561,8 @@ func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Eval
 		res   record.Result
 	)
 	ev := report.NewEvaluator(opt.Stats)
+	ev.SpillTo(dir)
+	defer ev.Close()
 	ev.Reserve(lines.Estimate(join(dir, JournalFile)))
 	err = record.ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
 		stats.Add(rec)
@@ -580,6 +582,9 @@ func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Eval
 		return report.Summary{}, nil, err
 	}
 	eval := ev.Evaluation()
+	if err := ev.Err(); err != nil {
+		return report.Summary{}, nil, err
+	}
 	sum := stats.Summary()
 	if !opt.Stats.ScoreFailuresAsZero {
 		sum.SetScores(&eval.Overall)
