@@ -165,3 +165,20 @@ func TestUpdateFileKeepsTheHandWrittenParts(t *testing.T) {
 		t.Error("a file with only the end marker was rewritten")
 	}
 }
+
+// Rollouts per runner core and the cores all three processes used come from the rusage and
+// the wall time; a scenario without CPU or wall time gives 0, not a division by zero.
+func TestRolloutsPerCoreAndCores(t *testing.T) {
+	r := &Result{Rollouts: 3000, Wall: 2 * time.Second,
+		Runner: Usage{User: 1500 * time.Millisecond, System: 500 * time.Millisecond},
+		Sim:    Usage{User: time.Second}, Server: Usage{System: 500 * time.Millisecond}}
+	if got := r.RolloutsPerCore(); got != 1500 {
+		t.Errorf("rollouts/s per runner core %g, want 1500", got)
+	}
+	if got := r.Cores(); got != 1.75 {
+		t.Errorf("cores %g, want 1.75", got)
+	}
+	if z := (&Result{Rollouts: 5}); z.RolloutsPerCore() != 0 || z.Cores() != 0 {
+		t.Errorf("without CPU or wall: %g per core, %g cores", z.RolloutsPerCore(), z.Cores())
+	}
+}

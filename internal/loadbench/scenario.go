@@ -111,6 +111,23 @@ func (r *Result) CPUPerTurn() time.Duration {
 // RolloutRate is rollouts per second of the runner's wall time.
 func (r *Result) RolloutRate() float64 { return float64(r.Rollouts) / r.Wall.Seconds() }
 
+// RolloutsPerCore is the rollouts one core of the runner's CPU does per second at the
+// scenario's model latency: rollouts over the runner's CPU-seconds (0 without CPU).
+func (r *Result) RolloutsPerCore() float64 {
+	if s := r.Runner.CPU().Seconds(); s > 0 {
+		return float64(r.Rollouts) / s
+	}
+	return 0
+}
+
+// Cores is the CPU all three processes used over the runner's wall time, in cores.
+func (r *Result) Cores() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return (r.Runner.CPU() + r.Sim.CPU() + r.Server.CPU()).Seconds() / r.Wall.Seconds()
+}
+
 // Run runs one scenario: it starts the simulator and the counter server, then the runner with
 // the tasks streamed to its stdin, and measures them.
 func Run(ctx context.Context, c Config, sc Scenario) (_ *Result, err error) {
