@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
 
@@ -69,13 +68,13 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 			// Spilled in sorted runs of a few rows, merged back: the same, twice.
 			sp := NewEvaluator(o)
 			sp.SpillTo(t.TempDir())
-			sp.spill.rows = 1 + trial%9
+			sp.rows.Max = 1 + trial%9
 			for _, i := range order {
 				sp.Add(&recs[i])
 			}
 			for range 2 {
 				if b, _ := json.Marshal(sp.Evaluation()); !bytes.Equal(a, b) {
-					t.Fatalf("trial %d: spilled in runs of %d rows:\n%.2000s\nin memory:\n%.2000s", trial, sp.spill.rows, b, a)
+					t.Fatalf("trial %d: spilled in runs of %d rows:\n%.2000s\nin memory:\n%.2000s", trial, sp.rows.Max, b, a)
 				}
 			}
 			if err := cmp.Or(sp.Err(), sp.Close()); err != nil {
@@ -100,55 +99,41 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 	}
 }
 
-// An Evaluator that spills holds at most a run of rows; its file is gone at Close (and from
-// the directory at once where the system allows); one that cannot write its file keeps its
-// rows and gives the same Evaluation; one whose file cannot be read back says so.
+// An Evaluator that spills holds at most a run of rows and leaves nothing in its directory;
+// one that cannot write its file keeps its rows; both give the Evaluation of one that keeps
+// every row.
 func TestEvaluatorSpill(t *testing.T) {
 	recs := make([]record.Record, 1000)
 	for i := range recs {
 		recs[i] = recordtest.Realistic(i)
 	}
 	want, _ := json.Marshal(Evaluate(recs, StatsOptions{Seed: 1}))
-	spilled := func(dir string) *Evaluator {
+	for _, tc := range []struct {
+		name string
+		dir  string
+		runs int
+	}{{"spilled", t.TempDir(), 1000 / 64}, {"no file", filepath.Join(t.TempDir(), "missing"), 0}} {
 		ev := NewEvaluator(StatsOptions{Seed: 1})
-		ev.SpillTo(dir)
-		ev.spill.rows = 64
+		ev.SpillTo(tc.dir)
+		ev.rows.Max = 64
 		ev.Reserve(len(recs))
 		for i := range recs {
 			ev.Add(&recs[i])
-			if len(ev.rows) > 64 && ev.spill.dir != "" {
-				t.Fatalf("%d rows in memory", len(ev.rows))
+			if len(ev.rows.Buf) > 64 && ev.rows.Spilling() {
+				t.Fatalf("%s: %d rows in memory", tc.name, len(ev.rows.Buf))
 			}
 		}
-		return ev
-	}
-	dir := t.TempDir()
-	ev := spilled(dir)
-	if len(ev.spill.runs) != 1000/64 {
-		t.Fatalf("%d runs, want %d", len(ev.spill.runs), 1000/64)
-	}
-	if got, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(got, want) || ev.Err() != nil {
-		t.Fatalf("spilled: %v\n%.1000s\nwant\n%.1000s", ev.Err(), got, want)
-	}
-	if err := ev.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if left, _ := os.ReadDir(dir); len(left) != 0 {
-		t.Errorf("left in the spill directory: %v", left)
-	}
-
-	ev = spilled(filepath.Join(dir, "missing"))
-	if len(ev.spill.runs) != 0 || len(ev.rows) != len(recs) {
-		t.Fatalf("%d runs and %d rows in memory, want 0 and %d", len(ev.spill.runs), len(ev.rows), len(recs))
-	}
-	if got, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(got, want) || ev.Err() != nil {
-		t.Fatalf("unspilled: %v\n%.1000s", ev.Err(), got)
-	}
-
-	ev = spilled(dir)
-	ev.spill.f.Close()
-	ev.Evaluation()
-	if err := ev.Err(); err == nil || !strings.Contains(err.Error(), "reading back its temporary file") {
-		t.Errorf("Err() = %v after the spill file was closed", err)
+		if ev.rows.Runs() != tc.runs {
+			t.Errorf("%s: %d runs, want %d", tc.name, ev.rows.Runs(), tc.runs)
+		}
+		if got, _ := json.Marshal(ev.Evaluation()); !bytes.Equal(got, want) || ev.Err() != nil {
+			t.Fatalf("%s: %v\n%.1000s\nwant\n%.1000s", tc.name, ev.Err(), got, want)
+		}
+		if err := ev.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := os.ReadDir(tc.dir); len(left) != 0 {
+			t.Errorf("%s: left in the spill directory: %v", tc.name, left)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 
+	"github.com/rollout-dev/rollout/internal/extsort"
 	"github.com/rollout-dev/rollout/internal/lines"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
@@ -263,10 +264,10 @@ func EvaluateJournal(path string, o StatsOptions) (*Evaluation, error) {
 // that its memory does not grow with the records (see spill.go).
 type Evaluator struct {
 	o     StatsOptions
-	rows  []evalRow
-	n     int // rows added, spilled ones included
+	rows  *extsort.Sorter[evalRow]
+	n     int   // rows added, spilled ones included
+	err   error // the first error in reading spilled rows back
 	cells []evalCell
-	spill spill
 	// cellOf indexes cells by arm and group; lastCell is the cell of the last record, which
 	// the next one often shares.
 	cellOf   map[[2]int32]int32
@@ -352,7 +353,7 @@ type evalCell struct {
 
 // NewEvaluator returns an empty Evaluator.
 func NewEvaluator(o StatsOptions) *Evaluator {
-	e := &Evaluator{o: o.normalized(), index: map[string]int32{}, cellOf: map[[2]int32]int32{}, lastCell: -1}
+	e := &Evaluator{o: o.normalized(), rows: extsort.New("", 0, rowCodec), index: map[string]int32{}, cellOf: map[[2]int32]int32{}, lastCell: -1}
 	for k := range e.last {
 		e.last[k].i = -1
 	}
@@ -361,10 +362,10 @@ func NewEvaluator(o StatsOptions) *Evaluator {
 
 // Reserve makes room for n more records (for at most a run's worth with SpillTo).
 func (e *Evaluator) Reserve(n int) {
-	if e.spill.dir != "" {
-		n = min(n, e.spill.rows-len(e.rows))
+	if e.rows.Spilling() {
+		n = min(n, e.rows.Max-len(e.rows.Buf))
 	}
-	e.rows = slices.Grow(e.rows, n)
+	e.rows.Buf = slices.Grow(e.rows.Buf, n)
 }
 
 // internAs is intern, first trying the last string of its kind.
@@ -416,10 +417,10 @@ func (e *Evaluator) Add(r *record.Record) {
 	if r.FailureClass != record.FailNone {
 		row.flags |= rowFailed
 	}
-	e.rows = append(e.rows, row)
+	e.rows.Buf = append(e.rows.Buf, row)
 	e.n++
-	if e.spill.dir != "" && len(e.rows) >= e.spill.rows {
-		e.spillRun()
+	if e.rows.Full() {
+		e.rows.Spill(compareRows(e.byName))
 	}
 
 	c := e.cell(row.arm, row.group)

@@ -219,7 +219,9 @@ func BenchmarkResumeScan(b *testing.B) {
 //   - two-passes: Finalize, then report.EvaluateJournal (evaluation.json);
 //   - one-pass: FinalizeWith, which evaluates as it writes (as rollout run does);
 //   - one-pass-no-ci: the same without the bootstrap interval (2000 resamples of 125,000
-//     tasks in 3 scopes), the part of the evaluation that is not reading records.
+//     tasks in 3 scopes), the part of the evaluation that is not reading records;
+//   - finish: Finish, all that the end of a run does (FinalizeWith, evaluation.json, the
+//     trajectory index).
 func BenchmarkFinalize(b *testing.B) {
 	run := cachedRun(b, benchN())
 	check := func(b *testing.B, sum report.Summary, ev *report.Evaluation) {
@@ -247,6 +249,15 @@ func BenchmarkFinalize(b *testing.B) {
 				b.Fatal(err)
 			}
 			check(b, sum, ev)
+		})
+	})
+	b.Run("finish", func(b *testing.B) {
+		benchFinalize(b, run, func(dir string) {
+			fin, err := Finish(dir, FinishOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, fin.Summary, fin.Evaluation)
 		})
 	})
 	for _, bc := range []struct {
@@ -286,8 +297,9 @@ func benchFinalize(b *testing.B, run *benchRun, finalize func(dir string)) {
 	b.ReportMetric(float64(run.n)/s, "records/s")
 	b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MB")
 	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
-	os.Remove(filepath.Join(run.dir, ParquetFile))
-	os.Remove(filepath.Join(run.dir, SummaryFile))
+	for _, name := range []string{ParquetFile, SummaryFile, EvaluationFile, TrajIndexFile} {
+		os.Remove(filepath.Join(run.dir, name))
+	}
 }
 
 // BenchmarkAppendRecord times Sink.Write of one realistic result (a record and a trajectory

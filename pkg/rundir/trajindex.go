@@ -15,6 +15,7 @@ import (
 	"strconv"
 
 	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/extsort"
 	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/internal/lines"
 )
@@ -73,14 +74,36 @@ func compareTrajEntry(a, b trajEntry) int {
 // BuildTrajIndex scans dir's trajectories.jsonl once and returns its index (empty when the
 // file does not exist). A line whose key cannot be read is an error naming its line.
 func BuildTrajIndex(dir string) (*TrajIndex, error) {
-	path := join(dir, TrajectoriesFile)
 	x := &TrajIndex{}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return x, nil
-	}
+	var err error
+	x.covered, x.arms, err = scanTrajKeys(dir, func(e trajEntry) { x.entries = append(x.entries, e) })
 	if err != nil {
 		return nil, err
+	}
+	// Stable, so that of lines with one key the last (a resumed run's) ends the run of equals.
+	slices.SortStableFunc(x.entries, compareTrajEntry)
+	kept := x.entries[:0]
+	for i, e := range x.entries {
+		if i+1 < len(x.entries) && compareTrajEntry(e, x.entries[i+1]) == 0 {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	x.entries = slices.Clip(kept)
+	return x, nil
+}
+
+// scanTrajKeys reads the key of every line of dir's trajectories.jsonl, in file order, and
+// gives each to add with its offset; it returns the length of the file read and the arm
+// names (an entry's arm is its number in them). No file is no line.
+func scanTrajKeys(dir string, add func(trajEntry)) (covered int64, arms []string, err error) {
+	path := join(dir, TrajectoriesFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
 	}
 	defer f.Close()
 	type keyLine struct {
@@ -112,58 +135,123 @@ func BuildTrajIndex(dir string) (*TrajIndex, error) {
 		}
 		a, ok := armOf[arm]
 		if !ok {
-			a = uint32(len(x.arms))
+			a = uint32(len(arms))
 			armOf[arm] = a
-			x.arms = append(x.arms, arm)
+			arms = append(arms, arm)
 		}
-		x.entries = append(x.entries, trajEntry{task: task, rollout: int32(rollout), arm: a, offset: at})
+		add(trajEntry{task: task, rollout: int32(rollout), arm: a, offset: at})
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	x.covered = complete
-	// Stable, so that of lines with one key the last (a resumed run's) ends the run of equals.
-	slices.SortStableFunc(x.entries, compareTrajEntry)
-	kept := x.entries[:0]
-	for i, e := range x.entries {
-		if i+1 < len(x.entries) && compareTrajEntry(e, x.entries[i+1]) == 0 {
-			continue
+	return complete, arms, err
+}
+
+// trajSpillEntries is how many entries WriteTrajIndex keeps in memory (6 MiB) before it
+// writes them to a temporary file as a sorted run.
+var trajSpillEntries = 1 << 18
+
+// trajEntryCodec is an entry in that file.
+var trajEntryCodec = extsort.Codec[trajEntry]{
+	Size: 8 + 8 + 4 + 4,
+	Encode: func(b []byte, e *trajEntry) {
+		binary.LittleEndian.PutUint64(b, uint64(e.task))
+		binary.LittleEndian.PutUint64(b[8:], uint64(e.offset))
+		binary.LittleEndian.PutUint32(b[16:], uint32(e.rollout))
+		binary.LittleEndian.PutUint32(b[20:], e.arm)
+	},
+	Decode: func(b []byte, e *trajEntry) {
+		e.task = int64(binary.LittleEndian.Uint64(b))
+		e.offset = int64(binary.LittleEndian.Uint64(b[8:]))
+		e.rollout = int32(binary.LittleEndian.Uint32(b[16:]))
+		e.arm = binary.LittleEndian.Uint32(b[20:])
+	},
+}
+
+// WriteTrajIndex writes the index of dir's trajectories.jsonl to dir's trajectories.idx
+// (atomically), and returns its number of entries: Finish calls it at the end of a run. Its
+// memory does not grow with the file: past trajSpillEntries lines, the keys go to a
+// temporary file in dir in sorted runs, merged as the index is written (the same bytes as
+// BuildTrajIndex's).
+func WriteTrajIndex(dir string) (int, error) {
+	keys := extsort.New(dir, trajSpillEntries, trajEntryCodec)
+	defer keys.Close()
+	// By key, then offset: of the lines of one key, the last (a resumed run's) is the index's.
+	order := func(a, b trajEntry) int { return cmp.Or(compareTrajEntry(a, b), cmp.Compare(a.offset, b.offset)) }
+	covered, arms, err := scanTrajKeys(dir, func(e trajEntry) {
+		keys.Buf = append(keys.Buf, e)
+		if keys.Full() {
+			keys.Spill(order)
 		}
-		kept = append(kept, e)
-	}
-	x.entries = slices.Clip(kept)
-	return x, nil
-}
-
-// WriteTrajIndex builds the index of dir's trajectories.jsonl and writes it to dir's
-// trajectories.idx (atomically): Finish calls it at the end of a run.
-func WriteTrajIndex(dir string) (*TrajIndex, error) {
-	x, err := BuildTrajIndex(dir)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("trajectory index: %w", err)
+		return 0, fmt.Errorf("trajectory index: %w", err)
 	}
-	if err := durable.WriteAtomic(join(dir, TrajIndexFile), 0o644, x.encode); err != nil {
-		return nil, fmt.Errorf("trajectory index: %w", err)
+	// The entries kept, in order: each key's last.
+	each := func(f func(*trajEntry)) error {
+		var prev trajEntry
+		have := false
+		err := keys.Each(order, func(e *trajEntry) {
+			if have && compareTrajEntry(prev, *e) != 0 {
+				f(&prev)
+			}
+			prev, have = *e, true
+		})
+		if err == nil && have {
+			f(&prev)
+		}
+		return err
 	}
-	return x, nil
+	n := 0
+	if err := each(func(*trajEntry) { n++ }); err != nil {
+		return 0, fmt.Errorf("trajectory index: %w", err)
+	}
+	err = durable.WriteAtomic(join(dir, TrajIndexFile), 0o644, func(w io.Writer) error {
+		b := encodeTrajHeader(covered, arms, n)
+		var werr error
+		err := each(func(e *trajEntry) {
+			b = appendTrajEntry(b, e)
+			if len(b) >= 1<<12-trajEntrySize {
+				if werr == nil {
+					_, werr = w.Write(b)
+				}
+				b = b[:0]
+			}
+		})
+		if err = cmp.Or(err, werr); err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("trajectory index: %w", err)
+	}
+	return n, nil
 }
 
-func (x *TrajIndex) encode(w io.Writer) error {
+// encodeTrajHeader is the start of an index file of n entries, in a buffer of 4 KiB.
+func encodeTrajHeader(covered int64, arms []string, n int) []byte {
 	b := make([]byte, 0, 1<<12)
 	b = append(b, trajIndexMagic...)
-	b = binary.LittleEndian.AppendUint64(b, uint64(x.covered))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(x.arms)))
-	for _, a := range x.arms {
+	b = binary.LittleEndian.AppendUint64(b, uint64(covered))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(arms)))
+	for _, a := range arms {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(a)))
 		b = append(b, a...)
 	}
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(x.entries)))
-	for _, e := range x.entries {
-		b = binary.LittleEndian.AppendUint64(b, uint64(e.task))
-		b = binary.LittleEndian.AppendUint64(b, uint64(int64(e.rollout)))
-		b = binary.LittleEndian.AppendUint32(b, e.arm)
-		b = binary.LittleEndian.AppendUint64(b, uint64(e.offset))
+	return binary.LittleEndian.AppendUint64(b, uint64(n))
+}
+
+func appendTrajEntry(b []byte, e *trajEntry) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.task))
+	b = binary.LittleEndian.AppendUint64(b, uint64(int64(e.rollout)))
+	b = binary.LittleEndian.AppendUint32(b, e.arm)
+	return binary.LittleEndian.AppendUint64(b, uint64(e.offset))
+}
+
+func (x *TrajIndex) encode(w io.Writer) error {
+	b := encodeTrajHeader(x.covered, x.arms, len(x.entries))
+	for i := range x.entries {
+		b = appendTrajEntry(b, &x.entries[i])
 		if len(b) >= 1<<12-trajEntrySize {
 			if _, err := w.Write(b); err != nil {
 				return err

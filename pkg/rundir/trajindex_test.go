@@ -64,12 +64,12 @@ func TestTrajectoriesIndex(t *testing.T) {
 		}
 	}
 	writeTrajLines(t, dir, keys)
-	x, err := WriteTrajIndex(dir)
+	n, err := WriteTrajIndex(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x.Len() != len(keys) {
-		t.Fatalf("index has %d entries, want %d", x.Len(), len(keys))
+	if n != len(keys) {
+		t.Fatalf("index has %d entries, want %d", n, len(keys))
 	}
 	tr, err := OpenTrajectories(dir)
 	if err != nil {
@@ -244,5 +244,47 @@ func TestTrajectoryLineBound(t *testing.T) {
 	var tooLong *LineTooLongError
 	if !errors.As(err, &tooLong) || tooLong.Offset != int64(len(short)+len(exact)+2) || !strings.Contains(err.Error(), TrajectoriesFile) {
 		t.Fatalf("the long line: %v", err)
+	}
+}
+
+// WriteTrajIndex, whose keys go to sorted runs on disk past trajSpillEntries, writes the bytes
+// of the index built in memory: every key once, at its last line (lines written again by a
+// resume), whatever the size of the runs; and leaves no temporary file behind.
+func TestWriteTrajIndexSpilledIsTheIndexInMemory(t *testing.T) {
+	dir := t.TempDir()
+	var keys []record.Key
+	for i := range 200 {
+		keys = append(keys, record.Key{Task: int64((i * 37) % 90), Rollout: int64(i % 3), Arm: []string{"single", "multi"}[i%2]})
+	}
+	writeTrajLines(t, dir, keys)
+	x, err := BuildTrajIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	if err := x.encode(&want); err != nil {
+		t.Fatal(err)
+	}
+	if x.Len() >= len(keys) {
+		t.Fatalf("the keys have no duplicate: %d entries of %d lines", x.Len(), len(keys))
+	}
+	defer func(n int) { trajSpillEntries = n }(trajSpillEntries)
+	for _, spill := range []int{1, 3, 64, 1 << 18} {
+		trajSpillEntries = spill
+		n, err := WriteTrajIndex(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, TrajIndexFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != x.Len() || string(got) != want.String() {
+			t.Fatalf("runs of %d: %d entries, want %d; the file differs from the index built in memory", spill, n, x.Len())
+		}
+		left, _ := os.ReadDir(dir)
+		if len(left) != 2 {
+			t.Errorf("runs of %d: the directory has %v", spill, left)
+		}
 	}
 }
