@@ -24,7 +24,8 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 			"              reward and components, advantage (r - mean) / (std + 1e-6) and r - mean over the\n"+
 			"              group, messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
 			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} as HF chat templates render them\n"+
-			"              (TRL, NeMo RL, OpenRLHF), ending with the model's last answer\n"+
+			"              (TRL, NeMo RL, OpenRLHF), ending with the model's last answer; --layout text\n"+
+			"              --chat-template T: the text T renders, the answers' spans, token ids and mask\n"+
 			"  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
 			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
 			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n"+
@@ -39,7 +40,8 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 			"every rollout it planned (interrupted, crashed, or still running) is exported as it is, with\n"+
 			"a warning.\n\n"+
 			"Example:\n  rollout export out/extraction --format rl -o rl.parquet\n"+
-			"  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl\n\n")
+			"  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl\n"+
+			"  rollout export out/extraction --format sft --layout text --chat-template tokenizer_config.json -o text.parquet\n\n")
 	})
 	opt := export.Options{}
 	var minReward float64
@@ -52,7 +54,8 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each group")
 	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
 	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
-	fs.StringVar(&opt.Layout, "layout", "", "`LAYOUT`: preference trl (prompt, chosen, rejected; default), nemo-rl (context, completions) or openai (DPO); sft openai (chat fine-tuning, .jsonl)")
+	fs.StringVar(&opt.Layout, "layout", "", "`LAYOUT`: preference trl (prompt, chosen, rejected; default), nemo-rl (context, completions) or openai (DPO); sft openai (chat fine-tuning, .jsonl) or text (rendered with --chat-template)")
+	fs.StringVar(&opt.ChatTemplate, "chat-template", "", "sft --layout text: the model's chat template `FILE` (.jinja, or its tokenizer_config.json)")
 	fs.BoolVar(&opt.PoolArms, "pool-arms", false, "one group per task over all arms (default: one group per task and arm)")
 	fs.BoolVar(&opt.Overwrite, "overwrite", false, "replace -o FILE if it exists")
 	var dirs []string

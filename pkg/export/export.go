@@ -80,6 +80,9 @@ type Options struct {
 	PoolArms bool
 	// Overwrite replaces an existing Output; without it an existing file is refused.
 	Overwrite bool
+	// ChatTemplate (sft, LayoutText) is the model's chat template: a Jinja file or a Hugging
+	// Face tokenizer_config.json.
+	ChatTemplate string
 }
 
 // An InputError is a task file that cannot be the runs' (missing, another file's bytes, a
@@ -93,6 +96,7 @@ func (e *InputError) Unwrap() error { return e.Err }
 // Report is what an export kept and dropped, and why.
 type Report struct {
 	Format  string
+	Layout  string
 	Output  string
 	Read    int            // records read
 	Rows    int            // rows written
@@ -111,6 +115,8 @@ type Report struct {
 	// NonContiguous counts exported rollouts with a model call whose prompt ids do not begin
 	// with the previous call's prompt and generated ids (NeMo RL refuses them).
 	NonContiguous int
+	// TokenRows counts the rows of sft --layout text that have token ids.
+	TokenRows int
 }
 
 // Reasons a rollout or group is left out.
@@ -133,6 +139,8 @@ const (
 	DropTaskWritten  = "another rollout of a task already written (verl: one row per task)"
 	DropEnvironment  = "chosen and rejected first differ in a tool's or user's message, not the model's"
 	DropMalformed    = "tool-call arguments that are not a JSON object"
+	DropNotPrefix    = "the chat template does not render the conversation up to an answer as the beginning of the whole (no answer span)"
+	DropFloat        = "a number the Go template renderer writes otherwise than Python's json.dumps (an integral or large float)"
 )
 
 // group is the statistics of one task's rollouts (Welford's running mean and M2).
@@ -190,6 +198,16 @@ func (opt *Options) Check() error {
 		if opt.Format != FormatPreference {
 			return fmt.Errorf("--layout %s is a layout of --format preference", opt.Layout)
 		}
+	case LayoutText:
+		if opt.Format != FormatSFT {
+			return fmt.Errorf("--layout %s is a layout of --format sft", opt.Layout)
+		}
+		if opt.ChatTemplate == "" {
+			return fmt.Errorf("--layout %s renders each conversation with the model's chat template: give it with --chat-template FILE (a .jinja file or the model's tokenizer_config.json)", opt.Layout)
+		}
+		if _, err := LoadChatTemplate(opt.ChatTemplate); err != nil {
+			return err
+		}
 	case LayoutOpenAI:
 		if opt.Format != FormatPreference && opt.Format != FormatSFT {
 			return fmt.Errorf("--layout %s is a layout of --format sft and preference", opt.Layout)
@@ -198,7 +216,10 @@ func (opt *Options) Check() error {
 			return fmt.Errorf("--layout %s: -o %s: OpenAI's fine-tuning files are JSONL (.jsonl)", opt.Layout, opt.Output)
 		}
 	default:
-		return fmt.Errorf("--layout %q: want %s, %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL, LayoutOpenAI)
+		return fmt.Errorf("--layout %q: want %s, %s, %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL, LayoutOpenAI, LayoutText)
+	}
+	if opt.ChatTemplate != "" && opt.Layout != LayoutText {
+		return fmt.Errorf("--chat-template is for --format sft --layout %s", LayoutText)
 	}
 	if opt.MinMargin < 0 {
 		return fmt.Errorf("--min-margin %g: must be at least 0", opt.MinMargin)
@@ -206,6 +227,9 @@ func (opt *Options) Check() error {
 	reads := rundir.ReadsOf(opt.Dirs...)
 	if opt.Input != "" {
 		reads = append(reads, rundir.Read{Path: opt.Input, What: "the input"})
+	}
+	if opt.ChatTemplate != "" {
+		reads = append(reads, rundir.Read{Path: opt.ChatTemplate, What: "the chat template"})
 	}
 	if err := rundir.CheckOutput(rundir.Output{Flag: "-o", Path: opt.Output}, reads...); err != nil {
 		return err
@@ -265,7 +289,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, err
 	}
 	e := &exporter{opt: opt, groups: map[groupKey]*group{}, arms: map[string]int{},
-		rep: &Report{Format: opt.Format, Output: opt.Output, Dropped: map[string]int{}, GroupsDropped: map[string]int{}}}
+		rep: &Report{Format: opt.Format, Layout: opt.Layout, Output: opt.Output, Dropped: map[string]int{}, GroupsDropped: map[string]int{}}}
 	if err := e.statistics(ctx); err != nil {
 		return nil, err
 	}
@@ -274,9 +298,15 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	case FormatRL:
 		err = runRows(ctx, e, e.rlRow)
 	case FormatSFT:
-		if opt.Layout == LayoutOpenAI {
+		switch opt.Layout {
+		case LayoutOpenAI:
 			err = e.openaiSFT(ctx)
-		} else {
+		case LayoutText:
+			if e.template, err = LoadChatTemplate(opt.ChatTemplate); err != nil {
+				return nil, &InputError{err}
+			}
+			err = runRows(ctx, e, e.textRow)
+		default:
 			err = runRows(ctx, e, e.sftRow)
 		}
 	case FormatNemoGym:
@@ -301,6 +331,7 @@ type exporter struct {
 	maxRepeat int64
 	need      []map[int64]int // per directory: how many exported rollouts need each task row
 	rep       *Report
+	template  *ChatTemplate // sft --layout text
 }
 
 // eligible says why a record is left out of every format ("" when it is not).
@@ -571,6 +602,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.DuplicateKeys > 0 {
 		fmt.Fprintf(w, "  warning: %d rollouts have the key (task, repeat, arm) of a rollout of an earlier directory: the directories are runs of the same tasks (not shards of one run), and each group holds the rollouts of all of them\n", r.DuplicateKeys)
+	}
+	if r.Format == FormatSFT && r.Layout == LayoutText {
+		fmt.Fprintf(w, "  %d of %d rows have token ids (input_ids, assistant_masks; run --capture-tokens, contiguous)\n", r.TokenRows, r.Rows)
 	}
 	if r.MissingPromptIDs > 0 {
 		fmt.Fprintf(w, "  note: %d model calls have no prompt_token_ids (the endpoint did not return them)\n", r.MissingPromptIDs)
