@@ -14,41 +14,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollout-dev/rollout/internal/hfrender"
 )
 
-// hfPython is a python3 that has jinja2 (what transformers renders chat templates with), or
-// the test skips (fails under CI=true).
-func hfPython(t *testing.T) string {
-	t.Helper()
-	for _, py := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(py, "-c", "import jinja2.sandbox, jinja2.ext").Run() == nil {
-			return py
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("no python3 with jinja2 (Debian: apt-get install -y python3-jinja2)")
-	}
-	t.Skip("no python3 with jinja2 (Debian: apt-get install -y python3-jinja2): the HF render cannot run")
-	return ""
-}
-
 // hfRender renders messages and tools with the chat template at template as transformers'
-// apply_chat_template does (render_hf.py).
+// apply_chat_template does (internal/hfrender).
 func hfRender(t *testing.T, py, template string, messages, tools any, generationPrompt bool) (string, error) {
 	t.Helper()
-	in, err := json.Marshal(map[string]any{"template": template, "messages": messages, "tools": tools, "add_generation_prompt": generationPrompt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, "render_hf.py")
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("%v: %s", err, stderr.String())
-	}
-	return string(out), nil
+	out, err := hfrender.Run(py, hfrender.Request{Template: template, Messages: messages, Tools: tools, AddGenerationPrompt: generationPrompt})
+	return string(out), err
 }
 
 // post posts body to the server's path and decodes the answer into v.
@@ -106,7 +81,7 @@ func stringArguments(t *testing.T, msgs []json.RawMessage) []map[string]any {
 }
 
 // The sft export of a run against llama-server, rendered with the real Qwen2.5 chat template
-// as transformers renders it (render_hf.py: jinja2 as apply_chat_template sets it up), is the
+// as transformers renders it (internal/hfrender: jinja2 as apply_chat_template sets it up), is the
 // text the server rendered at sampling time: each recorded request, rendered by the server's
 // own /apply-template, is a prefix of the row's render. With arguments as JSON strings (the
 // OpenAI shape) the template double-encodes them and the renders differ: the check can fail.
@@ -118,7 +93,7 @@ func stringArguments(t *testing.T, msgs []json.RawMessage) []map[string]any {
 // --capture-tokens the calls after a first one go to /completion as token ids.)
 func TestExportRendersAsSampled(t *testing.T) {
 	s := env(t)
-	py := hfPython(t)
+	py := hfrender.Python(t)
 	template := filepath.Join(os.Getenv(DirEnv), "models", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
 	srv := s.start(t, "toolcall.gguf", "-c", "4096", "--parallel", "2")
 	proxy := recordingProxy(t, srv.base)

@@ -31,6 +31,9 @@ type rollout struct {
 	badArgs    bool   // the tool call's arguments are not a JSON object
 	reasoning  string // the final answer's reasoning
 	args       string // the tool call's arguments, when not {"to":TASK}
+	// parallel: the first answer calls the tool twice, and two tool messages follow it.
+	parallel bool
+	content  string // the first answer's text beside its tool call
 }
 
 // taskRow is test task i: a system and a user message, and one tool.
@@ -60,6 +63,12 @@ func trajectory(i int, r rollout) []byte {
 	if r.args != "" {
 		tr.Messages[2].ToolCalls[0].Function.Arguments = r.args
 	}
+	if r.parallel {
+		tr.Messages[2].ToolCalls = append(tr.Messages[2].ToolCalls, openai.ToolCall{ID: "call_2", Type: "function", Function: openai.FunctionCall{Name: "count", Arguments: `{"to":99}`}})
+		tr.Messages = append(tr.Messages[:4], append([]openai.ChatCompletionMessage{{Role: "tool", ToolCallID: "call_2", Content: "1..99"}}, tr.Messages[4:]...)...)
+		tr.Rounds[0].ToolCalls = append(tr.Rounds[0].ToolCalls, agent.ToolCall{CallID: "call_2", Name: "count"})
+	}
+	tr.Messages[2].Content = r.content
 	if r.badArgs {
 		tr.Messages[2].ToolCalls[0].Function.Arguments = `{"to":`
 	}
@@ -68,7 +77,7 @@ func trajectory(i int, r rollout) []byte {
 	}
 	tr.Rounds[1].Reasoning = r.reasoning
 	if r.endsOnTool {
-		tr.Messages, tr.Rounds = tr.Messages[:4], tr.Rounds[:1]
+		tr.Messages, tr.Rounds = tr.Messages[:len(tr.Messages)-1], tr.Rounds[:1]
 		tr.Termination = agent.MaxRounds
 	}
 	if r.tokens {
