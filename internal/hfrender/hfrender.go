@@ -79,3 +79,49 @@ func RunSpans(py string, req Request) (*Spans, error) {
 	}
 	return &s, nil
 }
+
+// TRLQwen25 is the path of TRL's Qwen2.5 training template (templates/README.md).
+func TRLQwen25() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "templates", "trl-qwen2_5_training.jinja")
+}
+
+// CheckMasks compares text and the answers' spans (code points) of one conversation, rendered
+// with the Qwen2.5 template at template, with the trainers' masks of the same messages and
+// tools: TRL's assistant_only_loss (the {% generation %} blocks of TRL's Qwen2.5 training
+// template begin one character before each span, at the generation prompt's newline, and end
+// with it) and verl's MultiTurnSFTDataset (the trainable ranges are the spans). verlRefused
+// says that verl's sanity check refuses the conversation; problems lists every difference.
+func CheckMasks(py, template string, messages, tools any, text string, spans [][2]int64) (verlRefused bool, problems []string, err error) {
+	trl, err := RunSpans(py, Request{Template: TRLQwen25(), Messages: messages, Tools: tools, Mode: "spans"})
+	if err != nil {
+		return false, nil, err
+	}
+	runes := []rune(text)
+	if trl.Text != text || len(trl.Generation) != len(spans) {
+		problems = append(problems, fmt.Sprintf("TRL's template renders %d generation blocks (spans: %d) of %q", len(trl.Generation), len(spans), trl.Text))
+	} else {
+		for k, g := range trl.Generation {
+			s := spans[k]
+			if g[1] != s[1] || g[0]+1 != s[0] || string(runes[g[0]:s[0]]) != "\n" {
+				problems = append(problems, fmt.Sprintf("answer %d: span %v, TRL's generation block %v", k, s, g))
+			}
+		}
+	}
+	verl, err := RunSpans(py, Request{Template: template, Messages: messages, Tools: tools, Mode: "verl"})
+	if err != nil {
+		return false, nil, err
+	}
+	if verl.Error != nil {
+		return true, problems, nil
+	}
+	if verl.Text != text || len(verl.Trainable) != len(spans) {
+		return false, append(problems, fmt.Sprintf("verl renders %q, trains %v; spans %v", verl.Text, verl.Trainable, spans)), nil
+	}
+	for k, v := range verl.Trainable {
+		if v != spans[k] {
+			problems = append(problems, fmt.Sprintf("answer %d: span %v, verl trains %v", k, spans[k], v))
+		}
+	}
+	return false, problems, nil
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/hfrender"
+	"github.com/rollout-dev/rollout/pkg/export"
 )
 
 // hfRender renders messages and tools with the chat template at template as transformers'
@@ -168,6 +169,8 @@ func TestExportRendersAsSampled(t *testing.T) {
 				old[strings.Index(old, `"arguments": `):][:40])
 		}
 	}
+
+	checkTextLayout(t, s, srv, py, template, out, rows, calls)
 }
 
 // stripTokens removes the token members rollout adds to an assistant message, so that a
@@ -207,4 +210,102 @@ func firstDiff(a, b []int32) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// checkTextLayout checks the text layout (sft --layout text) of the run against its consumers:
+// each row's text is transformers' render of the sft row (python3 jinja2, with the tools), its
+// answer spans are TRL's and verl's masks (internal/hfrender.CheckMasks), and the conversation
+// before each answer, rendered by rollout's Go engine with the generation prompt, is what the
+// server rendered at sampling time (its /apply-template of the recorded request; both without
+// tools, which llama-server writes from its own parse of the request's tools).
+func checkTextLayout(t *testing.T, s suite, srv *server, py, template, run string, rows []sftRow, calls []proxyCall) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "text.jsonl")
+	if msg, err := exec.Command(s.rollout, "export", run, "--format", "sft", "--layout", "text", "--chat-template", template, "-o", path).CombinedOutput(); err != nil {
+		t.Fatalf("export --layout text: %v\n%s", err, msg)
+	}
+	texts := readJSONL[struct {
+		Text  string `json:"text"`
+		Spans []struct {
+			Start int64 `json:"start"`
+			End   int64 `json:"end"`
+		} `json:"assistant_spans"`
+	}](t, path)
+	if len(texts) != len(rows) {
+		t.Fatalf("%d text rows, %d sft rows", len(texts), len(rows))
+	}
+	ct, err := export.LoadChatTemplate(template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compared := 0
+	for i, row := range rows {
+		text := texts[i]
+		hf, err := hfRender(t, py, template, row.Messages, json.RawMessage(row.Tools), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hf != text.Text {
+			t.Errorf("text row %d is not transformers' render:\nGo: %q\nHF: %q", i, text.Text, hf)
+		}
+		spans := make([][2]int64, len(text.Spans))
+		for k, sp := range text.Spans {
+			spans[k] = [2]int64{sp.Start, sp.End}
+		}
+		verlRefused, problems, err := hfrender.CheckMasks(py, template, row.Messages, json.RawMessage(row.Tools), text.Text, spans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("text row %d: %s", i, p)
+		}
+		if verlRefused {
+			t.Logf("text row %d: verl's MultiTurnSFTDataset refuses it (its per-message render is not the whole)", i)
+		}
+		answer := 0
+		for j, m := range row.Messages {
+			if field(t, m, "role") != "assistant" {
+				continue
+			}
+			// The request that sampled answer j: its messages are the row's first j.
+			var sent map[string]json.RawMessage
+			for k := range calls {
+				var req struct {
+					Messages []map[string]any `json:"messages"`
+				}
+				json.Unmarshal(calls[k].body, &req)
+				last := req.Messages[len(req.Messages)-1]
+				if len(req.Messages) == j && last["content"] == field(t, row.Messages[j-1], "content") && last["tool_call_id"] == field(t, row.Messages[j-1], "tool_call_id") {
+					json.Unmarshal(calls[k].body, &sent)
+				}
+			}
+			if sent == nil {
+				t.Fatalf("row %d: no recorded request has the %d messages before answer %d", i, j, answer)
+			}
+			delete(sent, "tools")
+			delete(sent, "tool_choice")
+			noTools, _ := json.Marshal(sent)
+			var sampled struct {
+				Prompt string `json:"prompt"`
+			}
+			srv.post(t, "/apply-template", noTools, &sampled)
+			ours, err := ct.Render(row.Messages[:j], nil, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ours != sampled.Prompt {
+				t.Errorf("row %d answer %d: the Go render of the conversation before it is not the server's:\nGo:     %q\nserver: %q", i, answer, ours, sampled.Prompt)
+			}
+			sp := []rune(text.Text)[text.Spans[answer].Start:text.Spans[answer].End]
+			if !strings.HasSuffix(string(sp), "<|im_end|>\n") || strings.Contains(string(sp), "<|im_start|>") {
+				t.Errorf("row %d answer %d: span %q", i, answer, string(sp))
+			}
+			answer++
+			compared++
+		}
+		if answer != len(text.Spans) {
+			t.Errorf("row %d: %d answers, %d spans", i, answer, len(text.Spans))
+		}
+	}
+	t.Logf("text layout: %d rows equal transformers' render, with TRL's and verl's masks; %d answers' prompts equal the server's", len(rows), compared)
 }

@@ -16,23 +16,19 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-
-	"github.com/rollout-dev/rollout/pkg/export"
 )
 
-// arrow-go reads each format's Parquet file (rl, sft, preference in both layouts, verl): no
+// arrow-go reads each format's and layout's Parquet file (parquetExports): no
 // MAP type anywhere in the schema, and every row, as arrow-go gives its values, equals the
 // JSONL export's row (JSON text parsed).
 func TestArrowReadsEveryFormat(t *testing.T) {
 	dir := writeRun(t, 3, baseRun)
-	for _, tc := range []struct{ format, layout string }{
-		{export.FormatRL, ""}, {export.FormatSFT, ""}, {export.FormatPreference, ""}, {export.FormatPreference, export.LayoutNemoRL}, {export.FormatVerl, ""},
-	} {
+	for _, tc := range parquetExports {
 		t.Run(tc.format+tc.layout, func(t *testing.T) {
 			out := t.TempDir()
 			pq, js := filepath.Join(out, "x.parquet"), filepath.Join(out, "x.jsonl")
-			exportTo(t, export.Options{Dirs: []string{dir}, Format: tc.format, Layout: tc.layout, Output: pq})
-			exportTo(t, export.Options{Dirs: []string{dir}, Format: tc.format, Layout: tc.layout, Output: js})
+			exportTo(t, tc.options(dir, pq))
+			exportTo(t, tc.options(dir, js))
 			rdr, err := file.OpenParquetFile(pq, false)
 			if err != nil {
 				t.Fatalf("arrow-go cannot open %s: %v", pq, err)

@@ -125,6 +125,28 @@ func (ct *ChatTemplate) render(messages []jinja.Value, tools jinja.Value, genera
 	return tmpl.RenderValues(data)
 }
 
+// Render renders messages (JSON objects) and tools (a JSON array, or nil for none) as
+// apply_chat_template does.
+func (ct *ChatTemplate) Render(messages []json.RawMessage, tools json.RawMessage, generationPrompt bool) (string, error) {
+	msgs := make([]jinja.Value, len(messages))
+	for i, m := range messages {
+		v, err := jsonValue(m)
+		if err != nil {
+			return "", err
+		}
+		msgs[i] = v
+	}
+	toolsValue := jinja.None()
+	if len(tools) > 0 {
+		v, err := jsonValue(tools)
+		if err != nil {
+			return "", err
+		}
+		toolsValue = v
+	}
+	return ct.render(msgs, toolsValue, generationPrompt)
+}
+
 // Span is a character range [Start, End) of a rendered text, in Unicode code points (Python's
 // string indexes).
 type Span struct {

@@ -356,23 +356,27 @@ func compatible(jsonl, pq string) bool {
 	return u == pq && !strings.Contains(u, "conflict")
 }
 
-// Every format's Parquet and JSONL exports of a run load in HF datasets as one table with one
+// Every format's and layout's Parquet and JSONL exports of a run load in HF datasets as one table with one
 // type per column, and the same types in both: no MAP column (datasets has no feature for it),
 // no column that is an array in one file and text in the other, no empty-string tools.
 func TestDatasetsLoadable(t *testing.T) {
 	dir := writeRun(t, 3, baseRun)
-	for _, format := range []string{export.FormatRL, export.FormatSFT, export.FormatPreference, export.FormatVerl} {
-		t.Run(format, func(t *testing.T) {
+	for _, tc := range parquetExports {
+		t.Run(tc.format+tc.layout, func(t *testing.T) {
 			out := t.TempDir()
-			pq, js := filepath.Join(out, format+".parquet"), filepath.Join(out, format+".jsonl")
-			exportTo(t, export.Options{Dirs: []string{dir}, Format: format, Output: pq})
-			exportTo(t, export.Options{Dirs: []string{dir}, Format: format, Output: js})
+			pq, js := filepath.Join(out, "x.parquet"), filepath.Join(out, "x.jsonl")
+			exportTo(t, tc.options(dir, pq))
+			exportTo(t, tc.options(dir, js))
 			var objects []string
-			switch format {
-			case export.FormatSFT:
+			switch {
+			case tc.format == export.FormatSFT && tc.layout == "":
 				objects = []string{"messages/[]/tool_calls/[]/function/arguments"}
-			case export.FormatPreference:
-				for _, c := range []string{"prompt", "chosen", "rejected"} {
+			case tc.format == export.FormatPreference:
+				lists := []string{"prompt", "chosen", "rejected"}
+				if tc.layout == export.LayoutNemoRL {
+					lists = []string{"context", "completions/[]/completion"}
+				}
+				for _, c := range lists {
 					objects = append(objects, c+"/[]/tool_calls/[]/function/arguments")
 				}
 			}

@@ -122,21 +122,20 @@ func TestRLParquetDuckDB(t *testing.T) {
 	}
 }
 
-// DuckDB reads every format's Parquet export (every column type the exports write: strings,
-// int64, int32 and float lists, doubles, nullable strings, lists of structs, nested structs),
+// DuckDB reads every format's and layout's Parquet export (every column type the exports write:
+// strings, int64, int32 and float lists, doubles, nullable strings, lists of structs, nested
+// structs),
 // with no MAP column, and each row equals the JSONL export's row once the values that are
 // JSON text in Parquet (tools, the chat shape's tool-call arguments) are parsed.
 func TestAllFormatsParquetDuckDB(t *testing.T) {
 	node, env := duckdbNode(t)
 	dir := writeRun(t, 3, baseRun)
-	for _, tc := range []struct {
-		format, layout string
-	}{{export.FormatRL, ""}, {export.FormatSFT, ""}, {export.FormatPreference, ""}, {export.FormatPreference, export.LayoutNemoRL}, {export.FormatVerl, ""}} {
+	for _, tc := range parquetExports {
 		t.Run(tc.format+tc.layout, func(t *testing.T) {
 			out := t.TempDir()
 			pq, js := filepath.Join(out, "x.parquet"), filepath.Join(out, "x.jsonl")
-			exportTo(t, export.Options{Dirs: []string{dir}, Format: tc.format, Layout: tc.layout, Output: pq})
-			exportTo(t, export.Options{Dirs: []string{dir}, Format: tc.format, Layout: tc.layout, Output: js})
+			exportTo(t, tc.options(dir, pq))
+			exportTo(t, tc.options(dir, js))
 			cmd := exec.Command(node, "testdata/duckdb_all.js", pq)
 			cmd.Env = env
 			var stderr bytes.Buffer
@@ -168,6 +167,25 @@ func TestAllFormatsParquetDuckDB(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parquetExport is a format and layout that can be written as Parquet.
+type parquetExport struct{ format, layout string }
+
+// parquetExports is every format and layout that writes Parquet.
+var parquetExports = []parquetExport{
+	{export.FormatRL, ""}, {export.FormatSFT, ""}, {export.FormatSFT, export.LayoutText}, {export.FormatPreference, ""},
+	{export.FormatPreference, export.LayoutNemoRL}, {export.FormatVerl, ""},
+}
+
+// options exports dir to output in this format and layout (the text layout with the Qwen2.5
+// template).
+func (p parquetExport) options(dir, output string) export.Options {
+	opt := export.Options{Dirs: []string{dir}, Format: p.format, Layout: p.layout, Output: output}
+	if p.layout == export.LayoutText {
+		opt.ChatTemplate = qwen25
+	}
+	return opt
 }
 
 // normalJSON is v with every string that holds a JSON object or array parsed (JSON text in
