@@ -179,6 +179,8 @@ func sameJSON(t *testing.T, a, b json.RawMessage) bool {
 // make run's extraction job with --capture-tokens, then each export: every format writes,
 // the nemo-gym lines carry each model call's tokens on one output item (ids and log-probs of
 // the same length, prompt ids), one item per model call; usage errors exit 2.
+const qwen25 = "../../pkg/export/testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+
 func TestExportCapturedRun(t *testing.T) {
 	dir, _ := capturedRun(t, 8, 3)
 	out := t.TempDir()
@@ -194,6 +196,24 @@ func TestExportCapturedRun(t *testing.T) {
 			}
 		}
 	}
+	// The text layout: every row has the simulator's token ids (they are contiguous), and the
+	// mask is the rl export's.
+	text := filepath.Join(out, "text.jsonl")
+	r := runCLI(t, context.Background(), nil, "export", dir, "--format", "sft", "--layout", "text", "--chat-template", qwen25, "-o", text)
+	rows := jsonLines(t, text)
+	if r.code != 0 || !strings.Contains(r.stderr, fmt.Sprintf("%d of %d rows have token ids", len(rows), len(rows))) || len(rows) == 0 {
+		t.Fatalf("export --layout text: exit %d\n%s", r.code, r.stderr)
+	}
+	masks := map[string]bool{}
+	for _, line := range jsonLines(t, filepath.Join(out, "rl.jsonl")) {
+		masks[string(line["input_ids"])+string(line["loss_mask"])] = true
+	}
+	for i, line := range rows {
+		if !masks[string(line["input_ids"])+string(line["assistant_masks"])] || !strings.Contains(string(line["text"]), "<|im_start|>assistant") {
+			t.Errorf("text row %d: its ids and mask are no rl row's: %.200s", i, line["input_ids"])
+		}
+	}
+
 	calls := len(trajectoryRounds(t, dir))
 	// Every item with generation ids has log-probs of the same length, and there are as
 	// many such items as model calls.
@@ -231,13 +251,16 @@ func TestExportCapturedRun(t *testing.T) {
 		{[]string{"export", dir, "--format", "rl"}, "-o FILE is required"},
 		{[]string{"export", dir, "--format", "dpo", "-o", "x.parquet"}, `--format "dpo"`},
 		{[]string{"export", dir, "--format", "rl", "-o", "x.csv"}, `unknown extension ".csv"`},
+		{[]string{"export", dir, "--format", "sft", "--layout", "text", "-o", "x.jsonl"}, "give it with --chat-template FILE"},
+		{[]string{"export", dir, "--format", "sft", "--layout", "text", "--chat-template", "nope.jinja", "-o", "x.jsonl"}, "--chat-template: open nope.jinja"},
+		{[]string{"export", dir, "--format", "rl", "--chat-template", qwen25, "-o", "x.jsonl"}, "--chat-template is for --format sft --layout text"},
 	} {
 		r := runCLI(t, context.Background(), nil, tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, r.code, r.stderr, exitUsage, tc.want)
 		}
 	}
-	r := runCLI(t, context.Background(), nil, "export", t.TempDir(), "--format", "rl", "-o", filepath.Join(out, "y.parquet"))
+	r = runCLI(t, context.Background(), nil, "export", t.TempDir(), "--format", "rl", "-o", filepath.Join(out, "y.parquet"))
 	if r.code != 1 || !strings.Contains(r.stderr, "not a run directory") {
 		t.Errorf("not a run: exit %d %q", r.code, r.stderr)
 	}
