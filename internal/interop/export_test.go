@@ -147,25 +147,19 @@ func TestExportRendersAsSampled(t *testing.T) {
 		if a, b := fmt.Sprint(sentTools), fmt.Sprint(tools); a != b || len(tools) == 0 {
 			t.Errorf("row %d: tools %s, the request sent %s", i, row.Tools, sent["tools"])
 		}
-		delete(sent, "tools")
-		delete(sent, "tool_choice")
-		noTools, _ := json.Marshal(sent)
-		var sampled struct {
-			Prompt string `json:"prompt"`
-		}
-		srv.post(t, "/apply-template", noTools, &sampled)
-		if !strings.HasPrefix(hf, sampled.Prompt) {
-			t.Errorf("row %d: the HF render of the row is not what the server rendered at sampling time:\nserver: %q\nrow:    %q", i, sampled.Prompt, hf)
+		sampled := renderWithoutTools(t, srv, sent)
+		if !strings.HasPrefix(hf, sampled) {
+			t.Errorf("row %d: the HF render of the row is not what the server rendered at sampling time:\nserver: %q\nrow:    %q", i, sampled, hf)
 		}
 		old, err := hfRender(t, py, template, stringArguments(t, row.Messages), nil, false)
 		if err != nil {
 			t.Fatalf("row %d: render: %v", i, err)
 		}
-		if strings.HasPrefix(old, sampled.Prompt) {
+		if strings.HasPrefix(old, sampled) {
 			t.Errorf("row %d: arguments as strings render as sampled too: the check cannot tell", i)
 		}
 		if i == 0 {
-			t.Logf("row 0 renders as sampled (%d bytes); with string arguments it would read %q", len(sampled.Prompt),
+			t.Logf("row 0 renders as sampled (%d bytes); with string arguments it would read %q", len(sampled),
 				old[strings.Index(old, `"arguments": `):][:40])
 		}
 	}
@@ -282,19 +276,13 @@ func checkTextLayout(t *testing.T, s suite, srv *server, py, template, run strin
 			if sent == nil {
 				t.Fatalf("row %d: no recorded request has the %d messages before answer %d", i, j, answer)
 			}
-			delete(sent, "tools")
-			delete(sent, "tool_choice")
-			noTools, _ := json.Marshal(sent)
-			var sampled struct {
-				Prompt string `json:"prompt"`
-			}
-			srv.post(t, "/apply-template", noTools, &sampled)
+			sampled := renderWithoutTools(t, srv, sent)
 			ours, err := ct.Render(row.Messages[:j], nil, true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ours != sampled.Prompt {
-				t.Errorf("row %d answer %d: the Go render of the conversation before it is not the server's:\nGo:     %q\nserver: %q", i, answer, ours, sampled.Prompt)
+			if ours != sampled {
+				t.Errorf("row %d answer %d: the Go render of the conversation before it is not the server's:\nGo:     %q\nserver: %q", i, answer, ours, sampled)
 			}
 			sp := []rune(text.Text)[text.Spans[answer].Start:text.Spans[answer].End]
 			if !strings.HasSuffix(string(sp), "<|im_end|>\n") || strings.Contains(string(sp), "<|im_start|>") {
@@ -308,4 +296,18 @@ func checkTextLayout(t *testing.T, s suite, srv *server, py, template, run strin
 		}
 	}
 	t.Logf("text layout: %d rows equal transformers' render, with TRL's and verl's masks; %d answers' prompts equal the server's", len(rows), compared)
+}
+
+// renderWithoutTools is the server's rendering (/apply-template) of the request sent, less its
+// tools (llama-server writes the tools block from its own parse of them).
+func renderWithoutTools(t *testing.T, srv *server, sent map[string]json.RawMessage) string {
+	t.Helper()
+	delete(sent, "tools")
+	delete(sent, "tool_choice")
+	noTools, _ := json.Marshal(sent)
+	var sampled struct {
+		Prompt string `json:"prompt"`
+	}
+	srv.post(t, "/apply-template", noTools, &sampled)
+	return sampled.Prompt
 }

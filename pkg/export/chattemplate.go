@@ -128,23 +128,28 @@ func (ct *ChatTemplate) render(messages []jinja.Value, tools jinja.Value, genera
 // Render renders messages (JSON objects) and tools (a JSON array, or nil for none) as
 // apply_chat_template does.
 func (ct *ChatTemplate) Render(messages []json.RawMessage, tools json.RawMessage, generationPrompt bool) (string, error) {
+	msgs, toolsValue, err := chatValues(messages, tools)
+	if err != nil {
+		return "", err
+	}
+	return ct.render(msgs, toolsValue, generationPrompt)
+}
+
+// chatValues is messages and tools (none when empty or "[]") as jinja values.
+func chatValues(messages []json.RawMessage, tools json.RawMessage) ([]jinja.Value, jinja.Value, error) {
 	msgs := make([]jinja.Value, len(messages))
 	for i, m := range messages {
 		v, err := jsonValue(m)
 		if err != nil {
-			return "", err
+			return nil, jinja.Undefined(), err
 		}
 		msgs[i] = v
 	}
-	toolsValue := jinja.None()
-	if len(tools) > 0 {
-		v, err := jsonValue(tools)
-		if err != nil {
-			return "", err
-		}
-		toolsValue = v
+	if len(tools) == 0 || string(tools) == "[]" {
+		return msgs, jinja.None(), nil
 	}
-	return ct.render(msgs, toolsValue, generationPrompt)
+	v, err := jsonValue(tools)
+	return msgs, v, err
 }
 
 // Span is a character range [Start, End) of a rendered text, in Unicode code points (Python's
@@ -162,22 +167,10 @@ var errNotPrefix = errors.New("the chat template does not render the conversatio
 // tools as their JSON text, "[]" for none) and finds each answer's span: for the assistant
 // message i (i ≥ first), from the end of messages[:i] rendered with the generation prompt to
 // the end of messages[:i+1]; the whole text must begin with both.
-func (ct *ChatTemplate) renderSpans(messages [][]byte, roles []string, tools string, first int) (string, []Span, error) {
-	msgs := make([]jinja.Value, len(messages))
-	for i, m := range messages {
-		v, err := jsonValue(m)
-		if err != nil {
-			return "", nil, err
-		}
-		msgs[i] = v
-	}
-	toolsValue := jinja.None()
-	if tools != "" && tools != "[]" {
-		v, err := jsonValue([]byte(tools))
-		if err != nil {
-			return "", nil, err
-		}
-		toolsValue = v
+func (ct *ChatTemplate) renderSpans(messages []json.RawMessage, roles []string, tools string, first int) (string, []Span, error) {
+	msgs, toolsValue, err := chatValues(messages, json.RawMessage(tools))
+	if err != nil {
+		return "", nil, err
 	}
 	text, err := ct.render(msgs, toolsValue, false)
 	if err != nil {

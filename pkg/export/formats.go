@@ -162,18 +162,25 @@ func chatAnswers(tr *storedTrajectory) (msgs []ChatMessage, prompt int, why stri
 }
 
 func (e *exporter) sftRow(ro *rollout) (*SFTRow, string, error) {
-	if e.opt.BestOfGroup && ro.dir != ro.g.bestDir {
-		return nil, DropNotBest, nil
-	}
-	msgs, _, why := chatAnswers(ro.traj)
-	if why != "" {
-		return nil, why, nil
-	}
-	tools, err := toolsJSON(ro.task)
-	if err != nil {
-		return nil, "", err
+	msgs, _, tools, why, err := e.sftMessages(ro)
+	if why != "" || err != nil {
+		return nil, why, err
 	}
 	return &SFTRow{Messages: msgs, Tools: tools}, "", nil
+}
+
+// sftMessages is what an sft row holds of a rollout: its messages through its last answer, the
+// number of them before its first answer, and its tools as JSON text; why says why it has no
+// row (not the best of its group, no answer to train on).
+func (e *exporter) sftMessages(ro *rollout) (msgs []ChatMessage, prompt int, tools, why string, err error) {
+	if e.opt.BestOfGroup && ro.dir != ro.g.bestDir {
+		return nil, 0, "", DropNotBest, nil
+	}
+	if msgs, prompt, why = chatAnswers(ro.traj); why != "" {
+		return nil, 0, "", why, nil
+	}
+	tools, err = toolsJSON(ro.task)
+	return msgs, prompt, tools, "", err
 }
 
 // PreferenceRow is a chosen/rejected pair of one group (--format preference), as TRL's DPO

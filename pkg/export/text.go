@@ -1,6 +1,7 @@
 package export
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -29,18 +30,11 @@ type TextRow struct {
 }
 
 func (e *exporter) textRow(ro *rollout) (*TextRow, string, error) {
-	if e.opt.BestOfGroup && ro.dir != ro.g.bestDir {
-		return nil, DropNotBest, nil
+	msgs, prompt, tools, why, err := e.sftMessages(ro)
+	if why != "" || err != nil {
+		return nil, why, err
 	}
-	msgs, prompt, why := chatAnswers(ro.traj)
-	if why != "" {
-		return nil, why, nil
-	}
-	tools, err := toolsJSON(ro.task)
-	if err != nil {
-		return nil, "", err
-	}
-	raw := make([][]byte, len(msgs))
+	raw := make([]json.RawMessage, len(msgs))
 	roles := make([]string, len(msgs))
 	for i := range msgs {
 		if raw[i], err = jsonfast.Marshal(&msgs[i]); err != nil {
