@@ -25,7 +25,8 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 			"              group, messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
 			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} as HF chat templates render them\n"+
 			"              (TRL, NeMo RL, OpenRLHF), ending with the model's last answer; --layout text\n"+
-			"              --chat-template T: the text T renders, the answers' spans, token ids and mask\n"+
+			"              --chat-template T: the text T renders, the answers' spans, token ids and mask;\n"+
+			"              --layout verl --chat-template T: verl's multi-turn SFT file, checked with T\n"+
 			"  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
 			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
 			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n"+
@@ -54,8 +55,8 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.BoolVar(&opt.BestOfGroup, "best-of-group", false, "sft: keep only the highest-reward rollout of each group")
 	fs.Float64Var(&opt.MinMargin, "min-margin", 0, "preference: least reward difference `M` of a pair (equal rewards never pair)")
 	fs.BoolVar(&opt.IncludeFailed, "include-failed", false, "keep failed rollouts (infrastructure failures), with reward 0")
-	fs.StringVar(&opt.Layout, "layout", "", "`LAYOUT`: preference trl (prompt, chosen, rejected; default), nemo-rl (context, completions) or openai (DPO); sft openai (chat fine-tuning, .jsonl) or text (rendered with --chat-template)")
-	fs.StringVar(&opt.ChatTemplate, "chat-template", "", "sft --layout text: the model's chat template `FILE` (.jinja, or its tokenizer_config.json)")
+	fs.StringVar(&opt.Layout, "layout", "", "`LAYOUT`: preference trl (prompt, chosen, rejected; default), nemo-rl (context, completions) or openai (DPO); sft openai (chat fine-tuning, .jsonl), text or verl (with --chat-template)")
+	fs.StringVar(&opt.ChatTemplate, "chat-template", "", "sft --layout text and verl: the model's chat template `FILE` (.jinja, or its tokenizer_config.json)")
 	fs.BoolVar(&opt.PoolArms, "pool-arms", false, "one group per task over all arms (default: one group per task and arm)")
 	fs.BoolVar(&opt.Overwrite, "overwrite", false, "replace -o FILE if it exists")
 	var dirs []string

@@ -20,7 +20,8 @@ stdout:
          characters rather than tokens: each message rendered alone (tools with the first only),
          the default system prompt cut from every later non-system message, an assistant
          message trainable but for the generation prompt, the pieces joined; "error" is
-         sanity_check's assertion when the joined pieces are not the whole conversation's render.
+         sanity_check's assertion when the joined pieces are not the whole conversation's render,
+         or transformers' ValueError when tools is not a list of dicts.
 """
 import json
 import sys
@@ -89,6 +90,11 @@ def main():
             tracker.blocks.append(block)
         json.dump({"text": "".join(tracker.blocks), "generation": tracker.ranges}, sys.stdout)
     elif mode == "verl":
+        # transformers' apply_chat_template takes tools as a list of JSON schemas (dicts) or
+        # functions, and raises on anything else (a JSON string's characters, for one).
+        if tools is not None and not all(isinstance(tool, dict) for tool in tools):
+            json.dump({"text": "", "trainable": [], "error": "ValueError: Tools should either be a JSON schema, or a callable function with type hints and a docstring suitable for auto-conversion to a schema."}, sys.stdout)
+            return
         # verl.utils.chat_template.extract_system_prompt_and_generation
         one = render([{"role": "user", "content": ""}], None, False)
         two = render([{"role": "user", "content": ""}] * 2, None, False)

@@ -369,7 +369,7 @@ func TestDatasetsLoadable(t *testing.T) {
 			exportTo(t, tc.options(dir, js))
 			var objects []string
 			switch {
-			case tc.format == export.FormatSFT && tc.layout == "":
+			case tc.format == export.FormatSFT && tc.layout == "", tc.layout == export.LayoutVerl:
 				objects = []string{"messages/[]/tool_calls/[]/function/arguments"}
 			case tc.format == export.FormatPreference:
 				lists := []string{"prompt", "chosen", "rejected"}

@@ -174,16 +174,19 @@ type parquetExport struct{ format, layout string }
 
 // parquetExports is every format and layout that writes Parquet.
 var parquetExports = []parquetExport{
-	{export.FormatRL, ""}, {export.FormatSFT, ""}, {export.FormatSFT, export.LayoutText}, {export.FormatPreference, ""},
+	{export.FormatRL, ""}, {export.FormatSFT, ""}, {export.FormatSFT, export.LayoutText}, {export.FormatSFT, export.LayoutVerl}, {export.FormatPreference, ""},
 	{export.FormatPreference, export.LayoutNemoRL}, {export.FormatVerl, ""},
 }
 
 // options exports dir to output in this format and layout (the text layout with the Qwen2.5
-// template).
+// template, verl's with Qwen3's, under which tool calls render from Parquet).
 func (p parquetExport) options(dir, output string) export.Options {
 	opt := export.Options{Dirs: []string{dir}, Format: p.format, Layout: p.layout, Output: output}
-	if p.layout == export.LayoutText {
+	switch p.layout {
+	case export.LayoutText:
 		opt.ChatTemplate = qwen25
+	case export.LayoutVerl:
+		opt.ChatTemplate = qwen3
 	}
 	return opt
 }

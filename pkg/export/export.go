@@ -80,7 +80,7 @@ type Options struct {
 	PoolArms bool
 	// Overwrite replaces an existing Output; without it an existing file is refused.
 	Overwrite bool
-	// ChatTemplate (sft, LayoutText) is the model's chat template: a Jinja file or a Hugging
+	// ChatTemplate (sft, LayoutText and LayoutVerl) is the model's chat template: a Jinja file or a Hugging
 	// Face tokenizer_config.json.
 	ChatTemplate string
 }
@@ -198,7 +198,7 @@ func (opt *Options) Check() error {
 		if opt.Format != FormatPreference {
 			return fmt.Errorf("--layout %s is a layout of --format preference", opt.Layout)
 		}
-	case LayoutText:
+	case LayoutText, LayoutVerl:
 		if opt.Format != FormatSFT {
 			return fmt.Errorf("--layout %s is a layout of --format sft", opt.Layout)
 		}
@@ -216,10 +216,10 @@ func (opt *Options) Check() error {
 			return fmt.Errorf("--layout %s: -o %s: OpenAI's fine-tuning files are JSONL (.jsonl)", opt.Layout, opt.Output)
 		}
 	default:
-		return fmt.Errorf("--layout %q: want %s, %s, %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL, LayoutOpenAI, LayoutText)
+		return fmt.Errorf("--layout %q: want %s, %s, %s, %s or %s", opt.Layout, LayoutTRL, LayoutNemoRL, LayoutOpenAI, LayoutText, LayoutVerl)
 	}
-	if opt.ChatTemplate != "" && opt.Layout != LayoutText {
-		return fmt.Errorf("--chat-template is for --format sft --layout %s", LayoutText)
+	if opt.ChatTemplate != "" && opt.Layout != LayoutText && opt.Layout != LayoutVerl {
+		return fmt.Errorf("--chat-template is for --format sft --layout %s or %s", LayoutText, LayoutVerl)
 	}
 	if opt.MinMargin < 0 {
 		return fmt.Errorf("--min-margin %g: must be at least 0", opt.MinMargin)
@@ -301,11 +301,15 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		switch opt.Layout {
 		case LayoutOpenAI:
 			err = e.openaiSFT(ctx)
-		case LayoutText:
+		case LayoutText, LayoutVerl:
 			if e.template, err = LoadChatTemplate(opt.ChatTemplate); err != nil {
 				return nil, &InputError{err}
 			}
-			err = runRows(ctx, e, e.textRow)
+			if opt.Layout == LayoutText {
+				err = runRows(ctx, e, e.textRow)
+			} else {
+				err = runRows(ctx, e, e.verlSFTRow)
+			}
 		default:
 			err = runRows(ctx, e, e.sftRow)
 		}
