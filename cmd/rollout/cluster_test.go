@@ -436,3 +436,137 @@ func TestTamperedSessionStateIsNotScored(t *testing.T) {
 		}
 	}
 }
+
+// With --session-key-file, a session's earlier state written back into Redis (a replay of a
+// value the server sealed itself: the state seed_session left, before the tool calls made
+// progress) is not scored: the verify answers 409 session_tampered, the record is a
+// resource_server failure. Runs whose answers get lost are unaffected: a tool call served and
+// then answered 502 (its cookie never reaching the runner), a seed_session and a verify served
+// and then answered 502 (and retried), concurrent rollouts; and a resume reruns the refused
+// rollouts and scores them.
+func TestReplayedSessionStateIsNotScored(t *testing.T) {
+	ctx := context.Background()
+	url := redistest.Start(t)
+	keyFile := filepath.Join(t.TempDir(), "session-key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ef", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := parseServe([]string{"extraction", "--session-store", url, "--session-key-file", keyFile}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newBuiltin(ctx, a.name, a.storeURL, a.ttl, a.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+
+	// In front of the server: with replay on, the session's value in Redis at its first tool
+	// call (what seed_session wrote) is written back before its verify. With lose on, the first
+	// seed_session, the first tool call and the first verify of each session are served and
+	// then answered 502, without the server's cookie.
+	var replay, lose atomic.Bool
+	var mu sync.Mutex
+	seeded := map[string][]byte{} // session key -> its value at the first tool call
+	lost := map[string]bool{}     // what has been lost once: "seed", key+path
+	replayed := 0
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := ""
+		for _, c := range r.Cookies() {
+			if sid, _, ok := strings.Cut(c.Value, "."); ok && strings.HasSuffix(c.Name, "___extraction") {
+				key = "rollout:session:extraction:" + sid
+			}
+		}
+		mu.Lock()
+		if key != "" && r.URL.Path != "/seed_session" && r.URL.Path != "/verify" && seeded[key] == nil {
+			v, err := rc.Get(r.Context(), key).Bytes()
+			if err != nil {
+				t.Errorf("%s: the seeded state: %v", r.URL.Path, err)
+			}
+			seeded[key] = v
+		}
+		if replay.Load() && r.URL.Path == "/verify" && seeded[key] != nil {
+			if err := rc.Set(r.Context(), key, seeded[key], time.Minute).Err(); err != nil {
+				t.Error(err)
+			}
+			replayed++
+		}
+		once := key + r.URL.Path
+		if r.URL.Path == "/seed_session" {
+			once = "seed"
+		}
+		drop := lose.Load() && !lost[once] && r.URL.Path != "/"
+		lost[once] = lost[once] || drop
+		mu.Unlock()
+		if !drop {
+			srv.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, r)
+		http.Error(w, "lost on the way", http.StatusBadGateway)
+	}))
+	defer front.Close()
+
+	run := func(dir string, extra ...string) result {
+		args := append([]string{"run", "--input", headLines(t, extractionData, 4), "--out", dir, "--model-url", "builtin:sim",
+			"--server", front.URL, "--quiet"}, extra...)
+		return runCLI(t, ctx, nil, args...)
+	}
+	scored := func(dir string) {
+		t.Helper()
+		recs := readRecords(t, dir)
+		if len(recs) != 4 {
+			t.Fatalf("%d records", len(recs))
+		}
+		for _, rec := range recs {
+			if !rec.HasReward || rec.FailureClass != "" {
+				t.Errorf("task %d: reward %v (%v), %s %q", rec.TaskIndex, rec.Reward, rec.HasReward, rec.FailureClass, rec.Error)
+			}
+		}
+	}
+
+	replay.Store(true)
+	dir := t.TempDir()
+	r := run(dir, "--concurrency", "1")
+	if r.code != exitTransient || !strings.Contains(r.stderr, "session_tampered") {
+		t.Fatalf("replayed: exit %d: %s", r.code, r.stderr)
+	}
+	if replayed != 4 {
+		t.Errorf("%d verifies replayed, want 4", replayed)
+	}
+	for _, rec := range readRecords(t, dir) {
+		if rec.HasReward || rec.FailureClass != record.FailResourceServer || !strings.Contains(rec.Error, "session_tampered") {
+			t.Errorf("replayed: task %d: reward %v (%v), %s %q", rec.TaskIndex, rec.Reward, rec.HasReward, rec.FailureClass, rec.Error)
+		}
+	}
+	replay.Store(false)
+	if r := run(dir, "--resume=auto", "--concurrency", "1"); r.code != exitOK {
+		t.Fatalf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	scored(dir)
+
+	lose.Store(true)
+	dir = t.TempDir()
+	if r := run(dir, "--concurrency", "4"); r.code != exitOK {
+		t.Fatalf("answers lost: exit %d: %s", r.code, r.stderr)
+	}
+	scored(dir)
+	mu.Lock()
+	n := 0
+	for _, l := range lost {
+		if l {
+			n++
+		}
+	}
+	mu.Unlock()
+	if n < 9 { // the seed, and each of the 4 sessions' first tool call and verify
+		t.Errorf("%d answers lost, want 9", n)
+	}
+}

@@ -57,3 +57,27 @@ func (noTools) SeedSession(context.Context, string, *Object) error { return nil 
 func (noTools) Verify(context.Context, SessionState, *Object, []OutputItem, *ValidationErrors) ([]Field, error) {
 	return []Field{{Key: "reward", Value: PyFloat(0)}}, nil
 }
+
+// A cookie's version is signed with its id: a version changed without the key, or a cookie of
+// version 0, is not that session's cookie; a signed version is read back.
+func TestSessionCookieVersionIsSigned(t *testing.T) {
+	srv, err := New(context.Background(), testBuiltin, Options{Key: []byte(strings.Repeat("k", MinKeySize))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const sid = "s-0123456789abcdef0123456789abcdef"
+	if got, v, ok := srv.checkCookie(sid + ".7." + srv.sign(sid+".7")); !ok || got != sid || v != 7 {
+		t.Errorf("signed version 7: %q %d %v", got, v, ok)
+	}
+	for _, value := range []string{
+		sid + ".9." + srv.sign(sid+".7"), // the version raised, the signature kept
+		sid + ".7." + srv.sign(sid),      // a version 0 signature
+		sid + ".0." + srv.sign(sid+".0"), // version 0 is written without a version
+		sid + ".x." + srv.sign(sid+".x"),
+	} {
+		if got, v, ok := srv.checkCookie(value); ok {
+			t.Errorf("%s: accepted as %q version %d", value, got, v)
+		}
+	}
+}

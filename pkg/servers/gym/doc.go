@@ -10,8 +10,9 @@
 //   - POST /end_session   rollout's extension: the session's state is dropped at once
 //
 // Sessions are a signed cookie (HMAC-SHA256 over a random session id, keyed with a secret kept
-// in the session store, so that instances sharing a store accept each other's cookies). Every
-// response carries the cookie; a request without a valid one starts a new, empty session, so a
+// in the session store, so that instances sharing a store accept each other's cookies; or with
+// a key given, which also seals the state, and then the cookie carries, signed, the version of
+// the session's latest state the client was answered with). Every response carries the cookie; a request without a valid one starts a new, empty session, so a
 // client that loses its cookie scores 0 on a stateful server, exactly as with NeMo Gym; a
 // seeded session whose state is gone is answered 409 session_not_found (ErrSessionLost). Bad
 // arguments are answered 422 with a FastAPI-style {"detail": [...]} body (ValidationErrors); a

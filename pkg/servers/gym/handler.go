@@ -12,6 +12,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -42,9 +43,11 @@ type Builtin struct {
 // NewHandler returns the server b as an http.Handler keeping its sessions in st. Its cookie key
 // is key, or when key is nil the store's secret "cookie:<name>", so that handlers sharing a
 // store (e.g. Redis) accept each other's cookies. A key given (held outside the store) also
-// seals the sessions' state (store.Sealed): a state altered in the store, or copied there from
-// another session, is answered 409 session_tampered, never scored.
+// seals the sessions' state (store.Sealed): a state altered in the store, copied there from
+// another session, or older than the latest one the session's cookie was told of (an earlier
+// state written back), is answered 409 session_tampered, never scored.
 func NewHandler(ctx context.Context, b Builtin, st store.Store, key []byte) (*Handler, error) {
+	sealed := false
 	if key == nil {
 		var err error
 		if key, err = st.Secret(ctx, "cookie:"+b.Name); err != nil {
@@ -54,10 +57,12 @@ func NewHandler(ctx context.Context, b Builtin, st store.Store, key []byte) (*Ha
 		return nil, fmt.Errorf("%s: session key of %d bytes: want at least %d", b.Name, len(key), MinKeySize)
 	} else {
 		st = store.Sealed(st, key, b.Name)
+		sealed = true
 	}
 	cookieName := b.Class + "___" + b.Name
 	return &Handler{
 		name:         b.Name,
+		sealed:       sealed,
 		cookieName:   cookieName,
 		cookieSuffix: cookieSuffix(cookieName),
 		key:          key,
@@ -112,6 +117,9 @@ type Handler struct {
 	impl         ResourceServer
 	// stateful: impl keeps a session's state in the store from seed_session on (Builtin.Stateful).
 	stateful bool
+	// sealed: the store is store.Sealed, and the cookie carries the version of the session's
+	// latest state (store.Known).
+	sealed bool
 }
 
 // cookieSuffix is the attributes of the session cookie as http.SetCookie writes them after the
@@ -127,9 +135,16 @@ func cookieSuffix(name string) string {
 // (its TTL ran out, or the store restarted empty), not never seen.
 const seededPrefix = "s-"
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	stateful := h.stateful
-	sid := h.session(w, r, stateful && r.URL.Path == "/seed_session")
+	sess := h.session(r, stateful && r.URL.Path == "/seed_session")
+	sid := sess.id
+	// The cookie is set when the answer's header is written, after the request's store reads
+	// and writes: it carries the version of the latest state they saw.
+	w := &cookieWriter{ResponseWriter: rw, h: h, sess: sess}
+	if h.sealed {
+		r = r.WithContext(store.WithKnown(r.Context(), sess.known))
+	}
 
 	switch r.URL.Path {
 	case "/":
@@ -186,9 +201,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
+		sess.known.Reset()
 		if unmarked, ok := strings.CutPrefix(sid, seededPrefix); ok {
 			// Ended, not lost: the session goes on as one never seeded.
-			w.Header().Set("Set-Cookie", h.cookieName+"="+unmarked+"."+h.sign(unmarked)+h.cookieSuffix)
+			sess.id, sess.value = unmarked, ""
 		}
 		writeJSON(w, http.StatusOK, []byte(`{}`))
 		return
@@ -286,54 +302,116 @@ func (sessionLostError) StatusBody() (int, []byte) {
 // seeded mark.
 func LostSession(sid string, ok bool) bool { return !ok && strings.HasPrefix(sid, seededPrefix) }
 
-// session returns the request's session id, starting a new session when the request carries no
-// validly signed cookie, and sets the cookie on the response (on every response, like NeMo Gym).
-// seeding marks the id as seeded (seededPrefix), keeping the rest of it.
-func (h *Handler) session(w http.ResponseWriter, r *http.Request, seeding bool) string {
-	sid, value := "", ""
+// sessionCookie is a request's session: its id and the version of its latest state the client
+// was told of, from its signed cookie, as the answer will set them.
+type sessionCookie struct {
+	id    string
+	known *store.Known
+	// value is the request's cookie value when it was valid: the answer sets it again unchanged
+	// when neither id nor version changed, without signing anew.
+	value   string
+	version uint64 // the version value holds
+}
+
+// session reads the request's session from its validly signed cookie, or starts a new session
+// (version 0) when there is none. seeding marks the id as seeded (seededPrefix), keeping the
+// rest of it.
+func (h *Handler) session(r *http.Request, seeding bool) *sessionCookie {
+	s := &sessionCookie{}
 	if c, err := r.Cookie(h.cookieName); err == nil {
-		if sid, _ = h.checkCookie(c.Value); sid != "" {
-			value = c.Value // exactly sid.sign(sid): the signature was compared byte for byte
+		if sid, version, ok := h.checkCookie(c.Value); ok {
+			s.id, s.version, s.value = sid, version, c.Value // the signature was compared byte for byte
 		}
 	}
-	if sid == "" {
+	if s.id == "" {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
 			panic(fmt.Sprintf("gym: session id: %v", err)) // crypto/rand never fails on supported platforms
 		}
-		sid = hex.EncodeToString(b)
-		value = sid + "." + h.sign(sid)
+		s.id = hex.EncodeToString(b)
 	}
-	if seeding && !strings.HasPrefix(sid, seededPrefix) {
-		sid = seededPrefix + sid
-		value = sid + "." + h.sign(sid)
+	if seeding && !strings.HasPrefix(s.id, seededPrefix) {
+		s.id = seededPrefix + s.id
+		s.value = ""
 	}
-	// http.SetCookie(w, &http.Cookie{Name: h.cookieName, Value: value, Path: "/", MaxAge:
-	// sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode}) writes this; value needs
-	// no quoting (hex, '.', base64url).
-	w.Header().Add("Set-Cookie", h.cookieName+"="+value+h.cookieSuffix)
-	return sid
+	s.known = store.NewKnown(s.version)
+	return s
 }
 
-func (h *Handler) sign(sid string) string {
+// cookieValue is the session's cookie value: "ID.SIG" for version 0, else "ID.VERSION.SIG",
+// SIG the HMAC of what precedes it. Neither part holds a '.': ids are hex with an optional
+// "s-", versions decimal.
+func (h *Handler) cookieValue(s *sessionCookie) string {
+	version := s.known.Version()
+	if s.value != "" && version == s.version {
+		return s.value
+	}
+	payload := s.id
+	if version > 0 {
+		payload += "." + strconv.FormatUint(version, 10)
+	}
+	return payload + "." + h.sign(payload)
+}
+
+// cookieWriter sets the session cookie on the answer (on every answer, like NeMo Gym) as its
+// header is written.
+type cookieWriter struct {
+	http.ResponseWriter
+	h           *Handler
+	sess        *sessionCookie
+	wroteHeader bool
+}
+
+func (w *cookieWriter) WriteHeader(status int) {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		// http.SetCookie(w, &http.Cookie{Name: h.cookieName, Value: value, Path: "/", MaxAge:
+		// sessionMaxAge, HttpOnly: true, SameSite: http.SameSiteLaxMode}) writes this; the value
+		// needs no quoting (hex, '.', digits, base64url).
+		w.Header().Add("Set-Cookie", w.h.cookieName+"="+w.h.cookieValue(w.sess)+w.h.cookieSuffix)
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *cookieWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (h *Handler) sign(payload string) string {
 	m := h.macs.Get().(hash.Hash)
 	m.Reset()
-	io.WriteString(m, sid)
+	io.WriteString(m, payload)
 	var sum [sha256.Size]byte
 	s := base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0]))
 	h.macs.Put(m)
 	return s
 }
 
-func (h *Handler) checkCookie(value string) (string, bool) {
-	sid, sig, ok := strings.Cut(value, ".")
-	if !ok || sid == "" {
-		return "", false
+// checkCookie returns the session id and version of a validly signed cookie value.
+func (h *Handler) checkCookie(value string) (string, uint64, bool) {
+	i := strings.LastIndexByte(value, '.')
+	if i <= 0 {
+		return "", 0, false
 	}
-	if !hmac.Equal([]byte(sig), []byte(h.sign(sid))) {
-		return "", false
+	payload, sig := value[:i], value[i+1:]
+	if !hmac.Equal([]byte(sig), []byte(h.sign(payload))) {
+		return "", 0, false
 	}
-	return sid, true
+	sid, v, versioned := strings.Cut(payload, ".")
+	if sid == "" {
+		return "", 0, false
+	}
+	var version uint64
+	if versioned {
+		var err error
+		if version, err = strconv.ParseUint(v, 10, 64); err != nil || version == 0 {
+			return "", 0, false
+		}
+	}
+	return sid, version, true
 }
 
 // postBody reads the body of a POST; any other method is answered 405. false: the request is
@@ -347,7 +425,11 @@ func postBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := readAll(http.MaxBytesReader(w, r.Body, maxBodyBytes), r.ContentLength)
+	raw := w
+	if c, ok := w.(*cookieWriter); ok {
+		raw = c.ResponseWriter // MaxBytesReader closes the connection of a body too large through it
+	}
+	body, err := readAll(http.MaxBytesReader(raw, r.Body, maxBodyBytes), r.ContentLength)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -427,7 +509,7 @@ func (e *DetailError) StatusBody() (int, []byte) {
 // (FastAPI's shape), anything else 500.
 func writeError(w http.ResponseWriter, err error) {
 	if errors.Is(err, store.ErrTampered) {
-		writeJSON(w, http.StatusConflict, []byte(`{"error":"session_tampered","detail":"the session store holds state for this session that no server wrote (altered in the store, or copied from another session); it is not scored"}`))
+		writeJSON(w, http.StatusConflict, []byte(`{"error":"session_tampered","detail":"the session store holds state for this session that no server wrote last (altered in the store, copied from another session, or an earlier state written back); it is not scored"}`))
 		return
 	}
 	var serr StatusBodyError
