@@ -254,6 +254,8 @@ func TestExportCapturedRun(t *testing.T) {
 		{[]string{"export", dir, "--format", "sft", "--layout", "text", "-o", "x.jsonl"}, "give it with --chat-template FILE"},
 		{[]string{"export", dir, "--format", "sft", "--layout", "text", "--chat-template", "nope.jinja", "-o", "x.jsonl"}, "--chat-template: open nope.jinja"},
 		{[]string{"export", dir, "--format", "rl", "--chat-template", qwen25, "-o", "x.jsonl"}, "--chat-template is for --format sft --layout text"},
+		{[]string{"export", dir, "--format", "sft", "--layout", "verl", "-o", "x.parquet"}, "give it with --chat-template FILE"},
+		{[]string{"export", dir, "--format", "rl", "--layout", "verl", "--chat-template", qwen25, "-o", "x.parquet"}, "--layout verl is a layout of --format sft"},
 	} {
 		r := runCLI(t, context.Background(), nil, tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {

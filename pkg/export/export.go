@@ -5,7 +5,10 @@
 //     arm, reward and components, the group-normalized advantage (r − mean) / (std + ε) with
 //     the sample standard deviation of the group's rewards, and r − mean; the messages, the
 //     tools and, when the run captured them, each model call's token arrays.
-//   - sft: chat fine-tuning rows, {"messages": [...], "tools": [...]} in OpenAI's shape.
+//   - sft: chat fine-tuning rows, {"messages": [...], "tools": "..."} as chat templates render
+//     them; or OpenAI's fine-tuning format (LayoutOpenAI), the conversation rendered by the
+//     model's chat template with the answers' spans and token ids (LayoutText), verl's
+//     multi-turn SFT file checked against the template (LayoutVerl).
 //   - preference: per task, chosen = a highest-reward rollout, rejected = a lowest-reward one,
 //     in the shape TRL's DPO trainer reads (prompt, chosen, rejected as message lists).
 //   - nemo-gym: the rollouts as NeMo Gym's ng_collect_rollouts writes them: the row's
@@ -335,7 +338,8 @@ type exporter struct {
 	maxRepeat int64
 	need      []map[int64]int // per directory: how many exported rollouts need each task row
 	rep       *Report
-	template  *ChatTemplate // sft --layout text
+	template  *ChatTemplate  // sft --layout text and verl
+	verl      *verlPromptsOf // sft --layout verl: the template's prompts as verl finds them
 }
 
 // eligible says why a record is left out of every format ("" when it is not).

@@ -49,16 +49,20 @@ func writeScaleRun(tb testing.TB, root string, n int) string {
 	return dir
 }
 
-// BenchmarkExport exports a run of 20,000 rollouts in each format; rollouts/s is the rate.
+// BenchmarkExport exports a run of 20,000 rollouts in each format (and sft's template layouts);
+// rollouts/s is the rate.
 func BenchmarkExport(b *testing.B) {
 	const n = 20_000
 	dir := writeScaleRun(b, b.TempDir(), n)
 	out := b.TempDir()
-	for _, f := range []string{"rl.parquet", "rl.jsonl", "sft.jsonl", "preference.jsonl", "nemo-gym.jsonl"} {
-		format, _, _ := strings.Cut(f, ".")
+	for _, f := range []string{"rl.parquet", "rl.jsonl", "sft.jsonl", "sft-text.jsonl", "sft-verl.parquet", "preference.jsonl", "nemo-gym.jsonl"} {
+		name, _, _ := strings.Cut(f, ".")
+		format, layout, _ := strings.Cut(name, "-")
+		template := map[string]string{export.LayoutText: qwen25, export.LayoutVerl: qwen3}[layout]
 		b.Run(f, func(b *testing.B) {
 			for b.Loop() {
-				rep, err := export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: format, Output: filepath.Join(out, f)})
+				rep, err := export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: format, Layout: layout, ChatTemplate: template,
+					Output: filepath.Join(out, f), Overwrite: true})
 				if err != nil || rep.Kept == 0 {
 					b.Fatal(err, rep)
 				}

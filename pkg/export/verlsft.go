@@ -148,21 +148,17 @@ func rawMessages(msgs []OpenAIMessage) []json.RawMessage {
 // raises).
 func (e *exporter) verlRender(msgs []OpenAIMessage) (string, []Span, error) {
 	ct := e.template
-	empty := []json.RawMessage{json.RawMessage(`{"role":"user","content":""}`)}
-	one, err := ct.Render(empty, nil, false)
-	if err != nil {
-		return "", nil, err
+	if e.verl == nil {
+		p, err := verlPrompts(ct)
+		if err != nil {
+			return "", nil, err
+		}
+		e.verl = p
 	}
-	two, err := ct.Render(append(empty, empty[0]), nil, false)
-	if err != nil {
-		return "", nil, err
+	system, generation := e.verl.system, e.verl.generation
+	if !e.verl.ok {
+		return "", nil, nil
 	}
-	prompted, err := ct.Render(empty, nil, true)
-	if err != nil || len(two) < len(one) || len(one) < len(two)-len(one) || !strings.HasPrefix(prompted, one) {
-		return "", nil, err
-	}
-	system := one[:len(one)-(len(two)-len(one))]
-	generation := len([]rune(prompted[len(one):]))
 	raw := rawMessages(msgs)
 	var text strings.Builder
 	var trainable []Span
@@ -190,4 +186,34 @@ func (e *exporter) verlRender(msgs []OpenAIMessage) (string, []Span, error) {
 		return "", nil, err
 	}
 	return whole, trainable, nil
+}
+
+// verlPromptsOf is what verl finds of a template before it reads a row
+// (verl/utils/chat_template.py, extract_system_prompt_and_generation): the default system
+// prompt (what one empty user message renders beyond what a second one adds) and the generation
+// prompt's length in code points; ok is false when the renders do not allow them.
+type verlPromptsOf struct {
+	system     string
+	generation int
+	ok         bool
+}
+
+func verlPrompts(ct *ChatTemplate) (*verlPromptsOf, error) {
+	empty := []json.RawMessage{json.RawMessage(`{"role":"user","content":""}`)}
+	one, err := ct.Render(empty, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	two, err := ct.Render(append(empty, empty[0]), nil, false)
+	if err != nil {
+		return nil, err
+	}
+	prompted, err := ct.Render(empty, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(two) < len(one) || len(one) < len(two)-len(one) || !strings.HasPrefix(prompted, one) {
+		return &verlPromptsOf{}, nil
+	}
+	return &verlPromptsOf{system: one[:len(one)-(len(two)-len(one))], generation: len([]rune(prompted[len(one):])), ok: true}, nil
 }
