@@ -223,3 +223,30 @@ func normalJSON(t *testing.T, b []byte) string {
 	out, _ := json.Marshal(walk(v))
 	return string(out)
 }
+
+// The nemo-gym Parquet file is one string column, line, each row NeMo Gym's JSON line as the
+// JSONL export writes it: DuckDB reads it with no MAP and one type.
+func TestNemoGymParquetDuckDB(t *testing.T) {
+	dir := writeRun(t, 3, baseRun)
+	out := t.TempDir()
+	pq, js := filepath.Join(out, "x.parquet"), filepath.Join(out, "x.jsonl")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatNemoGym, Output: pq})
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatNemoGym, Output: js})
+	cols, rows := duckdbRows(t, pq)
+	if len(cols) != 1 || cols["line"] != "VARCHAR" {
+		t.Fatalf("columns %v", cols)
+	}
+	want := readJSONL[json.RawMessage](t, js)
+	if len(rows) != len(want) || len(want) == 0 {
+		t.Fatalf("DuckDB read %d rows, JSONL has %d", len(rows), len(want))
+	}
+	for i, r := range rows {
+		var line string
+		if err := json.Unmarshal(r["line"], &line); err != nil {
+			t.Fatalf("row %d: line is not text: %s", i, r["line"])
+		}
+		if a, b := normalJSON(t, []byte(line)), normalJSON(t, want[i]); a != b {
+			t.Errorf("row %d:\nParquet %s\nJSONL   %s", i, a, b)
+		}
+	}
+}

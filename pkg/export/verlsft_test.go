@@ -15,8 +15,8 @@ import (
 const qwen3 = "testdata/templates/Qwen3-Instruct-2507.jinja"
 
 // duckdbRows reads a Parquet file with DuckDB, which gives a struct column as pandas does (every
-// member, null where there is none): its column names and each row's columns.
-func duckdbRows(t *testing.T, path string) (map[string]bool, []map[string]json.RawMessage) {
+// member, null where there is none): its columns' types by name and each row's columns.
+func duckdbRows(t *testing.T, path string) (map[string]string, []map[string]json.RawMessage) {
 	t.Helper()
 	node, env := duckdbNode(t)
 	cmd := exec.Command(node, "testdata/duckdb_all.js", path)
@@ -28,15 +28,15 @@ func duckdbRows(t *testing.T, path string) (map[string]bool, []map[string]json.R
 		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
 	}
 	var got struct {
-		Types []struct{ Column_name string }
+		Types []struct{ Column_name, Column_type string }
 		Rows  []string
 	}
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
-	cols := map[string]bool{}
+	cols := map[string]string{}
 	for _, c := range got.Types {
-		cols[c.Column_name] = true
+		cols[c.Column_name] = c.Column_type
 	}
 	rows := make([]map[string]json.RawMessage, len(got.Rows))
 	for i, r := range got.Rows {
@@ -85,7 +85,7 @@ func TestVerlMultiTurnSFT(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	cols, rows := duckdbRows(t, verl)
-	if len(cols) != 1 || !cols["messages"] {
+	if len(cols) != 1 || cols["messages"] == "" {
 		t.Errorf("columns %v: verl hands a tools column to the template as it is", cols)
 	}
 	var want []textRow
