@@ -184,6 +184,14 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "rollout: %v\n", err)
+	return exitOf(err)
+}
+
+// exitOf is the exit code of err, a command's error.
+func exitOf(err error) int {
+	if err == nil {
+		return exitOK
+	}
 	var u usageError
 	switch {
 	case errors.As(err, new(transientError)):

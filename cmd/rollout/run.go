@@ -67,6 +67,9 @@ type runFlags struct {
 	resumeAuto                                 bool
 	shardArg                                   string
 	shard                                      runner.Shard
+	claims                                     int           // --shard claim/M: M
+	claimStore                                 string        // --claim-store
+	claimLease                                 time.Duration // --claim-lease
 	metricsAddr                                string
 	fleet                                      fleetFlags
 	ctx                                        contextFlags
@@ -97,6 +100,9 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	f, simOptions, configArms, resumeSteps, err := parseRunFlags(args, e)
 	if err != nil {
 		return err
+	}
+	if f.claims > 0 {
+		return runClaimed(ctx, args, e, f)
 	}
 
 	transport := runner.NewTransport(f.concurrency)
@@ -271,7 +277,9 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	if f.waitReady < 0 {
 		return f, nil, nil, nil, badUsage("--wait-ready %s: want a duration of 0 or more (10m: wait up to ten minutes)", f.waitReady)
 	}
-	if f.resumeAuto && !f.overwrite {
+	if strings.HasPrefix(f.shardArg, claimPrefix) {
+		f.resume = false // each claimed shard resumes its own directory
+	} else if f.resumeAuto && !f.overwrite {
 		f.resume = holdsRun(f.out)
 	}
 	if f.resume && !f.overwrite {
@@ -582,7 +590,7 @@ func prepareOut(f runFlags, cfg runConfig) (*rundir.Dir, error) {
 		}
 		return nil, badUsage("--out %s: %v", f.out, pe.Err)
 	case rundir.Locked:
-		return nil, transientError{fmt.Errorf("--out %v", pe.Err)}
+		return nil, transientError{fmt.Errorf("--out %w", pe.Err)}
 	case rundir.InputUnreadable:
 		return nil, badUsage("--input: %v", pe.Err)
 	case rundir.HoldsRun:
@@ -823,7 +831,7 @@ OpenAI-compatible API calls the tools of the task's resource server, which verif
 First it checks that the endpoint lists --model and every server answers. Results: --out's
 journal.jsonl, rollouts.parquet, trajectories.jsonl, summary.json; the summary on stdout.`,
 	groups: []flagGroup{
-		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard"}},
+		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard", "claim-store", "claim-lease"}},
 		{title: "Model", names: []string{"model-url", "model", "tool-mode", "max-model-answer", "capture-tokens"}},
 		{title: "Request options (each sets a member of every model request, over the row's; docs/requests.md)",
 			names: append([]string{"temperature", "max-tokens", "seed"}, requestFlagNames...), compact: true},

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/runner"
@@ -48,12 +50,25 @@ func (r resumeFlag) Set(v string) error {
 // shardFlags registers --shard and --resume into f.
 func shardFlags(fs *flag.FlagSet, f *runFlags) {
 	fs.Var(resumeFlag{&f.resume, &f.resumeAuto}, "resume", "finish the run in --out, by its own flags (=auto: if any; else start)")
-	fs.StringVar(&f.shardArg, "shard", "", "shard `I/N`: tasks of index I mod N; auto/N: I from the Job or Slurm array")
+	fs.StringVar(&f.shardArg, "shard", "", "shard `I/N`: tasks of index I mod N; auto/N: I from the Job or Slurm array; claim/M: next free of M")
+	fs.StringVar(&f.claimStore, "claim-store", "", "claim/M's claims in Redis `URL` (default: files in --out/.claims)")
+	fs.DurationVar(&f.claimLease, "claim-lease", time.Minute, "claim/M: a dead process's shard is taken over after `D`")
 }
 
 // resolveShard reads --shard into f.shard, once --resume has set it from the manifest when it
 // was not given; auto/N takes the index from getenv.
 func (f *runFlags) resolveShard(getenv func(string) string) error {
+	if ms, ok := strings.CutPrefix(f.shardArg, claimPrefix); ok {
+		n, err := strconv.Atoi(ms)
+		if err != nil || n < 1 {
+			return badUsage("--shard %q: M %q is not a count of shards (an integer >= 1)", f.shardArg, ms)
+		}
+		f.claims = n
+		return f.checkClaimFlags()
+	}
+	if err := f.checkClaimFlags(); err != nil {
+		return err
+	}
 	if f.shardArg != "" {
 		s, err := runner.ParseShard(f.shardArg, getenv)
 		if err != nil {
