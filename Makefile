@@ -185,7 +185,7 @@ bench-fleet-real:
 # is checked against the same job run as one process. About 20 s on 2 cores. See
 # docs/kubernetes.md.
 scale-demo:
-	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo$$' -v -count=1 -timeout 5m ./cmd/rollout
+	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo' -v -count=1 -timeout 5m ./cmd/rollout
 
 # The screenshots of rollout view in docs/statistics.md (docs/img/view-*.png), taken by the browser tests
 # (headless Chromium) from make run's output. The test binary runs from here, so that the pages

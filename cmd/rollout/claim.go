@@ -97,7 +97,9 @@ func runClaimed(ctx context.Context, args []string, e env, f runFlags) error {
 	}
 	defer store.Close()
 	dir, m := claimsDir(f.out), f.claims
-	poll := min(max(f.claimLease/4, 50*time.Millisecond), 10*time.Second)
+	// A process with nothing left to take looks again every poll: for a done mark (then it ends)
+	// or a lease that lapsed (then it takes the shard over).
+	poll := min(max(f.claimLease/10, 50*time.Millisecond), time.Second)
 	var ran, failed, transient []string
 	tried := map[int]bool{} // left after a transient end: another process takes them, or this one's retry
 	for {

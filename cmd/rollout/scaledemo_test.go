@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -216,5 +217,62 @@ func TestScaleDemo(t *testing.T) {
 	if !t.Failed() {
 		fmt.Printf("== scale demo: the merge equals the single-process run (320 rollouts: every record, summary.json, evaluation.json); %s in all\n",
 			time.Since(start).Round(100*time.Millisecond))
+	}
+}
+
+// TestScaleDemoStraggler measures what over-sharding is for: four processes share one job, one
+// of them four times slower than the others (--concurrency 1 against 4: a pod on a crowded
+// node). Split statically (--shard I/4) the slow process's quarter sets the job's end; with
+// --shard claim/16 the slow process runs fewer shards and the job ends when the work does.
+// It prints both wall times and the shards each process ran; the merges of both are checked
+// to be the whole job. make scale-demo runs it; it asserts no time.
+func TestScaleDemoStraggler(t *testing.T) {
+	if os.Getenv(ScaleDemoEnv) != "1" {
+		t.Skipf("make scale-demo runs it (%s=1)", ScaleDemoEnv)
+	}
+	bin := buildRollout(t)
+	root := t.TempDir()
+	input := headLines(t, extractionData, 120)
+	job := func(out string, concurrency int, extra ...string) []string {
+		return append([]string{"run", "--input", input, "--out", out, "--model-url", "builtin:sim", "--server", "builtin:extraction",
+			"--arms", "single,multi", "--sim-latency", "50ms", "--concurrency", strconv.Itoa(concurrency), "--quiet"}, extra...)
+	}
+	concurrency := []int{1, 4, 4, 4} // process 0 is the straggler
+	// run starts the four processes with args(p) and returns the job's wall time and each
+	// process's stderr.
+	run := func(args func(p int) []string) (time.Duration, []string) {
+		start := time.Now()
+		var waits []<-chan error
+		var errs []*strings.Builder
+		for p := range 4 {
+			_, stderr, waited := startRollout(t, bin, args(p)...)
+			waits, errs = append(waits, waited), append(errs, stderr)
+		}
+		logs := make([]string, 4)
+		for p, w := range waits {
+			if err := <-w; err != nil {
+				t.Fatalf("process %d: %v\n%s", p, err, errs[p])
+			}
+			logs[p] = errs[p].String()
+		}
+		return time.Since(start), logs
+	}
+	static, _ := run(func(p int) []string {
+		return job(filepath.Join(root, "static", fmt.Sprintf("shard-%d", p)), concurrency[p], "--shard", fmt.Sprintf("%d/4", p))
+	})
+	claimed, logs := run(func(p int) []string {
+		return job(filepath.Join(root, "claimed"), concurrency[p], "--shard", "claim/16")
+	})
+	for _, dir := range []string{"static", "claimed"} {
+		out, err := exec.Command(bin, "merge", "--out", filepath.Join(root, dir+"-merged"), filepath.Join(root, dir, "shard-*")).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "rollouts         240") {
+			t.Fatalf("merge of %s: %v\n%s", dir, err, out)
+		}
+	}
+	fmt.Printf("== a straggler (one of 4 processes at --concurrency 1, the others 4; 240 rollouts, --sim-latency 50ms):\n")
+	fmt.Printf("   static split --shard I/4:   %s\n", static.Round(10*time.Millisecond))
+	fmt.Printf("   over-sharded --shard claim/16: %s (%.2f of the static split's time)\n", claimed.Round(10*time.Millisecond), claimed.Seconds()/static.Seconds())
+	for p, l := range logs {
+		fmt.Printf("   process %d (--concurrency %d) ran %d shards\n", p, concurrency[p], strings.Count(l, "claimed by"))
 	}
 }
