@@ -122,3 +122,48 @@ exec ` + bin + ` "$@"
 		t.Errorf("a partial merge marked complete: %v", err)
 	}
 }
+
+// Over-sharding on Slurm: CLAIM=5 over an array of 2 tasks, run at once as Slurm runs them:
+// each task takes shards until all 5 are done, each shard is run by one task, and the merge
+// (unchanged) merges the 5 shard directories into the whole run.
+func TestSlurmArrayClaimed(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	bin := buildRollout(t)
+	out := filepath.Join(t.TempDir(), "run")
+	base := []string{"SHARDS=2", "CLAIM=5", "INPUT=" + headLines(t, extractionData, 7), "OUT=" + out, "MODEL_URL=builtin:sim",
+		"SERVER=builtin:extraction", "RUN_ARGS=--quiet --num-repeats 2", "ROLLOUT=" + bin, "SLURM_ARRAY_TASK_COUNT=2"}
+	type result struct {
+		code int
+		log  string
+	}
+	results := make(chan result, 2)
+	for i := range 2 {
+		go func() {
+			code, log := runScript(t, "rollout-array.sbatch", append(base, "SLURM_ARRAY_TASK_ID="+strconv.Itoa(i))...)
+			results <- result{code, log}
+		}()
+	}
+	var logs []string
+	for range 2 {
+		r := <-results
+		if r.code != 0 {
+			t.Fatalf("array task: exit %d:\n%s", r.code, r.log)
+		}
+		logs = append(logs, r.log)
+	}
+	by := claimedBy(logs)
+	for i := range 5 {
+		if by[strconv.Itoa(i)+"/5"] != 1 {
+			t.Errorf("shard %d/5 claimed %d times:\n%s", i, by[strconv.Itoa(i)+"/5"], strings.Join(logs, "\n"))
+		}
+	}
+	code, log := runScript(t, "merge.sbatch", "OUT="+out, "ROLLOUT="+bin)
+	if code != 0 || strings.Contains(log, "--partial") || !strings.Contains(log, "merged 5 of 5 shards") {
+		t.Fatalf("merge: exit %d:\n%s", code, log)
+	}
+	if n := len(readRecords(t, filepath.Join(out, "merged"))); n != 7*2 {
+		t.Errorf("merged %d rollouts, want %d (7 tasks, 2 repeats)", n, 7*2)
+	}
+}

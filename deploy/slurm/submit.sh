@@ -3,6 +3,7 @@
 # job that starts when the array has ended, whichever way (afterany). Prints the two job ids.
 #   SHARDS=4 INPUT=tasks.jsonl OUT=/shared/run MODEL_URL=http://vllm:8000/v1 MODEL=Qwen/Qwen3-8B \
 #     SERVER=http://gym:8000 RUN_ARGS="--num-repeats 4" deploy/slurm/submit.sh
+# Over-sharding: CLAIM=16 runs the job in 16 shards over the SHARDS tasks (rollout-array.sbatch).
 # Settings: see rollout-array.sbatch. Extra sbatch options (partition, account) go in
 # SBATCH_ARGS.
 set -eu
