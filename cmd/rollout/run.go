@@ -852,8 +852,6 @@ journal.jsonl, rollouts.parquet, trajectories.jsonl, summary.json; the summary o
 		"rollout run --input data/extraction.jsonl --model-url builtin:sim --server builtin:extraction",
 		"rollout run --input tasks.jsonl --model-url http://localhost:8000/v1 --model Qwen/Qwen3-8B \\",
 		"    --server http://localhost:8001 --num-repeats 4 --out out/qwen",
-		"rollout run --resume --out out/qwen                # finish a stopped run with its own flags",
-		"rollout run --config run.yaml --concurrency 16     # flags from a YAML file; the command line wins",
 	},
 	environment: []string{
 		"OPENAI_BASE_URL   default of --model-url",

@@ -50,7 +50,7 @@ func (r resumeFlag) Set(v string) error {
 // shardFlags registers --shard and --resume into f.
 func shardFlags(fs *flag.FlagSet, f *runFlags) {
 	fs.Var(resumeFlag{&f.resume, &f.resumeAuto}, "resume", "finish the run in --out, by its own flags (=auto: if any; else start)")
-	fs.StringVar(&f.shardArg, "shard", "", "shard `I/N`: tasks of index I mod N; auto/N: I from the Job or Slurm array; claim/M: next free of M")
+	fs.StringVar(&f.shardArg, "shard", "", "`I/N`: tasks I mod N; auto/N: I from Job or array; claim/M: take free ones")
 	fs.StringVar(&f.claimStore, "claim-store", "", "claim/M's claims in Redis `URL` (default: files in --out/.claims)")
 	fs.DurationVar(&f.claimLease, "claim-lease", time.Minute, "claim/M: a dead process's shard is taken over after `D`")
 }
