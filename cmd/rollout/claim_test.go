@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -173,5 +177,73 @@ func TestClaimFlagsRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("a refused run wrote %s", out)
+	}
+}
+
+// The exit codes of a claimed run. The model down: every shard ends with transient failures
+// only, each is released (not marked done) and the process exits 5; the same command with the
+// model up resumes every shard and exits 0. A shard with a failure of the model's own past
+// --fail-on-error is marked done (exit 4, not run again), while the transient ones are left:
+// the process exits 4, and the next one runs only those.
+func TestClaimedExitCodes(t *testing.T) {
+	var mode atomic.Value // "down", "bad-w0", "up"
+	mode.Store("down")
+	m := newFakeModel(t, func(w http.ResponseWriter, req map[string]any, _ int64) {
+		switch mode.Load() {
+		case "bad-w0":
+			if strings.Contains(jsonText(req), "weather 0?") {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"error": {"message": "bad request", "type": "invalid_request_error"}}`)
+				return
+			}
+			fallthrough
+		case "down":
+			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		writeChat(w, "done")
+	})
+	input := weatherRows(t, 3, "")
+	run := func(out string) result {
+		return runCLI(t, context.Background(), nil, "run", "--input", input, "--out", out, "--model-url", m.URL+"/v1", "--model", "m",
+			"--server", "builtin:example_single_tool_call", "--retries", "0", "--quiet", "--shard", "claim/3")
+	}
+	done := func(out string) (marks []string) {
+		for i := range 3 {
+			if ok, what, _ := claim.Done(claimsDir(out), i); ok {
+				marks = append(marks, fmt.Sprintf("%d: %s", i, strings.Fields(what)[1]))
+			}
+		}
+		return marks
+	}
+
+	out := filepath.Join(t.TempDir(), "run")
+	r := run(out)
+	if r.code != exitTransient || !strings.Contains(r.stderr, "shards 0/3, 1/3, 2/3 ended with transient failures only") || len(done(out)) > 0 {
+		t.Fatalf("model down: exit %d, done %v: %s", r.code, done(out), r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(claimsDir(out), "shard-1.claim-0")); string(b) != "released\n" {
+		t.Errorf("shard 1's claim after a transient end: %q, want it released", b)
+	}
+	mode.Store("up")
+	r = run(out)
+	if r.code != exitOK || strings.Count(r.stderr, "rollout: resuming") != 3 || !slices.Equal(done(out), []string{"0: 0", "1: 0", "2: 0"}) {
+		t.Fatalf("model up: exit %d, done %v: %s", r.code, done(out), r.stderr)
+	}
+
+	out = filepath.Join(t.TempDir(), "run")
+	mode.Store("bad-w0")
+	r = run(out)
+	if r.code != exitFailures || !slices.Equal(done(out), []string{"0: 4"}) {
+		t.Fatalf("a model_error in shard 0: exit %d, done %v: %s", r.code, done(out), r.stderr)
+	}
+	mode.Store("up")
+	r = run(out)
+	if r.code != exitOK || claimedBy([]string{r.stderr})["0/3"] != 0 || claimedBy([]string{r.stderr})["1/3"] != 1 {
+		t.Fatalf("again: exit %d: %s", r.code, r.stderr)
+	}
+	if recs := readRecords(t, shardDir(out, 0)); len(recs) != 1 || recs[0].FailureClass != record.FailModelError {
+		t.Errorf("shard 0 (done with exit 4) was run again: %+v", recs)
 	}
 }
