@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/rollout-dev/rollout/pkg/claim"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
@@ -52,6 +54,9 @@ func (f *runFlags) checkClaimFlags() error {
 	case f.claimStore != "" && !strings.HasPrefix(f.claimStore, "redis://") && !strings.HasPrefix(f.claimStore, "rediss://"):
 		return badUsage("--claim-store %s: want redis://[:PASSWORD@]HOST:PORT/DB (or rediss://); without it the claims are files in --out", f.claimStore)
 	}
+	if _, err := redis.ParseURL(f.claimStore); f.claimStore != "" && err != nil {
+		return badUsage("--claim-store: not a Redis URL: want redis://[:PASSWORD@]HOST:PORT/DB (the value is not repeated here: it may hold a password)")
+	}
 	return nil
 }
 
@@ -72,7 +77,7 @@ func openClaims(ctx context.Context, f runFlags) (claim.Store, error) {
 	sum := sha256.Sum256([]byte(abs))
 	r, err := claim.OpenRedis(ctx, f.claimStore, hex.EncodeToString(sum[:8]), f.claimLease, claim.Holder())
 	if err != nil {
-		return nil, notUp("--claim-store %v", err)
+		return nil, notUp("--claim-store: %v", err)
 	}
 	return r, nil
 }

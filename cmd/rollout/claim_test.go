@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,7 +173,17 @@ func TestClaimFlagsRefused(t *testing.T) {
 			t.Errorf("%q: exit %d: %q, want %q", c.args, r.code, r.stderr, c.want)
 		}
 	}
-	if _, err := os.Stat(out); err == nil {
+	// A Redis URL that is not one: exit 2, the password not shown.
+	r := runCLI(t, context.Background(), nil, shardJob(input, out, "--shard", "claim/4", "--claim-store", "redis://:sekrit@redis:port/0")...)
+	if r.code != 2 || !strings.Contains(r.stderr, "--claim-store: not a Redis URL") || strings.Contains(r.stderr, "sekrit") {
+		t.Errorf("a bad Redis URL: exit %d: %q", r.code, r.stderr)
+	}
+	// A Redis that does not answer: exit 5 (infrastructure), the password not shown.
+	r = runCLI(t, context.Background(), nil, shardJob(input, out, "--shard", "claim/4", "--claim-store", "redis://:sekrit@127.0.0.1:1/0")...)
+	if r.code != exitTransient || !strings.Contains(r.stderr, "--claim-store: claim store redis://:xxxxx@127.0.0.1:1/0: connect to Redis") || strings.Contains(r.stderr, "sekrit") {
+		t.Errorf("a Redis that does not answer: exit %d: %q", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "shard-0")); err == nil {
 		t.Errorf("a refused run wrote %s", out)
 	}
 }
@@ -186,24 +194,9 @@ func TestClaimFlagsRefused(t *testing.T) {
 // --fail-on-error is marked done (exit 4, not run again), while the transient ones are left:
 // the process exits 4, and the next one runs only those.
 func TestClaimedExitCodes(t *testing.T) {
-	var mode atomic.Value // "down", "bad-w0", "up"
+	var mode atomic.Value
 	mode.Store("down")
-	m := newFakeModel(t, func(w http.ResponseWriter, req map[string]any, _ int64) {
-		switch mode.Load() {
-		case "bad-w0":
-			if strings.Contains(jsonText(req), "weather 0?") {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				io.WriteString(w, `{"error": {"message": "bad request", "type": "invalid_request_error"}}`)
-				return
-			}
-			fallthrough
-		case "down":
-			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
-			return
-		}
-		writeChat(w, "done")
-	})
+	m := modeModel(t, &mode)
 	input := weatherRows(t, 3, "")
 	run := func(out string) result {
 		return runCLI(t, context.Background(), nil, "run", "--input", input, "--out", out, "--model-url", m.URL+"/v1", "--model", "m",

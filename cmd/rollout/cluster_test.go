@@ -31,25 +31,9 @@ import (
 // rollouts again. A run with a failure of the model's own (model_error) exits 4 and
 // --resume=auto keeps that record: only --retry-failed runs it again.
 func TestTransientFailuresExitFiveAndResumeAutoRetriesThem(t *testing.T) {
-	var mode atomic.Value // "down", "bad-w0", "up"
+	var mode atomic.Value
 	mode.Store("down")
-	m := newFakeModel(t, func(w http.ResponseWriter, req map[string]any, _ int64) {
-		switch mode.Load() {
-		case "down":
-			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
-			return
-		case "bad-w0":
-			if strings.Contains(jsonText(req), "weather 0?") {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				io.WriteString(w, `{"error": {"message": "bad request", "type": "invalid_request_error"}}`)
-				return
-			}
-			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
-			return
-		}
-		writeChat(w, "done")
-	})
+	m := modeModel(t, &mode)
 	classes := func(dir string) []string {
 		var out []string
 		for _, rec := range readRecords(t, dir) {
@@ -93,6 +77,29 @@ func TestTransientFailuresExitFiveAndResumeAutoRetriesThem(t *testing.T) {
 	if got := classes(dir); !slices.Equal(got, []string{record.FailModelError, "", ""}) {
 		t.Errorf("after --resume=auto: classes %v, want the model_error kept and the others run again", got)
 	}
+}
+
+// modeModel is a fake model that answers as mode says: "down", 503 (warming up) to every
+// request; "bad-w0", 400 (a model error) to the rollout of "weather 0?" and 503 to the others;
+// "up", an answer.
+func modeModel(t *testing.T, mode *atomic.Value) *fakeModel {
+	return newFakeModel(t, func(w http.ResponseWriter, req map[string]any, _ int64) {
+		switch mode.Load() {
+		case "down":
+			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
+			return
+		case "bad-w0":
+			if strings.Contains(jsonText(req), "weather 0?") {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"error": {"message": "bad request", "type": "invalid_request_error"}}`)
+				return
+			}
+			http.Error(w, `{"error":{"message":"warming up"}}`, http.StatusServiceUnavailable)
+			return
+		}
+		writeChat(w, "done")
+	})
 }
 
 // jsonText is v as JSON text, for a test to look for a string in a request.

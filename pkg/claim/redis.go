@@ -4,13 +4,12 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rollout-dev/rollout/pkg/servers/store"
 )
 
 // Redis is the store of claims as keys of a Redis database: shard i's claim is the key
@@ -33,31 +32,9 @@ type Redis struct {
 // rediss://) for the run named run, and checks that the server answers. Errors name the URL
 // with its password redacted.
 func OpenRedis(ctx context.Context, rawURL, run string, ttl time.Duration, holder string) (*Redis, error) {
-	u, err := url.Parse(rawURL)
+	c, where, err := store.DialRedis(ctx, rawURL, "claim store")
 	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("invalid Redis URL: %v", err)
-	}
-	where := u.Redacted()
-	password, _ := u.User.Password()
-	scrub := func(err error) error {
-		msg := err.Error()
-		if password != "" {
-			msg = strings.ReplaceAll(msg, password, "xxxxx")
-		}
-		return fmt.Errorf("%s: %s", where, msg)
-	}
-	opts, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, scrub(err)
-	}
-	c := redis.NewClient(opts)
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, scrub(err)
+		return nil, err
 	}
 	nonce := make([]byte, 8)
 	cryptorand.Read(nonce)

@@ -62,6 +62,17 @@ type keyLock struct {
 // rediss:// for TLS) and checks that the server answers. Errors name the URL with its password
 // redacted.
 func OpenRedis(ctx context.Context, rawURL string, opts Options) (Store, error) {
+	c, where, err := DialRedis(ctx, rawURL, "session store")
+	if err != nil {
+		return nil, err
+	}
+	return &redisStore{c: c, ttl: opts.ttl(), prefix: opts.Prefix, where: where, locks: map[string]*keyLock{}}, nil
+}
+
+// DialRedis connects to the Redis at rawURL (redis://[USER:PASSWORD@]HOST:PORT/DB or
+// rediss://) and checks that it answers PING. It returns the client and the URL with its
+// password redacted; its errors begin with what ("session store") and never hold the password.
+func DialRedis(ctx context.Context, rawURL, what string) (*redis.Client, string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse's error quotes the whole URL, password included: keep only its reason.
@@ -69,7 +80,7 @@ func OpenRedis(ctx context.Context, rawURL string, opts Options) (Store, error) 
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return nil, fmt.Errorf("session store %q: invalid Redis URL: %v", redact(rawURL), err)
+		return nil, "", fmt.Errorf("%s %q: invalid Redis URL: %v", what, redact(rawURL), err)
 	}
 	where := u.Redacted()
 	password, _ := u.User.Password()
@@ -82,7 +93,7 @@ func OpenRedis(ctx context.Context, rawURL string, opts Options) (Store, error) 
 	}
 	ropts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("session store %s: %s", where, scrub(err))
+		return nil, "", fmt.Errorf("%s %s: %s", what, where, scrub(err))
 	}
 	// Honour the caller's context deadlines on the socket, not only the client's timeouts.
 	ropts.ContextTimeoutEnabled = true
@@ -93,9 +104,9 @@ func OpenRedis(ctx context.Context, rawURL string, opts Options) (Store, error) 
 	c := redis.NewClient(ropts)
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("session store %s: connect to Redis at %s: %s", where, ropts.Addr, scrub(err))
+		return nil, "", fmt.Errorf("%s %s: connect to Redis at %s: %s", what, where, ropts.Addr, scrub(err))
 	}
-	return &redisStore{c: c, ttl: opts.ttl(), prefix: opts.Prefix, where: where, locks: map[string]*keyLock{}}, nil
+	return c, where, nil
 }
 
 func (r *redisStore) key(id string) string { return redisSessionKey + r.prefix + ":" + id }
