@@ -23,9 +23,9 @@ import (
 // cmdReport prints the statistics of one or more runs' records: the statistics of docs/ARCHITECTURE.md, "Statistics".
 func cmdReport(_ context.Context, args []string, e env) error {
 	fs := newFlagSet("rollout report", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--bootstrap-seed N]\n\n"+
+		fmt.Fprintf(w, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--ci auto|bootstrap]\n\n"+
 			"Prints the statistics of runs: mean reward with its task-clustered standard error and a 95%% CI\n"+
-			"bootstrapped over tasks, pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
+			"over tasks (docs/statistics.md), pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
 			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
 			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
 			"a .parquet file or a journal (.jsonl). Several runs are a leaderboard: one row per run and arm\n"+
@@ -39,7 +39,7 @@ func cmdReport(_ context.Context, args []string, e env) error {
 		fmt.Fprintf(w, "With --html FILE it writes instead one HTML file that opens offline: the overview and the\n"+
 			"comparisons of rollout view, and the transcripts of every failed rollout and of the first few of\n"+
 			"each arm (DIRs only).\n\n")
-		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --bootstrap-seed 7\n  rollout report out/extraction --html report.html\n\n")
+		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --ci bootstrap --bootstrap-seed 7\n  rollout report out/extraction --html report.html\n\n")
 	})
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none); a field no record has is refused")
 	baseline := fs.String("baseline", "", "with several runs: the `RUN` the others are compared with (its path as given, or its number from 1; default the first)")
@@ -279,8 +279,9 @@ func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, 
 	zero := fs.Bool("score-failures-as-zero", false, "score the rollouts that failed (model_unavailable, rate_limited, timeout, …) as reward 0 instead of leaving them out (and as failed tries for pass@k)")
 	threshold := fs.Float64("threshold", 1.0, "a rollout succeeds, for pass@k and pass^k, when its reward is at least this")
 	format := fs.String("format", "text", "output: text, json or markdown")
-	seed := fs.Uint64("bootstrap-seed", 0, "seed `N` of the bootstrap: the same records and seed give the same interval (--seed before)")
-	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of the 95% confidence interval, tasks resampled as clusters (0: no interval)")
+	ci := fs.String("ci", report.CIAuto, "95% CI method: auto (Wilson where every reward is in [0, 1], t otherwise, task-clustered; near 95% coverage from 3 tasks) or bootstrap (percentile, tasks resampled; under 95% below 20 tasks)")
+	seed := fs.Uint64("bootstrap-seed", 0, "seed `N` of --ci bootstrap: the same records and seed give the same interval (--seed before)")
+	bootstrap := fs.Int("bootstrap", report.DefaultBootstrap, "resamples of --ci bootstrap (0: no interval, whatever the method)")
 	common := fs.Bool("pass-k-common-tasks", false, "average pass@k and pass^k of every k over the same tasks: those with at least the largest k scored rollouts (by default each k is over the tasks with at least k)")
 	return func() (report.StatsOptions, string, error) {
 		switch *format {
@@ -291,10 +292,13 @@ func statsFlags(fs *flag.FlagSet) (options func() (report.StatsOptions, string, 
 		if math.IsNaN(*threshold) || math.IsInf(*threshold, 0) {
 			return report.StatsOptions{}, "", badUsage("%s: --threshold %v: want a finite reward", fs.Name(), *threshold)
 		}
+		if *ci != report.CIAuto && *ci != report.CIBootstrap {
+			return report.StatsOptions{}, "", badUsage("%s: --ci %q: want auto or bootstrap", fs.Name(), *ci)
+		}
 		if *bootstrap < 0 {
 			return report.StatsOptions{}, "", badUsage("%s: --bootstrap %d: want 0 or more", fs.Name(), *bootstrap)
 		}
-		o := report.StatsOptions{Threshold: *threshold, ThresholdSet: true, ScoreFailuresAsZero: *zero, Bootstrap: *bootstrap,
+		o := report.StatsOptions{Threshold: *threshold, ThresholdSet: true, ScoreFailuresAsZero: *zero, CI: *ci, Bootstrap: *bootstrap,
 			Seed: *seed, PassKCommonTasks: *common}
 		if *bootstrap == 0 {
 			o.Bootstrap = -1

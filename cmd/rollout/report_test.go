@@ -244,8 +244,19 @@ func TestReportFormatsAndOptions(t *testing.T) {
 		t.Errorf("markdown: exit %d\n%s%s", md.code, md.stdout, md.stderr)
 	}
 	text := runCLI(t, context.Background(), nil, "report", dir)
-	if text.code != 0 || !strings.Contains(text.stdout, "pass@4") || !strings.Contains(text.stdout, "95% CI: bootstrap over tasks, 2000 resamples, seed 0") {
+	if text.code != 0 || !strings.Contains(text.stdout, "pass@4") || !strings.Contains(text.stdout, "95% CI: Wilson score over tasks") || strings.Contains(text.stdout, "bootstrap") {
 		t.Errorf("text: exit %d\n%s%s", text.code, text.stdout, text.stderr)
+	}
+	if boot := eval(dir, "--ci", "bootstrap", "--bootstrap-seed", "3"); boot.Options.CI != "bootstrap" || boot.Overall.CI95 == nil || boot.Overall.CI95.Method != "bootstrap" ||
+		*boot.Overall.CI95 == *base.Overall.CI95 || base.Overall.CI95.Method != "wilson" {
+		t.Errorf("--ci bootstrap: options %+v, CI %+v (default %+v)", boot.Options, boot.Overall.CI95, base.Overall.CI95)
+	}
+	text = runCLI(t, context.Background(), nil, "report", dir, "--ci", "bootstrap")
+	if text.code != 0 || !strings.Contains(text.stdout, "95% CI: bootstrap over tasks, 2000 resamples, seed 0") {
+		t.Errorf("text, --ci bootstrap: exit %d\n%s%s", text.code, text.stdout, text.stderr)
+	}
+	if bad := runCLI(t, context.Background(), nil, "report", dir, "--ci", "bca"); bad.code != 2 || !strings.Contains(bad.stderr, `--ci "bca": want auto or bootstrap`) {
+		t.Errorf("--ci bca: exit %d\n%s", bad.code, bad.stderr)
 	}
 }
 

@@ -40,7 +40,7 @@ type Comparison struct {
 	// PairedMeans are A's and B's mean rewards over the pairs only: MeanDiff is their
 	// difference, the mean over the pairs of B's reward minus A's. StdErr is its task-clustered
 	// standard error (the formula of Scores.StdErr, over the pairs' differences); CI95 the 95%
-	// bootstrap interval with tasks resampled as clusters.
+	// interval over tasks: t by default, the bootstrap with StatsOptions.CI CIBootstrap.
 	PairedMeans [2]float64 `json:"paired_means"`
 	MeanDiff    float64    `json:"mean_diff"`
 	StdErr      float64    `json:"std_err"`
@@ -62,8 +62,8 @@ type Comparison struct {
 }
 
 // PairedDiff is the mean over pairs of B's value minus A's: the sides' means over the pairs,
-// the difference, its task-clustered std err, and its 95% CI (the bootstrap over tasks, as
-// the reward difference's).
+// the difference, its task-clustered std err, and its 95% CI (over tasks, as the reward
+// difference's).
 type PairedDiff struct {
 	Pairs    int        `json:"pairs"`
 	Tasks    int        `json:"tasks"`
@@ -316,6 +316,7 @@ func (cp *Comparer) Comparison() *Comparison {
 		first               [2]int
 	}
 	tasks := make([]taskPairs, len(cp.keys))
+	least, most := math.Inf(1), math.Inf(-1) // the range of the differences, over scale
 	// Both sides are in (task, repeat) order: one merge pairs them, each task's lowest repeat
 	// first.
 	sa, sb := cp.scored[0], cp.scored[1]
@@ -347,7 +348,9 @@ func (cp *Comparer) Comparison() *Comparison {
 		tp.n++
 		tp.sumA += a.v / scale
 		tp.sumB += b.v / scale
-		tp.sumDiff += b.v/scale - a.v/scale
+		diff := b.v/scale - a.v/scale
+		tp.sumDiff += diff
+		least, most = min(least, diff), max(most, diff)
 		i++
 		j++
 	}
@@ -406,18 +409,19 @@ func (cp *Comparer) Comparison() *Comparison {
 	if !o.ScoreFailuresAsZero && c.Sides[0].Failed*c.Sides[1].Rollouts != c.Sides[1].Failed*c.Sides[0].Rollouts {
 		c.FailuresAsZero = pairedDiff(withFailed, key, func(r *scoredRollout) float64 { return r.v }, false, o)
 	}
-	c.PairedMeans, c.MeanDiff, c.StdErr, c.CI95 = clusteredDiff(clusters, c.Pairs, sumA, sumB, sumDiff, scale, o)
+	c.PairedMeans, c.MeanDiff, c.StdErr, c.CI95 = clusteredDiff(clusters, c.Pairs, sumA, sumB, sumDiff, least, most, scale, o)
 	return c
 }
 
 // clusteredDiff is what a paired difference reports from its per-task clusters of B − A and
 // its sums over pairs, all divided by scale: the two sides' means, the mean difference, its
-// task-clustered std err and (with o.Bootstrap) its 95% CI, back in the values' own scale.
-func clusteredDiff(clusters []cluster, pairs int, sumA, sumB, sumDiff, scale float64, o StatsOptions) (means [2]float64, diff, stdErr float64, ci *Interval) {
+// task-clustered std err and (with o.Bootstrap) its 95% CI, back in the values' own scale;
+// [least, most] is the range of the differences over scale.
+func clusteredDiff(clusters []cluster, pairs int, sumA, sumB, sumDiff, least, most, scale float64, o StatsOptions) (means [2]float64, diff, stdErr float64, ci *Interval) {
 	n := float64(pairs)
 	mean := sumDiff / n
 	if o.Bootstrap > 0 {
-		ci = meanInterval(clusters, mean, false, o)
+		ci = meanInterval(clusters, mean, least, most, false, o)
 		ci.Low *= scale
 		ci.High *= scale
 	}
@@ -430,8 +434,8 @@ func clusteredDiff(clusters []cluster, pairs int, sumA, sumB, sumDiff, scale flo
 // so that the bootstrap does not depend on the order of the records.
 func pairedDiff(sides [2][]scoredRollout, key func(task int32) string, value func(*scoredRollout) float64, behavedOnly bool, o StatsOptions) *PairedDiff {
 	type acc struct {
-		n          int
-		a, b, diff float64
+		n                       int
+		a, b, diff, least, most float64
 	}
 	byTask := map[int32]*acc{}
 	sa, sb := sides[0], sides[1]
@@ -453,7 +457,7 @@ func pairedDiff(sides [2][]scoredRollout, key func(task int32) string, value fun
 		}
 		t := byTask[a.task]
 		if t == nil {
-			t = &acc{}
+			t = &acc{least: math.Inf(1), most: math.Inf(-1)}
 			byTask[a.task] = t
 		}
 		va, vb := value(a), value(b)
@@ -461,6 +465,7 @@ func pairedDiff(sides [2][]scoredRollout, key func(task int32) string, value fun
 		t.a += va
 		t.b += vb
 		t.diff += vb - va
+		t.least, t.most = min(t.least, vb-va), max(t.most, vb-va)
 		most = max(most, math.Abs(va), math.Abs(vb))
 	}
 	if len(byTask) == 0 {
@@ -472,15 +477,17 @@ func pairedDiff(sides [2][]scoredRollout, key func(task int32) string, value fun
 	p := &PairedDiff{Tasks: len(tasks)}
 	clusters := make([]cluster, len(tasks))
 	var sumA, sumB, sumDiff float64
+	least, most := math.Inf(1), math.Inf(-1)
 	for i, t := range tasks {
 		a := byTask[t]
+		least, most = min(least, a.least/scale), max(most, a.most/scale)
 		p.Pairs += a.n
 		sumA += a.a / scale
 		sumB += a.b / scale
 		sumDiff += a.diff / scale
 		clusters[i] = cluster{n: a.n, sum: a.diff / scale}
 	}
-	p.Means, p.MeanDiff, p.StdErr, p.CI95 = clusteredDiff(clusters, p.Pairs, sumA, sumB, sumDiff, scale, o)
+	p.Means, p.MeanDiff, p.StdErr, p.CI95 = clusteredDiff(clusters, p.Pairs, sumA, sumB, sumDiff, least, most, scale, o)
 	return p
 }
 
@@ -600,7 +607,11 @@ func (c *Comparison) failureNote() string {
 
 // method says how the tasks were paired and the numbers computed, in one line.
 func (c *Comparison) method() string {
-	return fmt.Sprintf("paired by %s and repeat; std err clustered by task; 95%% CI: bootstrap over tasks", c.PairedBy)
+	ci := "no CI"
+	if c.CI95 != nil {
+		ci = map[string]string{"t": "95% CI: t over tasks", CIBootstrap: "95% CI: bootstrap over tasks"}[c.CI95.Method]
+	}
+	return fmt.Sprintf("paired by %s and repeat; std err clustered by task; %s", c.PairedBy, ci)
 }
 
 // notes are the warnings under the headline: tasks and rollouts left out of the difference.
@@ -623,7 +634,7 @@ func (c *Comparison) notes() []string {
 	if c.Unpaired > 0 {
 		out = append(out, fmt.Sprintf("%d scored rollouts had no partner on the other side and are left out of the difference", c.Unpaired))
 	}
-	if c.CI95 != nil && !c.CI95.Point && c.Tasks < SmallTasks {
+	if c.CI95 != nil && !c.CI95.Point && c.CI95.Method == CIBootstrap && c.Tasks < SmallTasks {
 		out = append(out, smallTasksNote(c.Tasks))
 	}
 	return out

@@ -28,7 +28,7 @@ func cmpRec(task, rollout int64, reward float64, class string) record.Record {
 func TestCompare(t *testing.T) {
 	a := []record.Record{cmpRec(0, 0, 0, ""), cmpRec(0, 1, 0, ""), cmpRec(1, 0, 1, ""), cmpRec(1, 1, 0, "")}
 	b := []record.Record{cmpRec(0, 0, 1, ""), cmpRec(0, 1, 1, ""), cmpRec(1, 0, 1, ""), cmpRec(1, 1, 1, ""), cmpRec(2, 0, 1, "")}
-	c := Compare(a, b, "A", "B", StatsOptions{Seed: 3})
+	c := Compare(a, b, "A", "B", StatsOptions{CI: CIBootstrap, Seed: 3})
 	if c.Pairs != 4 || c.Unpaired != 1 || math.Abs(c.MeanDiff-0.75) > 1e-12 || math.Abs(c.StdErr-0.25) > 1e-12 {
 		t.Errorf("pairs %d unpaired %d mean %v stderr %v; want 4, 1, 0.75, 0.25", c.Pairs, c.Unpaired, c.MeanDiff, c.StdErr)
 	}
@@ -46,7 +46,7 @@ func TestCompare(t *testing.T) {
 	if c.Sides[0].MeanReward != 0.25 || c.Sides[1].MeanReward != 1 || c.Sides[0].Scope != "A" {
 		t.Errorf("sides %+v %+v", c.Sides[0], c.Sides[1])
 	}
-	if again := Compare(a, b, "A", "B", StatsOptions{Seed: 3}); *again.CI95 != *c.CI95 {
+	if again := Compare(a, b, "A", "B", StatsOptions{CI: CIBootstrap, Seed: 3}); *again.CI95 != *c.CI95 {
 		t.Error("the same seed gave another interval")
 	}
 

@@ -2,7 +2,7 @@
 //
 // Stats counts records as they come in (the live progress and summary.json's Summary);
 // Evaluate and Evaluator compute an Evaluation (mean reward, task-clustered standard error,
-// bootstrap interval over tasks, pass@k and pass^k, per arm and per group) written as text,
+// 95% interval over tasks (meanInterval), pass@k and pass^k, per arm and per group) written as text,
 // Markdown or JSON (evaluation.json); Compare pairs two runs' records by task and repeat.
 //
 // Records come from package record (record.ReadParquet, record.ScanJSONL); the run directory

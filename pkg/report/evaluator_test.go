@@ -51,7 +51,7 @@ func TestEvaluatorMatchesOld(t *testing.T) {
 			seen[r.Key()] = true
 			recs = append(recs, r)
 		}
-		o := StatsOptions{Bootstrap: 50, Seed: uint64(trial), ScoreFailuresAsZero: trial%3 == 0, Threshold: []float64{0, 0.5}[trial%2]}
+		o := StatsOptions{CI: CIBootstrap, Bootstrap: 50, Seed: uint64(trial), ScoreFailuresAsZero: trial%3 == 0, Threshold: []float64{0, 0.5}[trial%2]}
 		if trial%2 == 0 {
 			o.GroupBy = "category"
 		}

@@ -22,15 +22,14 @@ func ExampleEvaluate() {
 		panic(err)
 	}
 	// Output:
-	// success: reward >= 1; failed rollouts left out of the scores; std err: clustered by task; 95% CI: bootstrap over tasks, 200 resamples, seed 1; pass@k: each k over the tasks with at least k scored rollouts
+	// success: reward >= 1; failed rollouts left out of the scores; std err: clustered by task; 95% CI: Wilson score over tasks (task-clustered effective sample size); pass@k: each k over the tasks with at least k scored rollouts
 	//
 	// scope  rollouts  failed  scored  tasks  mean reward  std err  95% CI            pass@1  pass@2        pass^2
-	// all    4         1       3       2      0.6667       0.4444   0.0000 to 1.0000  0.5000  1.0000 (1/2)  1.0000 (1/2)
+	// all    4         1       3       2      0.6667       0.4444   0.0031 to 0.9992  0.5000  1.0000 (1/2)  1.0000 (1/2)
 	//
 	// scope  mean rounds  mean tool calls  tool errors  mean prompt tokens  mean completion tokens  mean latency ms  failures   terminations
 	// all    0.00         0.00             0            0.0                 0.0                     0.0              timeout 1  completed 2, max_rounds 1
 	//
 	// note: all: pass@k and pass^k rest on fewer than its 2 tasks: pass@2 over 1
 	// note: a k is over the tasks with at least k scored rollouts, and differs from k to k when rollouts failed: --score-failures-as-zero counts failed rollouts as failed tries, --pass-k-common-tasks puts every k on the same tasks
-	// note: 2 tasks: under 20 the bootstrap 95% CI covers less than 95% of the time (measured: 0.88-0.92 at 3-10 tasks of a symmetric mean, 0.56-0.78 when most tasks score near 0; docs/statistics.md)
 }

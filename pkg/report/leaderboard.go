@@ -256,7 +256,11 @@ func (lb *Leaderboard) table() [][]string {
 }
 
 func (lb *Leaderboard) method() string {
-	return fmt.Sprintf("one row per run and arm; vs baseline: the row's mean reward minus that of %s (the same arm, or its only arm), paired by task and repeat, 95%% CI bootstrapped over tasks; tokens/rollout and latency: means over the rollouts not failed", lb.Baseline)
+	ci := "95% CI: t over tasks"
+	if lb.Options.CI == CIBootstrap {
+		ci = "95% CI bootstrapped over tasks"
+	}
+	return fmt.Sprintf("one row per run and arm; vs baseline: the row's mean reward minus that of %s (the same arm, or its only arm), paired by task and repeat, %s; tokens/rollout and latency: means over the rollouts not failed", lb.Baseline, ci)
 }
 
 // WriteText writes the leaderboard as an aligned table.

@@ -157,15 +157,16 @@ type scope struct {
 	inCluster bool
 	// The current unit (task and arm): its scored rollouts and successes.
 	unitN, unitC int
-	// First pass: the sum of the scaled rewards, whether they are all in [0, 1], the task
-	// and arm pairs, the most scored rollouts of a pair, the clusters (while there are at
-	// most BootstrapMaxTasks), their number.
-	sum      float64
-	unit     bool
-	pairs    int
-	maxN     int
-	clusters []cluster
-	tasks    int
+	// First pass: the sum of the scaled rewards, whether they are all in [0, 1], their
+	// range, the task and arm pairs, the most scored rollouts of a pair, the clusters (for
+	// the bootstrap, while there are at most BootstrapMaxTasks), their number.
+	sum         float64
+	unit        bool
+	least, most float64
+	pairs       int
+	maxN        int
+	clusters    []cluster
+	tasks       int
 	// Second pass: the mean, the current cluster, the sums of the clustered standard error,
 	// pass@k.
 	mean float64
@@ -178,7 +179,8 @@ type scope struct {
 
 // newScope is a scope of the cells keep keeps, with their counts and sums.
 func (e *Evaluator) newScope(keep func(*evalCell) bool) *scope {
-	sc := &scope{s: Scores{FailuresByClass: map[string]int{}, Terminations: map[string]int{}, PassAtK: []PassAtK{}}, unit: true}
+	sc := &scope{s: Scores{FailuresByClass: map[string]int{}, Terminations: map[string]int{}, PassAtK: []PassAtK{}}, unit: true,
+		least: math.Inf(1), most: math.Inf(-1)}
 	s := &sc.s
 	var most float64
 	var rounds, toolCalls, prompt, completion int64
@@ -255,16 +257,19 @@ func (e *Evaluator) firstPass(sc *scope, r *evalRow) {
 	}
 	reward /= sc.scale
 	sc.sum += reward
+	sc.least, sc.most = min(sc.least, reward), max(sc.most, reward)
+	// Only the bootstrap needs the clusters; Wilson and t need their number and std err.
+	bootstrap := e.o.CI == CIBootstrap && e.o.Bootstrap > 0
 	if !sc.inCluster {
 		sc.inCluster = true
 		sc.tasks++
-		if sc.tasks <= BootstrapMaxTasks {
+		if bootstrap && sc.tasks <= BootstrapMaxTasks {
 			sc.clusters = append(sc.clusters, cluster{})
 		} else {
 			sc.clusters = nil // a normal interval: no bootstrap
 		}
 	}
-	if sc.tasks <= BootstrapMaxTasks {
+	if bootstrap && sc.tasks <= BootstrapMaxTasks {
 		c := &sc.clusters[len(sc.clusters)-1]
 		c.sum += reward
 		c.n++
@@ -354,7 +359,7 @@ func (e *Evaluator) endSecondPass(sc *scope, ks []int) {
 		}
 		s.StdErr = se * sc.scale
 		if e.o.Bootstrap > 0 {
-			s.CI95 = intervalOf(sc.tasks, se, sc.clusters, sc.mean, sc.unit, e.o)
+			s.CI95 = intervalOf(sc.tasks, se, sc.clusters, sc.mean, sc.least, sc.most, sc.unit, e.o)
 			s.CI95.Low *= sc.scale
 			s.CI95.High *= sc.scale
 		}

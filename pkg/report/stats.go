@@ -24,11 +24,20 @@ import (
 )
 
 // The statistics of an evaluation: for the whole run, per arm and per group of
-// tasks, the mean reward with its standard error and a 95% confidence interval bootstrapped
-// over tasks, pass@k and pass^k, failures apart, and the agents' behaviour.
+// tasks, the mean reward with its standard error and a 95% confidence interval over tasks,
+// pass@k and pass^k, failures apart, and the agents' behaviour.
 
 // DefaultBootstrap is the number of bootstrap resamples when StatsOptions.Bootstrap is 0.
 const DefaultBootstrap = 2000
+
+// The interval methods of StatsOptions.CI.
+const (
+	// CIAuto, the default: the Wilson score interval where every value is in [0, 1], the t
+	// interval otherwise, both with the task-clustered standard error (see intervalOf).
+	CIAuto = "auto"
+	// CIBootstrap: the percentile bootstrap with tasks resampled as clusters.
+	CIBootstrap = "bootstrap"
+)
 
 // NoGroup is the group of the records that lack the group-by field.
 const NoGroup = "(none)"
@@ -46,8 +55,10 @@ type StatsOptions struct {
 	// ScoreFailuresAsZero scores the rollouts that have a failure class as reward 0 (and
 	// as failed tries for pass@k). By default they are counted apart and left out.
 	ScoreFailuresAsZero bool `json:"score_failures_as_zero"`
-	// Bootstrap is the number of resamples of the confidence interval: 0 means
-	// DefaultBootstrap, a negative number computes no interval.
+	// CI is the 95% interval's method: CIAuto ("" too) or CIBootstrap.
+	CI string `json:"ci"`
+	// Bootstrap is the number of resamples of the bootstrap interval (CIBootstrap): 0 means
+	// DefaultBootstrap; a negative number computes no interval, whatever the method.
 	Bootstrap int `json:"bootstrap"`
 	// Seed seeds the bootstrap: the same records and seed give the same interval.
 	Seed uint64 `json:"seed"`
@@ -68,6 +79,9 @@ func (o StatsOptions) normalized() StatsOptions {
 	if o.Bootstrap < 0 {
 		o.Bootstrap = 0
 	}
+	if o.CI == "" {
+		o.CI = CIAuto
+	}
 	return o
 }
 
@@ -75,39 +89,48 @@ func (o StatsOptions) normalized() StatsOptions {
 type Interval struct {
 	Low  float64 `json:"low"`
 	High float64 `json:"high"`
-	// Normal is set when the interval is the normal approximation (mean ± 1.96 task-clustered
-	// standard errors) instead of the bootstrap: for scopes of more than BootstrapMaxTasks tasks.
+	// Normal is set when a bootstrap interval (CIBootstrap) is the normal approximation
+	// (mean ± 1.96 task-clustered standard errors) instead: for scopes of more than
+	// BootstrapMaxTasks tasks.
 	Normal bool `json:"normal,omitempty"`
-	// Point is set when the interval is a single point: every resample has the same mean,
-	// because every task's mean reward is the same (all rewards equal, say) or there is one
-	// task. It then says nothing about the uncertainty.
+	// Point is set when the interval is a single point: every task's mean is the same (all
+	// rewards equal, say) or there is one task, and the values are not all in [0, 1]. It then
+	// says nothing about the uncertainty.
 	Point bool `json:"point,omitempty"`
-	// Method is "wilson" when the interval is the Wilson score interval instead of the
-	// bootstrap's point: every reward, all in [0, 1], is 0 (then the interval is [0, upper
-	// bound]) or every one is 1 ([lower bound, 1]).
-	Method string `json:"method,omitempty"`
+	// Method is the interval's: "wilson" (every value in [0, 1]), "t", or "bootstrap".
+	Method string `json:"method"`
 }
 
-// SmallTasks is the task count under which the 95% bootstrap interval is flagged: its coverage,
-// measured by TestIntervalCoverage (docs/statistics.md), is 0.88-0.92 for a symmetric mean at
-// 3-10 tasks and 0.56-0.78 for a skewed one (most tasks near 0), against 0.94 at 20-40 tasks.
+// SmallTasks is the task count under which a bootstrap interval (CIBootstrap) is flagged: its
+// coverage, measured by TestIntervalCoverage (docs/statistics.md), is 0.88-0.92 for a
+// symmetric mean at 3-10 tasks and 0.56-0.78 for a skewed one (most tasks near 0).
 const SmallTasks = 20
 
-// meanInterval is the 95% interval of a mean (in units of the reward scale) over clusters:
-// unit says every value is in [0, 1].
-func meanInterval(clusters []cluster, mean float64, unit bool, o StatsOptions) *Interval {
-	return intervalOf(len(clusters), clusteredStdErr(clusters, mean), clusters, mean, unit, o)
+// meanInterval is the 95% interval of a mean (in units of the reward scale) over clusters
+// whose values lie in [least, most]: unit says every value is in [0, 1].
+func meanInterval(clusters []cluster, mean, least, most float64, unit bool, o StatsOptions) *Interval {
+	return intervalOf(len(clusters), clusteredStdErr(clusters, mean), clusters, mean, least, most, unit, o)
 }
 
 // intervalOf is meanInterval over g clusters whose clustered standard error is se; clusters
-// may be nil past BootstrapMaxTasks, where they are not bootstrapped.
-func intervalOf(g int, se float64, clusters []cluster, mean float64, unit bool, o StatsOptions) *Interval {
+// may be nil past BootstrapMaxTasks, where they are not bootstrapped. By default (CIAuto) it
+// is the Wilson score interval with the task-clustered effective sample size
+// (wilsonInterval) where unit, and the t interval mean ± t975(g−1)·se otherwise, cut to
+// [least, most] (a mean cannot leave its values' range): TestIntervalCoverage measured both
+// near 95% from 3 to 50 tasks, where the bootstrap covers 0.56-0.88 at 3-5 tasks. CIBootstrap
+// is the percentile bootstrap (Wilson where every value is 0 or every one is 1, where the
+// bootstrap is a point; normal past BootstrapMaxTasks tasks).
+func intervalOf(g int, se float64, clusters []cluster, mean, least, most float64, unit bool, o StatsOptions) *Interval {
 	var lo, hi float64
-	iv := &Interval{}
+	iv := &Interval{Method: CIBootstrap}
 	switch {
-	case unit && (mean == 0 || mean == 1) && se == 0:
+	case unit && (o.CI != CIBootstrap || (mean == 0 || mean == 1) && se == 0):
 		lo, hi = wilsonInterval(g, se, mean)
 		iv.Method = "wilson"
+	case o.CI != CIBootstrap:
+		lo, hi = tInterval(g, se, mean)
+		lo, hi = max(lo, least), min(hi, most)
+		iv.Method = "t"
 	case g > BootstrapMaxTasks:
 		lo, hi = normalCI(mean, se)
 		iv.Normal = true
@@ -116,6 +139,21 @@ func intervalOf(g int, se float64, clusters []cluster, mean float64, unit bool, 
 	}
 	iv.Low, iv.High, iv.Point = lo, hi, lo == hi
 	return iv
+}
+
+// tInterval is the 95% t interval mean ± t975(g−1)·se over g task clusters whose clustered
+// standard error is se; the mean itself below 2 clusters.
+func tInterval(g int, se, mean float64) (lo, hi float64) {
+	if g < 2 {
+		return mean, mean
+	}
+	h := t975(g-1) * se
+	return mean - h, mean + h
+}
+
+// tCI is tInterval over clusters.
+func tCI(clusters []cluster, mean float64) (lo, hi float64) {
+	return tInterval(len(clusters), clusteredStdErr(clusters, mean), mean)
 }
 
 // TaskRef names a task: its task file and its index (0-based row) in it.
@@ -171,9 +209,9 @@ type Scores struct {
 	// MeanReward is the mean of the scored rollouts' rewards. StdErr is its task-clustered
 	// standard error: with G tasks, N scored rollouts and S_g the sum of task g's rewards
 	// over its n_g scored rollouts, sqrt(G/(G−1) · Σ_g (S_g − MeanReward·n_g)²) / N (0 below
-	// 2 tasks). CI95 is the 95% percentile bootstrap interval of MeanReward with tasks
-	// resampled as clusters (the normal one past BootstrapMaxTasks tasks); nil when not
-	// computed or nothing is scored.
+	// 2 tasks). CI95 is the 95% interval of MeanReward over tasks (intervalOf: Wilson or t,
+	// or the bootstrap with StatsOptions.CI CIBootstrap); nil when not computed or nothing is
+	// scored.
 	MeanReward float64   `json:"mean_reward"`
 	StdErr     float64   `json:"std_err"`
 	CI95       *Interval `json:"ci95,omitempty"`
@@ -519,6 +557,12 @@ const bootstrapChunk = 100
 // The interval is the 2.5% and 97.5% quantiles of the b means, interpolated linearly
 // between order statistics (quantile p at position p·(b−1) of the sorted means).
 func bootstrapCI(clusters []cluster, b int, seed uint64) (lo, hi float64) {
+	means := bootstrapMeans(clusters, b, seed)
+	return quantile(means, 0.025), quantile(means, 0.975)
+}
+
+// bootstrapMeans are the sorted means of b resamples of the clusters (see bootstrapCI).
+func bootstrapMeans(clusters []cluster, b int, seed uint64) []float64 {
 	t := len(clusters)
 	type sn struct {
 		sum float64
@@ -557,7 +601,7 @@ func bootstrapCI(clusters []cluster, b int, seed uint64) (lo, hi float64) {
 	}
 	wg.Wait()
 	slices.Sort(means)
-	return quantile(means, 0.025), quantile(means, 0.975)
+	return means
 }
 
 // quantile is the p-quantile of sorted xs, interpolated linearly (Hyndman and Fan's type 7).
@@ -638,26 +682,15 @@ func (e *Evaluation) method() string {
 		b.WriteString("failed rollouts left out of the scores; ")
 	}
 	b.WriteString("std err: clustered by task; ")
-	if o.Bootstrap > 0 {
-		methods := map[string]bool{}
-		for _, sc := range e.scopes() {
-			if sc.CI95 != nil {
-				methods[sc.CI95.Method] = true
-			}
+	methods := map[string]bool{}
+	normal := false
+	for _, sc := range e.scopes() {
+		if sc.CI95 != nil {
+			methods[sc.CI95.Method] = true
+			normal = normal || sc.CI95.Normal
 		}
-		fmt.Fprintf(&b, "95%% CI: bootstrap over tasks, %d resamples, seed %d", o.Bootstrap, o.Seed)
-		if methods["wilson"] {
-			b.WriteString(" (Wilson score where every reward is 0 or every one is 1)")
-		}
-		for _, sc := range e.scopes() {
-			if sc.CI95 != nil && sc.CI95.Normal {
-				fmt.Fprintf(&b, " (normal, task-clustered, in scopes of over %d tasks)", BootstrapMaxTasks)
-				break
-			}
-		}
-	} else {
-		b.WriteString("no CI")
 	}
+	b.WriteString(ciMethodText(o, methods, normal))
 	if len(e.K) > 1 {
 		if o.PassKCommonTasks {
 			fmt.Fprintf(&b, "; pass@k: every k over the tasks with at least %d scored rollouts", e.K[len(e.K)-1])
@@ -717,7 +750,7 @@ func (e *Evaluation) notes() []string {
 	if point {
 		out = append(out, "a 95% CI marked (point) is a single point: every task of its scope has the same mean reward (or there is one task), so it says nothing of the uncertainty")
 	}
-	if o := &e.Overall; o.CI95 != nil && !o.CI95.Point && o.CI95.Method == "" && o.Tasks < SmallTasks {
+	if o := &e.Overall; o.CI95 != nil && !o.CI95.Point && o.CI95.Method == CIBootstrap && o.Tasks < SmallTasks {
 		out = append(out, smallTasksNote(o.Tasks))
 	}
 	return out
@@ -726,7 +759,33 @@ func (e *Evaluation) notes() []string {
 // smallTasksNote warns that a bootstrap 95% CI over tasks tasks (under SmallTasks) is too
 // narrow, with the coverage TestIntervalCoverage measured.
 func smallTasksNote(tasks int) string {
-	return fmt.Sprintf("%d tasks: under %d the bootstrap 95%% CI covers less than 95%% of the time (measured: 0.88-0.92 at 3-10 tasks of a symmetric mean, 0.56-0.78 when most tasks score near 0; docs/statistics.md)", tasks, SmallTasks)
+	return fmt.Sprintf("%d tasks: under %d the bootstrap 95%% CI covers less than 95%% of the time (measured: 0.88-0.92 at 3-10 tasks of a symmetric mean, 0.56-0.78 when most tasks score near 0; the default --ci auto does not: docs/statistics.md)", tasks, SmallTasks)
+}
+
+// ciMethodText says in a few words how the 95% CIs were computed, from the options and the
+// methods the intervals have (Interval.Method) and whether one is normal.
+func ciMethodText(o StatsOptions, methods map[string]bool, normal bool) string {
+	if o.Bootstrap <= 0 {
+		return "no CI"
+	}
+	if o.CI == CIBootstrap {
+		t := fmt.Sprintf("95%% CI: bootstrap over tasks, %d resamples, seed %d", o.Bootstrap, o.Seed)
+		if methods["wilson"] {
+			t += " (Wilson score where every reward is 0 or every one is 1)"
+		}
+		if normal {
+			t += fmt.Sprintf(" (normal, task-clustered, in scopes of over %d tasks)", BootstrapMaxTasks)
+		}
+		return t
+	}
+	switch {
+	case methods["wilson"] && methods["t"]:
+		return "95% CI: Wilson score over tasks where every value is in [0, 1], t otherwise (task-clustered)"
+	case methods["t"]:
+		return "95% CI: t over tasks (task-clustered std err, tasks - 1 df)"
+	default:
+		return "95% CI: Wilson score over tasks (task-clustered effective sample size)"
+	}
 }
 
 func fmtNum(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

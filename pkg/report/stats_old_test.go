@@ -270,7 +270,7 @@ func (e *oldEvaluator) scores(rows []oldEvalRow, ks []int) Scores {
 			s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi, Method: "wilson"}
 		} else {
 			lo, hi := bootstrapCI(cl, e.o.Bootstrap, e.o.Seed)
-			s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi}
+			s.CI95 = &Interval{Low: lo, High: hi, Point: lo == hi, Method: CIBootstrap}
 		}
 	}
 

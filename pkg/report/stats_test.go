@@ -392,10 +392,17 @@ func TestEvaluateBootstrap(t *testing.T) {
 	if q := 12.7062047362; same.CI95 == nil || math.Abs(same.CI95.Low-2/(2+q*q)) > 1e-9 || same.CI95.High != 1 || same.CI95.Point || same.CI95.Method != "wilson" {
 		t.Errorf("all ones: CI %+v, want [%v, 1] by Wilson", same.CI95, 2/(2+12.7062047362*12.7062047362))
 	}
-	// Every reward equal but not 0 or 1: the interval is that reward, a point.
-	half := Evaluate(slices.Concat(rollouts("m", 0, nil, 0.5, 0.5), rollouts("m", 1, nil, 0.5, 0.5)), StatsOptions{}).Overall
+	// Every reward equal but not 0 or 1: the bootstrap's interval is that reward, a point; the
+	// default's is Wilson's over the 2 tasks (the effective sample size G when the std err is 0).
+	halves := slices.Concat(rollouts("m", 0, nil, 0.5, 0.5), rollouts("m", 1, nil, 0.5, 0.5))
+	half := Evaluate(halves, StatsOptions{CI: CIBootstrap}).Overall
 	if half.CI95 == nil || half.CI95.Low != 0.5 || half.CI95.High != 0.5 || !half.CI95.Point {
-		t.Errorf("all halves: CI %+v", half.CI95)
+		t.Errorf("all halves, bootstrap: CI %+v", half.CI95)
+	}
+	q := 12.7062047362
+	wlo := (0.5 + q*q/4 - q*math.Sqrt(0.25/2+q*q/16)) / (1 + q*q/2)
+	if half = Evaluate(halves, StatsOptions{}).Overall; half.CI95 == nil || half.CI95.Point || half.CI95.Method != "wilson" || math.Abs(half.CI95.Low-wlo) > 1e-9 || math.Abs(half.CI95.High-(1-wlo)) > 1e-9 {
+		t.Errorf("all halves: CI %+v, want Wilson [%v, %v]", half.CI95, wlo, 1-wlo)
 	}
 
 	// Continuous rewards: the seed moves the interval; the parallelism does not.
@@ -405,14 +412,14 @@ func TestEvaluateBootstrap(t *testing.T) {
 		cont = append(cont, rollouts("m", task, nil, rng.Float64(), rng.Float64(), rng.Float64())...)
 	}
 	prev := runtime.GOMAXPROCS(1)
-	one := Evaluate(cont, StatsOptions{Seed: 11}).Overall.CI95
+	one := Evaluate(cont, StatsOptions{CI: CIBootstrap, Seed: 11}).Overall.CI95
 	runtime.GOMAXPROCS(8)
-	eight := Evaluate(cont, StatsOptions{Seed: 11}).Overall.CI95
+	eight := Evaluate(cont, StatsOptions{CI: CIBootstrap, Seed: 11}).Overall.CI95
 	runtime.GOMAXPROCS(prev)
 	if *one != *eight {
 		t.Errorf("seed 11: CI %+v at GOMAXPROCS 1, %+v at 8", one, eight)
 	}
-	if other := Evaluate(cont, StatsOptions{Seed: 12}).Overall.CI95; *other == *one {
+	if other := Evaluate(cont, StatsOptions{CI: CIBootstrap, Seed: 12}).Overall.CI95; *other == *one {
 		t.Errorf("seeds 11 and 12 gave the same CI %+v", one)
 	}
 
@@ -427,9 +434,9 @@ func TestEvaluateBootstrap(t *testing.T) {
 		clustered = append(clustered, rollouts("m", task, nil, x, x, x, x)...)
 		flat = append(flat, x, x, x, x)
 	}
-	ev := Evaluate(clustered, StatsOptions{Seed: 3})
+	ev := Evaluate(clustered, StatsOptions{CI: CIBootstrap, Seed: 3})
 	ci := ev.Overall.CI95
-	again := Evaluate(clustered, StatsOptions{Seed: 3}).Overall.CI95
+	again := Evaluate(clustered, StatsOptions{CI: CIBootstrap, Seed: 3}).Overall.CI95
 	if *ci != *again {
 		t.Errorf("seed 3 gave %+v then %+v", ci, again)
 	}
@@ -568,7 +575,7 @@ func TestNormalIntervalForManyTasks(t *testing.T) {
 		t.Errorf("normal CI [%g, %g] does not hold the mean %g", nlo, nhi, mean)
 	}
 
-	e := NewEvaluator(StatsOptions{})
+	e := NewEvaluator(StatsOptions{CI: CIBootstrap})
 	for i, c := range clusters {
 		for k := range c.n {
 			reward := 0.0
