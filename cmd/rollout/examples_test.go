@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -58,20 +57,37 @@ func waitLive(t *testing.T, url, name string, exited <-chan struct{}) {
 }
 
 // The Go example resource server of docs/own-benchmark.md, end to end as the guide runs it:
-// under 100 lines, built and started as its own process, its task file's reference plans
-// proved by validate --oracle, a run against the simulator scoring 1, and a model that errs
-// scoring less; a session never seeded and bad arguments are answered as the guide says.
+// under 100 lines, built and started as its own process, then checked by checkCartServer.
 func TestCartExampleEndToEnd(t *testing.T) {
 	src := readFile(t, "../../examples/cart/main.go")
 	if n := strings.Count(src, "\n"); n >= 100 {
 		t.Errorf("examples/cart/main.go has %d lines; the guide promises under 100", n)
 	}
-	url := startCart(t)
-	tasks := "../../examples/cart/tasks.jsonl"
+	checkCartServer(t, startCart(t))
+}
 
+// checkCartServer checks a cart resource server (either example) as docs/own-benchmark.md
+// uses it: its task file's reference plans proved by validate --oracle, a run against the
+// simulator scoring 1 on every task with the order's total as its reward component, a model
+// that gets every argument wrong scoring 0, and the failure answers of the protocol (a session
+// never seeded, a missing argument, truncated JSON). It returns a POST helper for more.
+func checkCartServer(t *testing.T, url string) (post func(path, body string) (int, string)) {
+	t.Helper()
+	tasks := "../../examples/cart/tasks.jsonl"
 	r := runCLI(t, context.Background(), nil, "validate", tasks, "--oracle", "--server", url)
 	if r.code != 0 || !strings.Contains(r.stderr, "4 tasks, 4 with a reference plan: 0 problems") || !strings.Contains(r.stderr, "oracle: 4 tasks, 16 rollouts") {
 		t.Fatalf("validate --oracle: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	want := map[string]float64{} // each task's expected_total, the total a right order has
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, tasks)), "\n") {
+		var row struct {
+			ID    string  `json:"id"`
+			Total float64 `json:"expected_total"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		want[row.ID] = row.Total
 	}
 	out := t.TempDir()
 	r = runCLI(t, context.Background(), nil, "run", "--input", tasks, "--server", url, "--model-url", "builtin:sim", "--out", out, "--overwrite", "--quiet")
@@ -83,8 +99,9 @@ func TestCartExampleEndToEnd(t *testing.T) {
 		t.Fatalf("%d records", len(recs))
 	}
 	for _, rec := range recs {
-		if rec.Reward != 1 || rec.FailureClass != "" || rec.ToolCalls < 2 {
-			t.Errorf("task %s: reward %v, class %q, %d tool calls", rec.TaskID, rec.Reward, rec.FailureClass, rec.ToolCalls)
+		if rec.Reward != 1 || !rec.HasReward || rec.FailureClass != "" || rec.ToolCalls < 2 || rec.RewardComponents["ordered_total"] != want[rec.TaskID] {
+			t.Errorf("task %s: reward %v (has %v), class %q, %d tool calls, components %v (ordered_total %v wanted)",
+				rec.TaskID, rec.Reward, rec.HasReward, rec.FailureClass, rec.ToolCalls, rec.RewardComponents, want[rec.TaskID])
 		}
 	}
 	// A model that gets every argument wrong places no right order.
@@ -95,24 +112,20 @@ func TestCartExampleEndToEnd(t *testing.T) {
 		t.Fatalf("run with wrong arguments: exit %d: %s", r.code, r.stderr)
 	}
 	for _, rec := range readRecords(t, bad) {
-		if rec.Reward != 0 || !rec.HasReward {
-			t.Errorf("task %s with wrong arguments: reward %v (has %v)", rec.TaskID, rec.Reward, rec.HasReward)
+		if rec.Reward != 0 || !rec.HasReward || rec.FailureClass != "" {
+			t.Errorf("task %s with wrong arguments: reward %v (has %v), class %q", rec.TaskID, rec.Reward, rec.HasReward, rec.FailureClass)
 		}
 	}
 
 	// The protocol's failure answers, straight over HTTP.
-	post := func(path, body string) (int, string) {
+	post = func(path, body string) (int, string) {
 		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var b strings.Builder
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			b.WriteString(sc.Text())
-		}
-		return resp.StatusCode, b.String()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
 	if code, body := post("/add_to_cart", `{"item": "apple", "quantity": 1}`); code != http.StatusConflict || !strings.Contains(body, "call seed_session first") {
 		t.Errorf("add_to_cart on a session never seeded: %d %s", code, body)
@@ -123,6 +136,10 @@ func TestCartExampleEndToEnd(t *testing.T) {
 	if code, body := post("/seed_session", `{"responses_create_params": {"input": []}}`); code != http.StatusUnprocessableEntity || !strings.Contains(body, "prices") {
 		t.Errorf("seed_session without prices: %d %s", code, body)
 	}
+	if code, body := post("/add_to_cart", `{"item": "apple", "quantity": 1`); code < 400 || code >= 500 {
+		t.Errorf("add_to_cart with truncated JSON: %d %s", code, body)
+	}
+	return post
 }
 
 // nemoGymPython returns a Python 3 that can run examples/cart_nemo_gym on the NeMo Gym files
@@ -184,88 +201,22 @@ func startCartNemoGym(t *testing.T, py string) (string, *exec.Cmd) {
 
 // The Python example resource server of docs/own-benchmark.md, run: app.py on NeMo Gym's own
 // SimpleResourcesServer (vendored, with a shim for what Debian's packages lack), started as
-// NeMo Gym starts a server, proved by validate --oracle, run against the simulator (reward 1
-// on every task) and against a simulator that gets every argument wrong (reward 0); its failure
-// answers (a session never seeded, a missing argument, a /verify body NeMo Gym's models refuse)
-// as NeMo Gym's FastAPI app gives them; and, killed mid-suite, a run against it fails as an
+// NeMo Gym starts a server and checked by checkCartServer as the Go one is; then a /verify
+// body NeMo Gym's models refuse, and, the server killed, a run against it that fails as an
 // infrastructure failure (exit 5) with nothing scored.
 func TestCartNemoGymExampleEndToEnd(t *testing.T) {
 	py := nemoGymPython(t)
 	url, server := startCartNemoGym(t, py)
-	tasks := "../../examples/cart/tasks.jsonl"
-
-	r := runCLI(t, context.Background(), nil, "validate", tasks, "--oracle", "--server", url)
-	if r.code != 0 || !strings.Contains(r.stderr, "4 tasks, 4 with a reference plan: 0 problems") || !strings.Contains(r.stderr, "oracle: 4 tasks, 16 rollouts") {
-		t.Fatalf("validate --oracle: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
-	out := t.TempDir()
-	r = runCLI(t, context.Background(), nil, "run", "--input", tasks, "--server", url, "--model-url", "builtin:sim", "--out", out, "--overwrite", "--quiet")
-	if r.code != 0 {
-		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
-	}
-	want := map[string]float64{} // each task's expected_total, the total a right order has
-	for _, line := range strings.Split(strings.TrimSpace(readFile(t, tasks)), "\n") {
-		var row struct {
-			ID    string  `json:"id"`
-			Total float64 `json:"expected_total"`
-		}
-		if err := json.Unmarshal([]byte(line), &row); err != nil {
-			t.Fatal(err)
-		}
-		want[row.ID] = row.Total
-	}
-	recs := readRecords(t, out)
-	if len(recs) != 4 {
-		t.Fatalf("%d records", len(recs))
-	}
-	for _, rec := range recs {
-		if rec.Reward != 1 || !rec.HasReward || rec.FailureClass != "" || rec.ToolCalls < 2 || rec.RewardComponents["ordered_total"] != want[rec.TaskID] {
-			t.Errorf("task %s: reward %v (has %v), class %q, %d tool calls, components %v (ordered_total %v wanted)",
-				rec.TaskID, rec.Reward, rec.HasReward, rec.FailureClass, rec.ToolCalls, rec.RewardComponents, want[rec.TaskID])
-		}
-	}
-	bad := t.TempDir()
-	r = runCLI(t, context.Background(), nil, "run", "--input", tasks, "--server", url, "--model-url", "builtin:sim", "--sim-wrong-argument", "1",
-		"--out", bad, "--quiet", "--fail-on-error", "1")
-	if r.code != 0 {
-		t.Fatalf("run with wrong arguments: exit %d: %s", r.code, r.stderr)
-	}
-	for _, rec := range readRecords(t, bad) {
-		if rec.Reward != 0 || !rec.HasReward || rec.FailureClass != "" {
-			t.Errorf("task %s with wrong arguments: reward %v (has %v), class %q", rec.TaskID, rec.Reward, rec.HasReward, rec.FailureClass)
-		}
-	}
-
-	post := func(path, body string) (int, string) {
-		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := post("/add_to_cart", `{"item": "apple", "quantity": 1}`); code != http.StatusConflict || !strings.Contains(body, "call seed_session first") {
-		t.Errorf("add_to_cart on a session never seeded: %d %s", code, body)
-	}
-	if code, body := post("/add_to_cart", `{"item": "apple"}`); code != http.StatusUnprocessableEntity || !strings.Contains(body, `"quantity"`) {
-		t.Errorf("add_to_cart without quantity: %d %s", code, body)
-	}
-	if code, body := post("/seed_session", `{"responses_create_params": {"input": []}}`); code != http.StatusUnprocessableEntity || !strings.Contains(body, `"prices"`) {
-		t.Errorf("seed_session without prices: %d %s", code, body)
-	}
+	post := checkCartServer(t, url)
 	if code, body := post("/verify", `{"responses_create_params": {"input": [], "temprature": 0}, "response": {}, "expected_total": 1}`); code != http.StatusUnprocessableEntity ||
 		!strings.Contains(body, `"temprature"`) || !strings.Contains(body, `"created_at"`) {
 		t.Errorf("verify with an unknown request field and an empty response: %d %s", code, body)
-	}
-	if code, body := post("/add_to_cart", `{"item": "apple", "quantity": 1`); code != http.StatusUnprocessableEntity {
-		t.Errorf("add_to_cart with truncated JSON: %d %s", code, body)
 	}
 
 	// The server killed: nothing is scored, and the run says the infrastructure failed.
 	server.Process.Signal(syscall.SIGKILL)
 	down := t.TempDir()
-	r = runCLI(t, context.Background(), nil, "run", "--input", tasks, "--server", url, "--model-url", "builtin:sim", "--out", down, "--quiet")
+	r := runCLI(t, context.Background(), nil, "run", "--input", "../../examples/cart/tasks.jsonl", "--server", url, "--model-url", "builtin:sim", "--out", down, "--quiet")
 	if r.code != 5 {
 		t.Errorf("run against the killed server: exit %d, want 5\n%s", r.code, r.stderr)
 	}
