@@ -128,7 +128,6 @@ func TestRLParquetDuckDB(t *testing.T) {
 // with no MAP column, and each row equals the JSONL export's row once the values that are
 // JSON text in Parquet (tools, the chat shape's tool-call arguments) are parsed.
 func TestAllFormatsParquetDuckDB(t *testing.T) {
-	node, env := duckdbNode(t)
 	dir := writeRun(t, 3, baseRun)
 	for _, tc := range parquetExports {
 		t.Run(tc.format+tc.layout, func(t *testing.T) {
@@ -136,37 +135,58 @@ func TestAllFormatsParquetDuckDB(t *testing.T) {
 			pq, js := filepath.Join(out, "x.parquet"), filepath.Join(out, "x.jsonl")
 			exportTo(t, tc.options(dir, pq))
 			exportTo(t, tc.options(dir, js))
-			cmd := exec.Command(node, "testdata/duckdb_all.js", pq)
-			cmd.Env = env
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			raw, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("duckdb: %v\n%s", err, stderr.String())
-			}
-			var got struct {
-				Types []struct{ Column_name, Column_type string }
-				Rows  []string
-			}
-			if err := json.Unmarshal(raw, &got); err != nil {
-				t.Fatalf("%v: %.300s", err, raw)
-			}
-			for _, c := range got.Types {
-				if strings.Contains(c.Column_type, "MAP(") {
-					t.Errorf("column %s is %s", c.Column_name, c.Column_type)
+			cols, rows := duckdbRows(t, pq)
+			for name, typ := range cols {
+				if strings.Contains(typ, "MAP(") {
+					t.Errorf("column %s is %s", name, typ)
 				}
 			}
 			want := readJSONL[json.RawMessage](t, js)
-			if len(got.Rows) != len(want) || len(want) == 0 {
-				t.Fatalf("DuckDB read %d rows, JSONL has %d", len(got.Rows), len(want))
+			if len(rows) != len(want) || len(want) == 0 {
+				t.Fatalf("DuckDB read %d rows, JSONL has %d", len(rows), len(want))
 			}
 			for i := range want {
-				if a, b := normalJSON(t, []byte(got.Rows[i])), normalJSON(t, want[i]); a != b {
+				row, _ := json.Marshal(rows[i])
+				if a, b := normalJSON(t, row), normalJSON(t, want[i]); a != b {
 					t.Errorf("row %d:\nDuckDB %s\nJSONL  %s", i, a, b)
 				}
 			}
 		})
 	}
+}
+
+// duckdbRows reads a Parquet file with DuckDB (testdata/duckdb_all.js), which gives a struct
+// column as pandas does (every member, null where there is none): its columns' types by name
+// and each row's columns.
+func duckdbRows(t *testing.T, path string) (map[string]string, []map[string]json.RawMessage) {
+	t.Helper()
+	node, env := duckdbNode(t)
+	cmd := exec.Command(node, "testdata/duckdb_all.js", path)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Types []struct{ Column_name, Column_type string }
+		Rows  []string
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("%v: %.300s", err, raw)
+	}
+	cols := map[string]string{}
+	for _, c := range got.Types {
+		cols[c.Column_name] = c.Column_type
+	}
+	rows := make([]map[string]json.RawMessage, len(got.Rows))
+	for i, r := range got.Rows {
+		if err := json.Unmarshal([]byte(r), &rows[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cols, rows
 }
 
 // parquetExport is a format and layout that can be written as Parquet.

@@ -1,9 +1,7 @@
 package export_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,39 +11,6 @@ import (
 )
 
 const qwen3 = "testdata/templates/Qwen3-Instruct-2507.jinja"
-
-// duckdbRows reads a Parquet file with DuckDB, which gives a struct column as pandas does (every
-// member, null where there is none): its columns' types by name and each row's columns.
-func duckdbRows(t *testing.T, path string) (map[string]string, []map[string]json.RawMessage) {
-	t.Helper()
-	node, env := duckdbNode(t)
-	cmd := exec.Command(node, "testdata/duckdb_all.js", path)
-	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
-	}
-	var got struct {
-		Types []struct{ Column_name, Column_type string }
-		Rows  []string
-	}
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatal(err)
-	}
-	cols := map[string]string{}
-	for _, c := range got.Types {
-		cols[c.Column_name] = c.Column_type
-	}
-	rows := make([]map[string]json.RawMessage, len(got.Rows))
-	for i, r := range got.Rows {
-		if err := json.Unmarshal([]byte(r), &rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return cols, rows
-}
 
 // verl's MultiTurnSFTDataset (volcengine/verl b178a3c, verl/utils/dataset/multiturn_sft_dataset.py)
 // reads a Parquet file with pandas, and hands each row's messages, and its tools column as it
