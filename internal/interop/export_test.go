@@ -311,3 +311,38 @@ func renderWithoutTools(t *testing.T, srv *server, sent map[string]json.RawMessa
 	srv.post(t, "/apply-template", noTools, &sampled)
 	return sampled.Prompt
 }
+
+// checkTextTokens exports the --capture-tokens run in run as the text layout: every row has the
+// token ids llama-server saw and wrote, and they and their mask are an rl row's input_ids and
+// loss_mask (1 exactly on the generated ids).
+func checkTextTokens(t *testing.T, s suite, run, template string) {
+	t.Helper()
+	dir := t.TempDir()
+	text, rl := filepath.Join(dir, "text.jsonl"), filepath.Join(dir, "rl.jsonl")
+	got, err := exec.Command(s.rollout, "export", run, "--format", "sft", "--layout", "text", "--chat-template", template, "-o", text).CombinedOutput()
+	if err != nil {
+		t.Fatalf("export --layout text: %v\n%s", err, got)
+	}
+	if msg, err := exec.Command(s.rollout, "export", run, "--format", "rl", "-o", rl).CombinedOutput(); err != nil {
+		t.Fatalf("export rl: %v\n%s", err, msg)
+	}
+	type ids struct {
+		InputIDs []int32 `json:"input_ids"`
+		LossMask []int32 `json:"loss_mask"`
+		Masks    []int32 `json:"assistant_masks"`
+	}
+	seqs := map[string]bool{}
+	for _, r := range readJSONL[ids](t, rl) {
+		seqs[fmt.Sprint(r.InputIDs, r.LossMask)] = true
+	}
+	rows := readJSONL[ids](t, text)
+	if len(rows) == 0 || !strings.Contains(string(got), fmt.Sprintf("%d of %d rows have token ids", len(rows), len(rows))) {
+		t.Fatalf("%d text rows:\n%s", len(rows), got)
+	}
+	for i, r := range rows {
+		if len(r.InputIDs) == 0 || !seqs[fmt.Sprint(r.InputIDs, r.Masks)] {
+			t.Errorf("text row %d: %d ids, not an rl row's ids and mask", i, len(r.InputIDs))
+		}
+	}
+	t.Logf("text layout: %d rows, each with llama-server's token ids and the mask on the generated ones", len(rows))
+}

@@ -115,6 +115,7 @@ func TestCaptureTokensContiguousLlama(t *testing.T) {
 		out, _ := s.run(t, "--input", tasks, "--num-repeats", "2", "--concurrency", "1", "--max-rounds", "3", "--capture-tokens",
 			"--model-url", proxy.url, "--model", "toolcall", "--server", counterServer, "--seed", "5")
 		checkTokenIn(t, s, srv, proxy, out, 8, true)
+		checkTextTokens(t, s, out, filepath.Join(os.Getenv(DirEnv), "models", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja"))
 	})
 	t.Run("tiny-agent", func(t *testing.T) {
 		srv := s.startTiny(t, 1)
