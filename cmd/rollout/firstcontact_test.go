@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -503,6 +504,25 @@ func TestHelp(t *testing.T) {
 			t.Errorf("no %q in the help", section)
 		}
 	}
+	// Every request option is named in the short help, and --help-all describes every flag.
+	for _, name := range requestFlagNames {
+		if !strings.Contains(r.stdout, "--"+name+",") && !strings.Contains(r.stdout, "--"+name+"\n") {
+			t.Errorf("run --help does not name --%s", name)
+		}
+	}
+	all := runProcess(t, nil, "run", "--help-all")
+	if all.code != 0 || all.stderr != "" || !strings.HasPrefix(all.stdout, "Usage: rollout run --input FILE") {
+		t.Fatalf("run --help-all: exit %d, stderr %q, stdout %.80q", all.code, all.stderr, all.stdout)
+	}
+	var rf runFlags
+	fs, _, _ := runFlagSet(&rf, env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }})
+	fs.VisitAll(func(f *flag.Flag) {
+		_, usage := flag.UnquoteUsage(f)
+		first := strings.Fields(usage)
+		if !strings.Contains(all.stdout, "\n  --"+f.Name+" ") && !strings.Contains(all.stdout, "\n  --"+f.Name+"\n") || len(first) > 0 && !strings.Contains(all.stdout, first[0]) {
+			t.Errorf("run --help-all does not describe --%s", f.Name)
+		}
+	})
 	for _, cmd := range []string{"serve", "sim", "gen", "validate", "compare", "report", "show", "view", "export"} {
 		r := runProcess(t, nil, cmd, "--help")
 		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: rollout "+cmd) {

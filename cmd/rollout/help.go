@@ -75,7 +75,25 @@ type commandHelp struct {
 }
 
 // write prints h with the flags of fs.
-func (h commandHelp) write(w io.Writer, fs *flag.FlagSet) {
+func (h commandHelp) write(w io.Writer, fs *flag.FlagSet) { h.print(w, fs, false) }
+
+// writeAll prints h with every flag of fs described, the compact groups too (--help-all).
+func (h commandHelp) writeAll(w io.Writer, fs *flag.FlagSet) { h.print(w, fs, true) }
+
+// askedHelpAll says whether args, before any "--", ask for --help-all.
+func askedHelpAll(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--help-all" || a == "-help-all" {
+			return true
+		}
+	}
+	return false
+}
+
+func (h commandHelp) print(w io.Writer, fs *flag.FlagSet, all bool) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", h.usage, strings.TrimRight(h.about, "\n"))
 	listed := map[string]bool{}
 	for _, g := range h.groups {
@@ -95,7 +113,7 @@ func (h commandHelp) write(w io.Writer, fs *flag.FlagSet) {
 	}
 	for _, g := range groups {
 		fmt.Fprintf(w, "\n%s:\n", g.title)
-		if g.brief != "" || g.compact {
+		if !all && (g.brief != "" || g.compact) {
 			var names []string
 			for _, n := range g.names {
 				if fs.Lookup(n) != nil {

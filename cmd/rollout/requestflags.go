@@ -129,11 +129,41 @@ func (r *requestFlags) define(fs *flag.FlagSet) {
 		}
 		return fmt.Sprintf(`{"chat_template_kwargs":{"enable_thinking":%t}}`, b), nil
 	})
+	named("chat-template-kwargs", "`JSON` object merged into chat_template_kwargs (vLLM, SGLang)", func(v string) (string, error) {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(v), &obj); err != nil || obj == nil {
+			return "", fmt.Errorf("want a JSON object, got %q", v)
+		}
+		return `{"chat_template_kwargs":` + strings.TrimSpace(v) + `}`, nil
+	})
+	named("repetition-penalty", "repetition_penalty `X` > 0 (1: none; vLLM, SGLang, llama.cpp)", func(v string) (string, error) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+			return "", fmt.Errorf("want a number over 0, got %q", v)
+		}
+		return fmt.Sprintf(`{"repetition_penalty":%s}`, strconv.FormatFloat(f, 'g', -1, 64)), nil
+	})
+	named("logit-bias", "logit_bias `JSON`: {\"TOKEN_ID\": BIAS in [-100, 100], ...}", func(v string) (string, error) {
+		var bias map[string]float64
+		if err := json.Unmarshal([]byte(v), &bias); err != nil || bias == nil {
+			return "", fmt.Errorf("want a JSON object of token ids to numbers, got %q", v)
+		}
+		for id, b := range bias {
+			if n, err := strconv.ParseUint(id, 10, 32); err != nil || strconv.FormatUint(n, 10) != id {
+				return "", fmt.Errorf("%q is not a token id (a whole number)", id)
+			}
+			if b < -100 || b > 100 {
+				return "", fmt.Errorf("token %s: bias %g, want [-100, 100]", id, b)
+			}
+		}
+		out, _ := json.Marshal(map[string]map[string]float64{"logit_bias": bias})
+		return string(out), nil
+	})
 }
 
 // requestFlagNames are the request flags, for --help.
 var requestFlagNames = []string{"request", "extra-body", "top-p", "top-k", "min-p", "presence-penalty", "frequency-penalty",
-	"stop", "reasoning-effort", "enable-thinking"}
+	"stop", "reasoning-effort", "enable-thinking", "chat-template-kwargs", "repetition-penalty", "logit-bias"}
 
 // build is the run's request options: --request and --extra-body merged in order, then the
 // named flags, in the canonical form the manifest keeps (nil: none).

@@ -197,6 +197,33 @@ func TestRequestOptionsPerArm(t *testing.T) {
 	}
 }
 
+// The vLLM options named in run --help: --chat-template-kwargs merged with --enable-thinking
+// into one chat_template_kwargs, --repetition-penalty and --logit-bias, on every call a
+// recording endpoint receives.
+func TestNamedVLLMRequestFlags(t *testing.T) {
+	m := newRecordingModel(t, "")
+	dir := t.TempDir()
+	r := runCLI(t, context.Background(), nil, "run", "--input", weatherRows(t, 2, ""), "--out", dir, "--model-url", m.URL+"/v1", "--model", "m",
+		"--server", "builtin:example_single_tool_call", "--quiet", "--enable-thinking", "false",
+		"--chat-template-kwargs", `{"reasoning_budget": 512}`, "--repetition-penalty", "1.05", "--logit-bias", `{"1234": -100, "7": 2.5}`)
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	bodies := m.arm("multi")
+	if len(bodies) != 4 {
+		t.Fatalf("%d requests, want 4", len(bodies))
+	}
+	want := map[string]string{"chat_template_kwargs": `{"enable_thinking":false,"reasoning_budget":512}`, "repetition_penalty": "1.05",
+		"logit_bias": `{"1234":-100,"7":2.5}`}
+	for i, b := range bodies {
+		for k, v := range want {
+			if got := jsonOf(t, b[k]); got != v {
+				t.Errorf("request %d: %s = %s, want %s", i, k, got, v)
+			}
+		}
+	}
+}
+
 // Bad request options are usage errors naming the flag or the config line.
 func TestRequestOptionsRefused(t *testing.T) {
 	input := weatherRows(t, 1, "")
@@ -213,6 +240,10 @@ func TestRequestOptionsRefused(t *testing.T) {
 		{[]string{"--top-p", "1.5"}, "--top-p: want a number in [0, 1], got 1.5"},
 		{[]string{"--top-k", "many"}, "--top-k: want a whole number"},
 		{[]string{"--enable-thinking", "perhaps"}, "--enable-thinking: want true or false"},
+		{[]string{"--chat-template-kwargs", `[1]`}, "--chat-template-kwargs: want a JSON object"},
+		{[]string{"--repetition-penalty", "0"}, "--repetition-penalty: want a number over 0"},
+		{[]string{"--logit-bias", `{"the": 5}`}, `--logit-bias: "the" is not a token id`},
+		{[]string{"--logit-bias", `{"12": 101}`}, "--logit-bias: token 12: bias 101, want [-100, 100]"},
 		{[]string{"--config", cfg}, "run.yaml:2: arms: request: want a mapping"},
 	}
 	for _, c := range cases {

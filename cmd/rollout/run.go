@@ -271,6 +271,10 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 	}
 	modelURLFlag.given = false
 	fs.Usage = func() { runHelp.write(fs.Output(), fs) }
+	if askedHelpAll(args) {
+		runHelp.writeAll(e.stdout, fs)
+		return f, nil, nil, nil, errHelp
+	}
 	if err := parseFlags(fs, args, e); err != nil {
 		return f, nil, nil, nil, err
 	}
@@ -833,14 +837,14 @@ journal.jsonl, rollouts.parquet, trajectories.jsonl, summary.json; the summary o
 	groups: []flagGroup{
 		{title: "Input and output", names: []string{"input", "out", "limit", "sample-id", "num-repeats", "strict", "overwrite", "resume", "force", "retry-failed", "jsonl-out", "config", "shard", "claim-store", "claim-lease"}},
 		{title: "Model", names: []string{"model-url", "model", "tool-mode", "max-model-answer", "capture-tokens"}},
-		{title: "Request options (each sets a member of every model request, over the row's; docs/requests.md)",
+		{title: "Request options (members of every model request, over the row's; --help-all describes each)",
 			names: append([]string{"temperature", "max-tokens", "seed"}, requestFlagNames...), compact: true},
 		{title: "Resource servers", names: []string{"server", "session-store", "session-ttl", "end-sessions"}},
 		{title: "Policy", names: []string{"arms", "arm", "steps", "max-rounds", "max-failed-rounds", "max-tool-calls", "max-tool-result", "context", "briefing-prompt", "degrade"}},
 		{title: "Run control", names: []string{"concurrency", "rollout-timeout", "model-timeout", "tool-timeout", "retries", "retry-budget", "drain-timeout",
 			"no-preflight", "wait-ready", "early-stop", "fail-on-error", "quiet", "progress-interval", "metrics-addr"}},
 		{title: "Endpoint pool (several --model-url, or endpoints: in --config; docs/fleets.md)", names: []string{"route", "load-factor", "eject-after", "sim-replicas"},
-			brief: "--sim-replicas N serves builtin:sim as N simulated inference servers (knobs below)."},
+			compact: true},
 		{title: "Simulator (with --model-url builtin:sim; rollout sim --help describes each knob)", names: []string{"sim-profile", "sim-seed", "sim-latency",
 			"sim-wrong-argument", "sim-skip-step", "sim-premature-answer", "sim-malformed-tool-call", "sim-http-429", "sim-http-500",
 			"sim-connection-reset", "sim-hang", "sim-retry-after", "sim-tool-count-error-slope", "sim-tool-count-baseline",
