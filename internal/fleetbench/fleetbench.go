@@ -6,6 +6,7 @@ package fleetbench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,6 +59,7 @@ type Result struct {
 	RolloutsPerSec      float64
 	HitRate             float64 // prefix-cache hit rate over the replicas
 	PrefilledPerRollout float64 // prompt tokens prefilled per rollout
+	Stay                float64 // share of model calls after a rollout's first sent where its previous one went (Stay)
 	P50, P99            float64 // rollout latency, ms
 	RoundP99            float64 // model-call latency p99, ms (the slowest endpoint's)
 	Limits              []float64
@@ -67,12 +69,28 @@ type Result struct {
 
 // records keeps the records of a run (the runner's one writer goroutine calls Write).
 type records struct {
-	recs []record.Record
-	done atomic.Int64
+	recs      []record.Record
+	endpoints [][]string // each rollout's model calls' endpoints
+	done      atomic.Int64
 }
 
 func (c *records) Write(r *record.Result) error {
 	c.recs = append(c.recs, r.Record)
+	var tr struct {
+		Rounds []struct {
+			Endpoint string `json:"endpoint"`
+		} `json:"rounds"`
+	}
+	if len(r.Trajectory) > 0 {
+		if err := json.Unmarshal(r.Trajectory, &tr); err != nil {
+			return fmt.Errorf("trajectory of task %d: %w", r.Record.TaskIndex, err)
+		}
+	}
+	eps := make([]string, len(tr.Rounds))
+	for i, rd := range tr.Rounds {
+		eps[i] = rd.Endpoint
+	}
+	c.endpoints = append(c.endpoints, eps)
 	c.done.Add(1)
 	return nil
 }
@@ -150,6 +168,7 @@ func Run(ctx context.Context, c Case) (Result, error) {
 		}
 		lat = append(lat, r.LatencyMs)
 	}
+	res.Stay = Stay(out.endpoints)
 	slices.Sort(lat)
 	res.P50, res.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	res.RolloutsPerSec = float64(res.Rollouts) / res.Elapsed.Seconds()
@@ -170,6 +189,25 @@ func Run(ctx context.Context, c Case) (Result, error) {
 		res.Limits = append(res.Limits, s.Limit)
 	}
 	return res, nil
+}
+
+// Stay is the share of model calls, after each rollout's first, that went to the endpoint of the
+// rollout's previous call; endpoints holds each rollout's calls' endpoints in order. On a
+// server whose cache is per slot, a call elsewhere finds at most the prefix all tasks share.
+func Stay(endpoints [][]string) float64 {
+	stayed, calls := 0, 0
+	for _, eps := range endpoints {
+		for i := 1; i < len(eps); i++ {
+			calls++
+			if eps[i] == eps[i-1] {
+				stayed++
+			}
+		}
+	}
+	if calls == 0 {
+		return 0
+	}
+	return float64(stayed) / float64(calls)
 }
 
 // trace samples the pool every interval until stop is closed (none when every is 0).

@@ -51,7 +51,8 @@ type fleetResult struct {
 	prompt, cached      int // prompt tokens of all requests, and those taken from a cache
 	perServer           []int
 	meanReward, rounds  float64
-	sharedPrefix        int // tokens every task's first prompt shares
+	sharedPrefix        int     // tokens every task's first prompt shares
+	stay                float64 // share of model calls sent where the rollout's previous call went (fleetbench.Stay)
 	recordsMatchServers bool
 }
 
@@ -91,15 +92,20 @@ func (s suite) runFleet(t *testing.T, tasks string, n int, c fleetCase) fleetRes
 	out, _ := s.run(t, args...)
 	recPrompt, recCached := map[string]int{}, map[string]int{}
 	var reward float64
+	var endpoints [][]string
 	for _, r := range records(t, out) {
 		res.rollouts++
+		var eps []string
 		for _, rd := range r.Trajectory.Rounds {
+			eps = append(eps, rd.Endpoint)
 			res.requests++
 			recPrompt[rd.Endpoint] += rd.Usage.PromptTokens
 			recCached[rd.Endpoint] += rd.Usage.CachedTokens
 		}
 		res.rounds += float64(len(r.Trajectory.Rounds))
+		endpoints = append(endpoints, eps)
 	}
+	res.stay = fleetbench.Stay(endpoints)
 	failed := 0
 	for _, r := range readJSONL[journalRecord](t, out+"/journal.jsonl") {
 		reward += r.Reward
@@ -228,7 +234,10 @@ func TestFleetRoutingRealGrid(t *testing.T) {
 	const n = 12
 	routes := []string{"affinity", "round-robin", "least-outstanding"}
 	var cases []fleetCase
-	for _, sc := range [][2]int{{2, 6}, {1, 6}, {4, 6}, {2, 3}, {2, 12}} {
+	// Slots a server against rollouts in flight: 3 servers x slots against concurrency, from a
+	// server with fewer rollouts than slots (4 x 3 = 12 slots for 3 rollouts) to one with six
+	// rollouts for its one slot.
+	for _, sc := range [][2]int{{2, 6}, {1, 6}, {4, 6}, {2, 3}, {2, 12}, {1, 3}, {1, 12}, {4, 3}, {4, 12}} {
 		for _, r := range routes {
 			cases = append(cases, fleetCase{workload: "short", route: r, slots: sc[0], conc: sc[1]})
 		}
@@ -256,8 +265,8 @@ func TestFleetRoutingRealGrid(t *testing.T) {
 	}
 	tasks := map[string]string{"short": fleetTasks(t, n, 0), "long": fleetTasks(t, n, longNote)}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| workload | route | slots a server | concurrency | host prompt cache | requests | prompt tokens | from the caches | processed | cached %% | sim, block cache | sim, slot cache | shared prefix | per server | mean reward |\n")
-	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "| workload | route | slots a server | concurrency | host prompt cache | requests | prompt tokens | processed | cached %% | sim, slot cache | error (points) | sim, block cache | same server as the previous call (real / sim) | shared prefix | per server | mean reward |\n")
+	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, c := range cases {
 		t.Run(c.String(), func(t *testing.T) {
 			r := s.runFleet(t, tasks[c.workload], n, c)
@@ -266,10 +275,21 @@ func TestFleetRoutingRealGrid(t *testing.T) {
 				ram = "off"
 			}
 			blocks, slots := predict(t, tasks[c.workload], n, c)
-			row := fmt.Sprintf("| %s | %s | %d | %d | %s | %d | %d | %d | %d | %.1f%% | %.1f%% | %.1f%% | %d | %v | %.3f |\n", c.workload, c.route, c.slots, c.conc, ram,
-				r.requests, r.prompt, r.cached, r.prompt-r.cached, 100*r.hitRate(), 100*blocks, 100*slots, r.sharedPrefix, r.perServer, r.meanReward)
+			row := fmt.Sprintf("| %s | %s | %d | %d | %s | %d | %d | %d | %.1f%% | %.1f%% | %+.1f | %.1f%% | %.0f%% / %.0f%% | %d | %v | %.3f |\n", c.workload, c.route, c.slots, c.conc, ram,
+				r.requests, r.prompt, r.prompt-r.cached, 100*r.hitRate(), 100*slots.HitRate, 100*(slots.HitRate-r.hitRate()), 100*blocks.HitRate,
+				100*r.stay, 100*slots.Stay, r.sharedPrefix, r.perServer, r.meanReward)
 			b.WriteString(row)
 			t.Log(row)
+			if path := os.Getenv("ROLLOUT_FLEET_REAL_OUT"); path != "" { // each row as it comes: the grid takes an hour on a small machine
+				f, err := os.OpenFile(path+".rows", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				if err == nil {
+					_, err = f.WriteString(row)
+					f.Close()
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
 		})
 	}
 	t.Logf("%d tasks, %d llama-server replicas of the tiny agent:\n%s", n, fleetReplicas, b.String())
@@ -285,9 +305,8 @@ const longNote = 600
 
 // predict runs case c through the serving simulator (fleetbench: the simulator plays the tasks'
 // reference plans on three simulated replicas behind the same pool) with its two cache models,
-// vLLM's shared block cache and llama-server's slots with their host prompt cache, and returns
-// the prefix-cache hit rate each predicts.
-func predict(t *testing.T, tasks string, n int, c fleetCase) (blocks, slots float64) {
+// vLLM's shared block cache and llama-server's slots with their host prompt cache.
+func predict(t *testing.T, tasks string, n int, c fleetCase) (blocks, slots fleetbench.Result) {
 	t.Helper()
 	route, err := fleet.ParseRoute(c.route)
 	if err != nil {
@@ -300,17 +319,12 @@ func predict(t *testing.T, tasks string, n int, c fleetCase) (blocks, slots floa
 	if c.noRAM {
 		llama.KVCacheTokens = 0
 	}
+	var res [2]fleetbench.Result
 	for i, sc := range []serving.Config{cfg, llama} {
-		res, err := fleetbench.Run(context.Background(), fleetbench.Case{Tasks: tasks, Limit: n, Repeats: 1, Replicas: fleetReplicas,
-			Route: route, Concurrency: c.conc, Serving: sc})
-		if err != nil {
+		if res[i], err = fleetbench.Run(context.Background(), fleetbench.Case{Tasks: tasks, Limit: n, Repeats: 1, Replicas: fleetReplicas,
+			Route: route, Concurrency: c.conc, Serving: sc}); err != nil {
 			t.Fatal(err)
 		}
-		if i == 0 {
-			blocks = res.HitRate
-		} else {
-			slots = res.HitRate
-		}
 	}
-	return blocks, slots
+	return res[0], res[1]
 }
