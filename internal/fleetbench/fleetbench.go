@@ -277,3 +277,27 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 	}
 	return tw.Flush()
 }
+
+// Prediction is the mean, over runs of one case, of what the simulated servers counted.
+type Prediction struct {
+	HitRate, Stay float64 // means
+	Min, Max      float64 // of the hit rate
+	Runs          int
+}
+
+// Predict runs c runs times and returns the mean hit rate and stay: a simulated run's counts
+// depend on the timing of its requests (which slot and which server is free), and the
+// simulator's clock runs on a shared machine.
+func Predict(ctx context.Context, c Case, runs int) (Prediction, error) {
+	p := Prediction{Runs: runs, Min: 1}
+	for range runs {
+		res, err := Run(ctx, c)
+		if err != nil {
+			return p, err
+		}
+		p.HitRate += res.HitRate / float64(runs)
+		p.Stay += res.Stay / float64(runs)
+		p.Min, p.Max = min(p.Min, res.HitRate), max(p.Max, res.HitRate)
+	}
+	return p, nil
+}

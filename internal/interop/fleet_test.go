@@ -305,26 +305,37 @@ const longNote = 600
 
 // predict runs case c through the serving simulator (fleetbench: the simulator plays the tasks'
 // reference plans on three simulated replicas behind the same pool) with its two cache models,
-// vLLM's shared block cache and llama-server's slots with their host prompt cache.
-func predict(t *testing.T, tasks string, n int, c fleetCase) (blocks, slots fleetbench.Result) {
+// vLLM's shared block cache and llama-server's slots with their host prompt cache, each the mean
+// of predictRuns runs.
+func predict(t *testing.T, tasks string, n int, c fleetCase) (blocks, slots fleetbench.Prediction) {
 	t.Helper()
 	route, err := fleet.ParseRoute(c.route)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := serving.Default
-	cfg.MaxNumSeqs, cfg.Speed = c.slots, 20
-	llama := cfg
-	llama.Slots, llama.SlotSimilarity, llama.KVCacheTokens = true, 0.1, 1<<30
-	if c.noRAM {
-		llama.KVCacheTokens = 0
-	}
-	var res [2]fleetbench.Result
-	for i, sc := range []serving.Config{cfg, llama} {
-		if res[i], err = fleetbench.Run(context.Background(), fleetbench.Case{Tasks: tasks, Limit: n, Repeats: 1, Replicas: fleetReplicas,
-			Route: route, Concurrency: c.conc, Serving: sc}); err != nil {
+	var res [2]fleetbench.Prediction
+	for i, sc := range []serving.Config{simServer(c, false), simServer(c, true)} {
+		if res[i], err = fleetbench.Predict(context.Background(), fleetbench.Case{Tasks: tasks, Limit: n, Repeats: 1, Replicas: fleetReplicas,
+			Route: route, Concurrency: c.conc, Serving: sc}, predictRuns); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return res[0], res[1]
+}
+
+const predictRuns = 5
+
+// simServer is the simulated replica of case c: the tiny agent's step costs on a CPU
+// (serving.TinyCPU) with llama-server's slots and its host cache (none with --cache-ram 0), or
+// with vLLM's block cache.
+func simServer(c fleetCase, slots bool) serving.Config {
+	cfg := serving.TinyCPU
+	cfg.MaxNumSeqs = c.slots
+	if c.noRAM {
+		cfg.KVCacheTokens = 0
+	}
+	if !slots {
+		cfg.Slots, cfg.BlockTokens, cfg.KVCacheTokens = false, serving.Default.BlockTokens, serving.Default.KVCacheTokens
+	}
+	return cfg
 }

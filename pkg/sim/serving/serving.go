@@ -60,7 +60,8 @@ type Config struct {
 	DecodePerSeq    time.Duration // added to a step per sequence in the batch
 	Speed           float64       // model time runs this many times faster than the wall clock
 	// Slots models llama-server's per-slot cache (slots.go) instead of a shared block cache:
-	// MaxNumSeqs slots, KVCacheTokens the host-memory prompt cache (0: none).
+	// MaxNumSeqs slots, KVCacheTokens the host-memory prompt cache (0: none). It keeps tokens,
+	// not blocks: BlockTokens is not used.
 	Slots bool
 	// SlotSimilarity is the share of a prompt a slot's kept prefix must exceed for the slot to
 	// be chosen by it (llama-server's --slot-prompt-similarity, default 0.1).
@@ -78,6 +79,27 @@ var Default = Config{
 	DecodeBase:      7 * time.Millisecond,
 	DecodePerSeq:    53 * time.Microsecond,
 	Speed:           1,
+}
+
+// TinyCPU is the step costs of the tiny agent (a 7M Qwen2 model, internal/interop) as
+// llama-server serves it on one CPU thread: about 8 ms a generated token on an idle 2-core
+// machine (its README), and about 1 ms a prompt token (the servers' logs, scaled from a loaded
+// machine's 5-13 ms to idle by the same factor as decode's 70-90 ms), with a CPU batch adding
+// most of a step per sequence; model time runs 4 times faster than the clock. What matters for
+// routing is that a model call takes hundreds of times a tool call, as on the real servers: with
+// least-outstanding a rollout's next call then finds its last server the least loaded (it has
+// just finished that call), and comes back to it. A faster clock makes the gap between calls as
+// long as a call, and rollouts change servers more than they do on a real fleet.
+var TinyCPU = Config{
+	MaxNumSeqs:      2,
+	KVCacheTokens:   1 << 30, // llama-server's 8 GiB host cache holds every conversation of a run of the tiny agent
+	BlockTokens:     1,
+	PrefillPerToken: time.Millisecond,
+	DecodeBase:      8 * time.Millisecond,
+	DecodePerSeq:    4 * time.Millisecond,
+	Speed:           4,
+	Slots:           true,
+	SlotSimilarity:  0.1,
 }
 
 // Validate checks a config.
@@ -125,6 +147,7 @@ type seq struct {
 	blocks []uint64 // the prompt's block hashes, chained
 	tokens int      // prompt tokens
 	left   int      // output tokens still to decode
+	gen    int      // output tokens in all
 	done   chan struct{}
 	gone   bool // its client went away
 	slot   int  // its slot, with Config.Slots
@@ -155,7 +178,8 @@ func NewReplica(id int, inner http.Handler, cfg Config) (*Replica, error) {
 	}
 	r := &Replica{id: id, cfg: cfg, inner: inner, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if cfg.Slots {
-		r.slots = newSlotCache(cfg.MaxNumSeqs, cfg.KVCacheTokens/cfg.BlockTokens, cfg.SlotSimilarity)
+		r.cfg.BlockTokens = 1 // llama-server reuses a prefix to the token
+		r.slots = newSlotCache(cfg.MaxNumSeqs, cfg.KVCacheTokens, cfg.SlotSimilarity)
 	} else {
 		r.cache.init(cfg.KVCacheTokens / cfg.BlockTokens)
 	}
@@ -210,6 +234,7 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s := &seq{done: make(chan struct{})}
 	s.blocks, s.tokens = promptBlocks(body, r.cfg.BlockTokens)
 	s.left = max(1, completionTokens(rec.Body.Bytes()))
+	s.gen = s.left
 	if err := r.enqueue(s); err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -315,13 +340,13 @@ func (r *Replica) admit() time.Duration {
 			close(s.done)
 			continue
 		}
-		var hit int
+		var hit, genHit int
 		if r.slots != nil {
-			s.slot, hit = r.slots.take(s.blocks)
+			s.slot, hit, genHit = r.slots.take(s.blocks, s.gen)
 		} else {
 			hit = r.cache.prefix(s.blocks)
 		}
-		cached := min(hit*r.cfg.BlockTokens, s.tokens)
+		cached := min(hit*r.cfg.BlockTokens+genHit, s.tokens)
 		r.stats.CachedTokens += int64(cached)
 		r.stats.PrefilledTokens += int64(s.tokens - cached)
 		uncached += s.tokens - cached

@@ -21,9 +21,11 @@ func seqOf(p int, rest ...uint64) []uint64 {
 func TestSlotCache(t *testing.T) {
 	type step struct {
 		take    []uint64 // a request's prompt; nil: release slot
+		gen     int      // the tokens its answer will have
 		release int
 		slot    int // want
 		hit     int // want
+		genHit  int // want: generated tokens cached after the hit
 	}
 	a1 := seqOf(4, 100, 101)            // rollout A, round 1: the 4-block shared prefix and its own 2
 	a2 := append(slices.Clone(a1), 102) // A's round 2
@@ -60,6 +62,14 @@ func TestSlotCache(t *testing.T) {
 			{take: long(20), slot: 0, hit: 1}, {take: nil, release: 0},
 			{take: append(long(10), 99), slot: 0, hit: 1},
 		}},
+		{"a slot's generated tokens but the last are cached when the prompt extends all it holds", 2, 0, 0.1, []step{
+			{take: a1, gen: 5, slot: 1}, {take: nil, release: 1},
+			{take: append(slices.Clone(a1), 102, 103, 104, 105, 106, 107), gen: 3, slot: 1, hit: 6, genHit: 4},
+			{take: nil, release: 1},
+			{take: append(slices.Clone(a1), 102, 103, 104, 105, 106, 107, 108), slot: 1, hit: 12, genHit: 1}, // capped by what the prompt adds
+			{take: nil, release: 1},
+			{take: b1, slot: 1, hit: 4, genHit: 0}, // shares only a part of what the slot holds
+		}},
 		{"similarity 0: by age only", 2, 0, 0, []step{
 			{take: a1, slot: 1, hit: 0}, {take: nil, release: 1},
 			{take: a2, slot: 0, hit: 0}, // slot 0 is older (never used)
@@ -74,11 +84,46 @@ func TestSlotCache(t *testing.T) {
 					sc.release(st.release)
 					continue
 				}
-				slot, hit := sc.take(st.take)
-				if slot != st.slot || hit != st.hit {
-					t.Fatalf("step %d: slot %d hit %d, want slot %d hit %d", i, slot, hit, st.slot, st.hit)
+				slot, hit, genHit := sc.take(st.take, st.gen)
+				if slot != st.slot || hit != st.hit || genHit != st.genHit {
+					t.Fatalf("step %d: slot %d hit %d+%d, want slot %d hit %d+%d", i, slot, hit, genHit, st.slot, st.hit, st.genHit)
 				}
 			}
 		})
+	}
+}
+
+// When a task starts, every idle slot is saved to the host cache (llama-server's
+// --cache-idle-slots): a conversation survives its slot being taken later by similarity
+// (which saves nothing when the slot keeps more than half).
+func TestSlotCacheSavesIdleSlots(t *testing.T) {
+	a1, b1 := seqOf(4, 100, 101), seqOf(4, 200, 201)
+	b2 := append(slices.Clone(b1), 202)
+	for _, host := range []int{100, 0} {
+		sc := newSlotCache(2, host, 0.1)
+		sc.take(a1, 3) // slot 1
+		sc.take(b1, 3) // slot 0
+		sc.release(1)
+		sc.release(0)
+		if slot, _, _ := sc.take(b2, 3); slot != 0 {
+			t.Fatalf("host %d: b2 took slot %d, want 0 (its own)", host, slot)
+		}
+		var saved [][]uint64
+		for _, k := range sc.host {
+			saved = append(saved, k.blocks)
+		}
+		if want := [][]uint64{a1}; host > 0 && !slices.EqualFunc(saved, want, slices.Equal) || host == 0 && len(saved) > 0 {
+			t.Fatalf("host %d: saved %v, want A's idle slot (%v) with a host cache, nothing without", host, saved, a1)
+		}
+		if host > 0 {
+			sc.take(seqOf(4, 300, 301), 3) // C takes A's idle slot by similarity, keeping 4 of 6: no save on take
+			sc.release(1)
+			sc.release(0)
+			// A's next round: slot 0 (b2) wins the tie; it keeps 4 of 7 (not under half), so
+			// no restore, but A's saved copy is still there for a slot chosen by age.
+			if len(sc.host) == 0 || !slices.Equal(sc.host[0].blocks, a1) {
+				t.Fatalf("A's conversation left the host cache: %v", sc.host)
+			}
+		}
 	}
 }

@@ -17,6 +17,13 @@ import (
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
 
+// speedSet says whether -speed was given.
+func speedSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "speed" })
+	return set
+}
+
 func main() {
 	tasks := flag.String("tasks", "data/extraction.jsonl", "the extraction task `FILE`")
 	limit := flag.Int("limit", 40, "tasks `N`")
@@ -31,6 +38,7 @@ func main() {
 	flag.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "prefix-cache `TOKENS` per replica (with -cache slots: the host prompt cache)")
 	cache := flag.String("cache", "blocks", "the replicas' cache `MODEL`: blocks (vLLM's shared prefix blocks) or slots (llama-server's slots)")
 	flag.Float64Var(&cfg.SlotSimilarity, "slot-similarity", 0.1, "with -cache slots: the prompt share `F` a slot's prefix must exceed to be chosen by it")
+	costs := flag.String("costs", "h100", "the replicas' step `COSTS`: h100 (an 8B model on a GPU, vLLM) or tiny-cpu (the interop suite's tiny agent on llama-server, one CPU thread, at -speed 4 unless set)")
 	notes := flag.Int("notes", 0, "append a note of `WORDS` words of its own world to each task's question (the long-context workload)")
 	flag.Parse()
 	switch *cache {
@@ -39,6 +47,17 @@ func main() {
 		cfg.Slots = true
 	default:
 		fmt.Fprintf(os.Stderr, "-cache %s: want blocks or slots\n", *cache)
+		os.Exit(2)
+	}
+	switch *costs {
+	case "h100":
+	case "tiny-cpu":
+		cfg.PrefillPerToken, cfg.DecodeBase, cfg.DecodePerSeq = serving.TinyCPU.PrefillPerToken, serving.TinyCPU.DecodeBase, serving.TinyCPU.DecodePerSeq
+		if !speedSet() {
+			cfg.Speed = serving.TinyCPU.Speed
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "-costs %s: want h100 or tiny-cpu\n", *costs)
 		os.Exit(2)
 	}
 	if *notes > 0 {
