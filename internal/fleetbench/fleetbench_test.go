@@ -2,13 +2,16 @@ package fleetbench
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unicode"
 
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
@@ -119,5 +122,70 @@ func TestAdaptiveBacksOffOn429(t *testing.T) {
 	}
 	if st := r.Stats(); st.Rejected != int64(count(statuses)) {
 		t.Errorf("the server rejected %d, the clients saw %d 429s", st.Rejected, count(statuses))
+	}
+}
+
+// The long workload: every row keeps its question and gets a note of its own of the asked
+// length, letters only (no ids or figures a model could copy), from words the tasks use; the
+// same file twice is the same; too few rows is an error naming the file.
+func TestWriteTasksNotes(t *testing.T) {
+	dir := t.TempDir()
+	src, a, b := "../../data/extraction.jsonl", dir+"/a.jsonl", dir+"/b.jsonl"
+	for _, dst := range []string{a, b} {
+		if err := WriteTasks(dst, src, 5, 50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da, _ := os.ReadFile(a)
+	db, _ := os.ReadFile(b)
+	if string(da) != string(db) {
+		t.Fatal("two writes of the same tasks differ")
+	}
+	orig, err := readRows(src, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := map[string]bool{}
+	for i, line := range strings.Split(strings.TrimSpace(string(da)), "\n") {
+		var row, was struct {
+			P struct {
+				Input []struct{ Content string } `json:"input"`
+			} `json:"responses_create_params"`
+		}
+		if json.Unmarshal([]byte(line), &row) != nil || json.Unmarshal([]byte(orig[i]), &was) != nil {
+			t.Fatalf("row %d: not JSON", i+1)
+		}
+		q, n, ok := strings.Cut(row.P.Input[0].Content, " Notes on file for this question: ")
+		if !ok || q != was.P.Input[0].Content {
+			t.Fatalf("row %d: question %q, want %q and a note", i+1, q, was.P.Input[0].Content)
+		}
+		words := strings.Fields(strings.TrimSuffix(n, "."))
+		if len(words) != 50 || strings.ContainsFunc(n, unicode.IsDigit) || strings.ContainsAny(n, "-_\"") {
+			t.Fatalf("row %d: note %q: want 50 words of letters", i+1, n)
+		}
+		notes[n] = true
+	}
+	if len(notes) != 5 {
+		t.Fatalf("%d distinct notes in 5 rows", len(notes))
+	}
+	if err := WriteTasks(dir+"/c.jsonl", src, 1<<20, 50); err == nil || !strings.Contains(err.Error(), src) {
+		t.Fatalf("too few rows: %v, want an error naming %s", err, src)
+	}
+}
+
+// Stay counts, after each rollout's first call, the calls sent where the previous one went.
+func TestStay(t *testing.T) {
+	for _, c := range []struct {
+		eps  [][]string
+		want float64
+	}{
+		{[][]string{{"a", "a", "a"}, {"b", "b"}}, 1},
+		{[][]string{{"a", "b", "a"}, {"c"}}, 0},
+		{[][]string{{"a", "a", "b"}, {"b", "b"}}, 2.0 / 3},
+		{[][]string{{"a"}, nil}, 0},
+	} {
+		if got := Stay(c.eps); got != c.want {
+			t.Errorf("Stay(%v) = %g, want %g", c.eps, got, c.want)
+		}
 	}
 }
