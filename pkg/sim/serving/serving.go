@@ -61,7 +61,8 @@ type Config struct {
 	Speed           float64       // model time runs this many times faster than the wall clock
 	// Slots models llama-server's per-slot cache (slots.go) instead of a shared block cache:
 	// MaxNumSeqs slots, KVCacheTokens the host-memory prompt cache (0: none). It keeps tokens,
-	// not blocks: BlockTokens is not used.
+	// not blocks (BlockTokens is not used), and counts a prompt as rendered for the model
+	// (promptBlocks) rather than as its JSON.
 	Slots bool
 	// SlotSimilarity is the share of a prompt a slot's kept prefix must exceed for the slot to
 	// be chosen by it (llama-server's --slot-prompt-similarity, default 0.1).
@@ -232,7 +233,7 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	s := &seq{done: make(chan struct{})}
-	s.blocks, s.tokens = promptBlocks(body, r.cfg.BlockTokens)
+	s.blocks, s.tokens = promptBlocks(body, r.cfg.BlockTokens, r.slots != nil)
 	s.left = max(1, completionTokens(rec.Body.Bytes()))
 	s.gen = s.left
 	if err := r.enqueue(s); err != nil {
@@ -360,8 +361,11 @@ func (r *Replica) admit() time.Duration {
 
 // promptBlocks cuts a chat request's prompt (its tools, then each message, as sent) into
 // blocks of n tokens and returns their chained hashes (full blocks only, as a prefix cache keeps
-// them) and the prompt's token count.
-func promptBlocks(body []byte, n int) ([]uint64, int) {
+// them) and the prompt's token count. With rendered, a message counts as a chat template renders
+// it rather than as its JSON: its role, its text, and each tool call's name and arguments (no
+// ids, no escaping, no wrapper fields), so that an assistant turn sent back is as long as the
+// answer the model generated (the simulator's completion_tokens count the same bytes).
+func promptBlocks(body []byte, n int, rendered bool) ([]uint64, int) {
 	var req struct {
 		Tools    json.RawMessage   `json:"tools"`
 		Messages []json.RawMessage `json:"messages"`
@@ -372,7 +376,37 @@ func promptBlocks(body []byte, n int) ([]uint64, int) {
 	var prompt []byte
 	prompt = append(prompt, req.Tools...)
 	for _, m := range req.Messages {
-		prompt = append(prompt, m...)
+		if !rendered {
+			prompt = append(prompt, m...)
+			continue
+		}
+		var msg struct {
+			Role      string `json:"role"`
+			Content   any    `json:"content"`
+			ToolCalls []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		}
+		if json.Unmarshal(m, &msg) != nil {
+			prompt = append(prompt, m...)
+			continue
+		}
+		prompt = append(prompt, msg.Role...)
+		switch c := msg.Content.(type) {
+		case string:
+			prompt = append(prompt, c...)
+		case nil:
+		default: // parts: as sent
+			b, _ := json.Marshal(c)
+			prompt = append(prompt, b...)
+		}
+		for _, tc := range msg.ToolCalls {
+			prompt = append(prompt, tc.Function.Name...)
+			prompt = append(prompt, tc.Function.Arguments...)
+		}
 	}
 	tokens := max(1, len(prompt)/bytesPerToken)
 	size := n * bytesPerToken

@@ -127,3 +127,25 @@ func TestSlotCacheSavesIdleSlots(t *testing.T) {
 		}
 	}
 }
+
+// A prompt counted as rendered: role, text, each call's name and arguments; call ids and
+// wrapper fields do not count and do not change the blocks (a chat template does not render
+// them), and the assistant turn is as long as the simulator's completion_tokens for it.
+func TestPromptBlocksRendered(t *testing.T) {
+	req := func(id string) []byte {
+		return []byte(`{"tools":[{"type":"function","function":{"name":"get"}}],"messages":[` +
+			`{"role":"user","content":"find the figure"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"` + id + `","type":"function","function":{"name":"get","arguments":"{\"id\": \"R-1\"}"}}]},` +
+			`{"role":"tool","tool_call_id":"` + id + `","content":"{\"value\": 7}"}]}`)
+	}
+	tools := `[{"type":"function","function":{"name":"get"}}]`
+	rendered := tools + "user" + "find the figure" + "assistant" + "get" + `{"id": "R-1"}` + "tool" + `{"value": 7}`
+	a, na := promptBlocks(req("call_a"), 1, true)
+	b, nb := promptBlocks(req("call_bbbbbbbbbbbbbbbb"), 1, true)
+	if na != len(rendered)/bytesPerToken || nb != na || !slices.Equal(a, b) {
+		t.Fatalf("rendered: %d and %d tokens (blocks equal %v), want %d and the same blocks", na, nb, slices.Equal(a, b), len(rendered)/bytesPerToken)
+	}
+	if _, raw := promptBlocks(req("call_a"), 1, false); raw <= na {
+		t.Fatalf("as sent: %d tokens, want more than rendered %d (the JSON's ids and fields)", raw, na)
+	}
+}
