@@ -166,11 +166,15 @@ interop:
 
 # Fleet routing against real prefix caches (BENCHMARKS.md, docs/tiny-agent.md): three
 # llama-server replicas of the tiny agent (internal/interop/testdata/tiny-agent) behind rollout's
-# pool, routes x slots x concurrency on 12 held-out extraction tasks (short context) and the same
-# tasks with a 600-word note each (long), counted by the servers' own /metrics, each case beside
-# what the serving simulator predicts with its block cache and its llama-server slot cache.
-# Writes out/bench/fleet-real.md. FLEET_REAL_CASES=REGEXP runs the cases whose name matches
-# (e.g. short/affinity/). Needs what `make interop` needs; tens of minutes on 2 cores.
+# pool, routes x slots a server (1, 2, 4) x concurrency (3, 6, 12) on 12 held-out extraction
+# tasks (short context), the same tasks with a 600-word note of their own (long context: the
+# rollouts run 6 rounds whatever their calls return), and the short ones without the host
+# prompt cache; counted by the servers' own /metrics, each case beside what the serving
+# simulator predicts for it (its llama-server slot cache and its vLLM block cache, the mean of 5
+# runs each). Each row is appended to out/bench/fleet-real.md.rows as it comes, the table goes to
+# out/bench/fleet-real.md. FLEET_REAL_CASES=REGEXP runs the cases whose name matches (e.g.
+# short/affinity/). Needs what `make interop` needs; 39 cases of about 2 minutes each on 2
+# lightly loaded cores (the long ones take longer).
 FLEET_REAL_CASES ?=
 bench-fleet-real:
 	@mkdir -p out/bench

@@ -270,6 +270,11 @@ func TestFleetRoutingRealGrid(t *testing.T) {
 		cases = kept
 	}
 	tasks := map[string]string{"short": fleetTasks(t, n, 0), "long": fleetTasks(t, n, longNote)}
+	if path := os.Getenv("ROLLOUT_FLEET_REAL_OUT"); path != "" {
+		if err := os.Remove(path + ".rows"); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| workload | route | slots a server | concurrency | host prompt cache | requests | prompt tokens | processed | cached %% | sim, slot cache | error (points) | sim, block cache | same server as the previous call (real / sim) | shared prefix | per server | mean reward |\n")
 	fmt.Fprintf(&b, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
