@@ -107,6 +107,9 @@ func runClaimed(ctx context.Context, args []string, e env, f runFlags) error {
 	poll := min(max(f.claimLease/10, 50*time.Millisecond), time.Second)
 	var ran, failed, transient []string
 	tried := map[int]bool{} // left after a transient end: another process takes them, or this one's retry
+	// Shards whose directory another process still writes (its holder was late and has not
+	// stopped yet): not taken again before a lease has passed.
+	busy := map[int]time.Time{}
 	for {
 		if ctx.Err() != nil {
 			return errInterrupted
@@ -122,6 +125,10 @@ func runClaimed(ctx context.Context, args []string, e env, f runFlags) error {
 			}
 			left++
 			if tried[i] {
+				continue
+			}
+			if time.Now().Before(busy[i]) {
+				waiting++
 				continue
 			}
 			lease, ok, err := store.Take(ctx, i)
@@ -143,6 +150,8 @@ func runClaimed(ctx context.Context, args []string, e env, f runFlags) error {
 				if errors.As(err, &fe) {
 					failed = append(failed, name)
 				}
+			case shardBusy:
+				busy[i] = time.Now().Add(f.claimLease)
 			case shardTransient:
 				ran, transient = append(ran, name), append(transient, name)
 				tried[i] = true

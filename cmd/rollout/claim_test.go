@@ -240,3 +240,60 @@ func TestClaimedExitCodes(t *testing.T) {
 		t.Errorf("shard 0 (done with exit 4) was run again: %+v", recs)
 	}
 }
+
+// A holder that is only late (stopped with SIGSTOP past its lease, as a paused VM or a hung
+// volume would): a second process takes its shard over, but the directory's lock keeps it from
+// writing beside the late one; once the late holder goes on, it finds its claim taken over at
+// its next renewal and stops its run, and the shard is finished by one of them: every rollout
+// recorded once, both processes exit 0.
+func TestClaimedLateHolderStops(t *testing.T) {
+	bin := buildRollout(t)
+	input := headLines(t, extractionData, 8)
+	out := filepath.Join(t.TempDir(), "run")
+	args := shardJob(input, out, "--shard", "claim/2", "--claim-lease", "1s", "--sim-latency", "40ms", "--concurrency", "2")
+	a, aerr, awaited := startRollout(t, bin, args...)
+	shard0 := shardDir(out, 0)
+	for rundir.JournalLines(shard0) < 4 {
+		select {
+		case err := <-awaited:
+			t.Fatalf("the first process ended (%v) before it could be stopped: %s", err, aerr)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	a.Process.Signal(syscall.SIGSTOP)
+	_, berr, bwaited := startRollout(t, bin, args...)
+	// The second process runs shard 1, then takes shard 0 over once the lease has lapsed: the
+	// claim's second generation.
+	deadline := time.Now().Add(time.Minute)
+	for _, err := os.Stat(filepath.Join(claimsDir(out), "shard-0.claim-1")); err != nil; _, err = os.Stat(filepath.Join(claimsDir(out), "shard-0.claim-1")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second process never took shard 0 over:\n%s", berr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	a.Process.Signal(syscall.SIGCONT)
+	if err := <-awaited; err != nil {
+		t.Fatalf("the late process: %v\n%s", err, aerr)
+	}
+	if err := <-bwaited; err != nil {
+		t.Fatalf("the second process: %v\n%s", err, berr)
+	}
+	if !strings.Contains(aerr.String(), "rollout: shard 0/2: its lease lapsed and another process took it over") {
+		t.Errorf("the late process did not see its claim taken over:\n%s", aerr)
+	}
+	seen := map[record.Key]bool{}
+	for _, r := range readRecords(t, shard0) {
+		if seen[r.Key()] {
+			t.Errorf("shard 0: record %v twice", r.Key())
+		}
+		seen[r.Key()] = true
+	}
+	if n := rundir.JournalLines(shard0); len(seen) != 16 || n != 16 {
+		t.Errorf("shard 0: %d rollouts, %d journal lines; want 16 (4 tasks, 2 repeats, 2 arms)", len(seen), n)
+	}
+	t.Logf("late:\n%s\nsecond:\n%s", aerr, berr)
+	if r := runCLI(t, context.Background(), nil, "merge", "--out", filepath.Join(t.TempDir(), "merged"), filepath.Join(out, "shard-*")); r.code != 0 {
+		t.Fatalf("merge: exit %d: %s", r.code, r.stderr)
+	}
+}
