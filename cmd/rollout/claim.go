@@ -82,6 +82,9 @@ func openClaims(ctx context.Context, f runFlags) (claim.Store, error) {
 	return r, nil
 }
 
+// errClaimLost ends a claimed shard's run whose lease lapsed and was taken over.
+var errClaimLost = errors.New("the claim of this shard lapsed and another process took it over")
+
 // claimOutcome is how one claimed shard's run ended, for the loop.
 type claimOutcome int
 
@@ -190,7 +193,8 @@ func runClaimed(ctx context.Context, args []string, e env, f runFlags) error {
 // --resume=auto, renewing the lease while it runs; it marks the shard done, or releases it.
 func runClaim(ctx context.Context, args []string, e env, f runFlags, i int, lease claim.Lease) (claimOutcome, error) {
 	name := fmt.Sprintf("%d/%d", i, f.claims)
-	shardCtx, cancel := context.WithCancel(ctx)
+	shardCtx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
 	defer cancel()
 	lost := make(chan struct{})
 	renewed := make(chan struct{})
@@ -212,7 +216,7 @@ func runClaim(ctx context.Context, args []string, e env, f runFlags, i int, leas
 			}
 			if !held || time.Since(last) >= f.claimLease {
 				close(lost)
-				cancel()
+				cancelCause(errClaimLost)
 				return
 			}
 		}

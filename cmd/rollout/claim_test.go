@@ -279,7 +279,8 @@ func TestClaimedLateHolderStops(t *testing.T) {
 	if err := <-bwaited; err != nil {
 		t.Fatalf("the second process: %v\n%s", err, berr)
 	}
-	if !strings.Contains(aerr.String(), "rollout: shard 0/2: its lease lapsed and another process took it over") {
+	if !strings.Contains(aerr.String(), "rollout: the claim of this shard lapsed and another process took it over: no new rollouts") ||
+		!strings.Contains(aerr.String(), "rollout: shard 0/2: its lease lapsed and another process took it over") || strings.Contains(aerr.String(), "interrupted") {
 		t.Errorf("the late process did not see its claim taken over:\n%s", aerr)
 	}
 	seen := map[record.Key]bool{}

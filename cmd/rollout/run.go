@@ -180,6 +180,10 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		printResuming(e.stderr, out)
 	}
 	stopNotice := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), errClaimLost) {
+			fmt.Fprintf(e.stderr, "rollout: %v: no new rollouts; running ones have %s to finish\n", errClaimLost, f.drainTimeout)
+			return
+		}
 		fmt.Fprintf(e.stderr, "\nrollout: interrupted: no new rollouts; running ones have %s to finish. Ctrl-C again exits at once (then rollout run --resume finishes the run).\n", f.drainTimeout)
 	})
 	defer stopNotice()
