@@ -118,8 +118,6 @@ type Report struct {
 	// NonContiguous counts exported rollouts with a model call whose prompt ids do not begin
 	// with the previous call's prompt and generated ids (NeMo RL refuses them).
 	NonContiguous int
-	// TokenRows counts the rows of sft --layout text that have token ids.
-	TokenRows int
 }
 
 // Reasons a rollout or group is left out.
@@ -308,9 +306,12 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			if e.template, err = LoadChatTemplate(opt.ChatTemplate); err != nil {
 				return nil, &InputError{err}
 			}
-			if opt.Layout == LayoutText {
+			switch {
+			case opt.Layout == LayoutText && capturedTokens(opt.Dirs):
+				err = runRows(ctx, e, e.tokenTextRow)
+			case opt.Layout == LayoutText:
 				err = runRows(ctx, e, e.textRow)
-			} else {
+			default:
 				err = runRows(ctx, e, e.verlSFTRow)
 			}
 		default:
@@ -610,9 +611,6 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.DuplicateKeys > 0 {
 		fmt.Fprintf(w, "  warning: %d rollouts have the key (task, repeat, arm) of a rollout of an earlier directory: the directories are runs of the same tasks (not shards of one run), and each group holds the rollouts of all of them\n", r.DuplicateKeys)
-	}
-	if r.Format == FormatSFT && r.Layout == LayoutText {
-		fmt.Fprintf(w, "  %d of %d rows have token ids (input_ids, assistant_masks; run --capture-tokens, contiguous)\n", r.TokenRows, r.Rows)
 	}
 	if r.MissingPromptIDs > 0 {
 		fmt.Fprintf(w, "  note: %d model calls have no prompt_token_ids (the endpoint did not return them)\n", r.MissingPromptIDs)

@@ -25,8 +25,8 @@ type textRow struct {
 		Start int64 `json:"start"`
 		End   int64 `json:"end"`
 	} `json:"assistant_spans"`
-	InputIDs []int32 `json:"input_ids"`
-	Masks    []int32 `json:"assistant_masks"`
+	InputIDs *[]int32 `json:"input_ids"`
+	Masks    *[]int32 `json:"assistant_masks"`
 }
 
 // span is text[start:end] in code points.
@@ -37,15 +37,16 @@ func span(text string, start, end int64) string {
 
 // The text layout of a run, by the real Qwen2.5 template: the text is the conversation as the
 // template writes it (written out here by hand from the template's rules), each answer's span
-// is its text and end-of-turn after the generation prompt, nothing of the system, user or tool
-// messages is in a span, and the rollout with token ids has them with the mask 1 exactly on the
-// generated ids.
+// is its text and end-of-turn after the generation prompt, and nothing of the system, user or
+// tool messages is in a span. A run without token ids has no token columns; in a
+// --capture-tokens run every row has the ids with the mask 1 exactly on the generated ids, and
+// a rollout without one sequence of ids is left out.
 func TestTextLayout(t *testing.T) {
 	dir := writeRun(t, 3, baseRun)
 	out := filepath.Join(t.TempDir(), "text.jsonl")
 	rep := exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatSFT, Layout: export.LayoutText, ChatTemplate: qwen25, Output: out})
 	rows := readJSONL[textRow](t, out)
-	if len(rows) != 8 || rep.Rows != 8 || rep.TokenRows != 1 {
+	if len(rows) != 8 || rep.Rows != 8 {
 		t.Fatalf("%d rows, report %+v", len(rows), rep)
 	}
 	system := "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n" +
@@ -69,13 +70,46 @@ func TestTextLayout(t *testing.T) {
 			t.Errorf("%q is not in the masked text", s)
 		}
 	}
-	if !slices.Equal(r.InputIDs, []int32{1, 2, 3, 10, 0, 99}) || !slices.Equal(r.Masks, []int32{0, 0, 0, 1, 1, 1}) {
-		t.Errorf("tokens %v mask %v", r.InputIDs, r.Masks)
-	}
-	for _, r := range rows[1:] {
-		if len(r.InputIDs) != 0 || len(r.Masks) != 0 {
-			t.Errorf("a rollout without token ids has %v %v", r.InputIDs, r.Masks)
+	for _, r := range rows {
+		if r.InputIDs != nil || r.Masks != nil {
+			t.Fatalf("a run without token ids has token columns: %v %v", r.InputIDs, r.Masks)
 		}
+	}
+
+	markCaptured(t, dir)
+	rep = exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatSFT, Layout: export.LayoutText, ChatTemplate: qwen25, Output: out, Overwrite: true})
+	rows = readJSONL[textRow](t, out)
+	if len(rows) != 1 || rep.Dropped[export.DropNoTokens] != 7 || rows[0].Text != want || rows[0].InputIDs == nil {
+		t.Fatalf("%d rows, report %+v", len(rows), rep)
+	}
+	if !slices.Equal(*rows[0].InputIDs, []int32{1, 2, 3, 10, 0, 99}) || !slices.Equal(*rows[0].Masks, []int32{0, 0, 0, 1, 1, 1}) {
+		t.Errorf("tokens %v mask %v", *rows[0].InputIDs, *rows[0].Masks)
+	}
+	// In Parquet the four columns are flat (DuckDB), and the row is the JSONL row.
+	pq := filepath.Join(t.TempDir(), "text.parquet")
+	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatSFT, Layout: export.LayoutText, ChatTemplate: qwen25, Output: pq})
+	cols, got := duckdbRows(t, pq)
+	if len(cols) != 4 || cols["input_ids"] != "INTEGER[]" || cols["assistant_masks"] != "INTEGER[]" || cols["text"] != "VARCHAR" || len(got) != 1 {
+		t.Fatalf("columns %v, %d rows", cols, len(got))
+	}
+	b, _ := json.Marshal(got[0])
+	if a, w := normalJSON(t, b), normalJSON(t, []byte(readFileT(t, out))); a != w {
+		t.Errorf("Parquet row %s\nJSONL row %s", a, w)
+	}
+}
+
+// markCaptured makes the run's manifest say that it captured token ids (--capture-tokens).
+func markCaptured(t *testing.T, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, "manifest.json")
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(readFileT(t, path)), &m); err != nil {
+		t.Fatal(err)
+	}
+	m["config"] = json.RawMessage(`{"capture_tokens": true}`)
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
