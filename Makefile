@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet bench-fleet-real fuzz soak interop scale-demo screenshots clean
+.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet bench-fleet-real bench-hugeline fuzz soak interop scale-demo screenshots clean
 
 all: build
 
@@ -116,6 +116,11 @@ FLEET_FLAGS ?= -limit 40 -repeats 8 -speed 2 -max-num-seqs 16
 bench-fleet:
 	@mkdir -p out/bench
 	$(GO) run ./internal/fleetbench/cmd/fleetbench $(FLEET_FLAGS) | tee out/bench/fleet.md
+
+# Peak RSS of show, report --html, export and a view request on a run whose one trajectory line
+# is 210 MB (BENCHMARKS.md "One huge trajectory line"); about a minute on 2 cores.
+bench-hugeline: build
+	internal/benchutil/hugeline.sh $(BIN) 210
 
 # A load generator for the simulator's ceiling: wrk from Debian when we may install it, else hey.
 bench-tools:

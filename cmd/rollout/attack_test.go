@@ -453,6 +453,44 @@ var attacks = []attack{
 			}
 		},
 	},
+	{
+		name: "show of a rollout whose trajectory line is 16 times the readers' bound",
+		args: func(t *testing.T, f *attackFixture) []string {
+			// The bound set to 64 KiB, the first line's first message made 1 MiB: the line is
+			// read as it streams, each text cut at MaxShownString (1000 here) with its size.
+			savedLine, savedString := rundir.MaxTrajectoryLine, rundir.MaxShownString
+			rundir.MaxTrajectoryLine, rundir.MaxShownString = 64<<10, 1000
+			t.Cleanup(func() { rundir.MaxTrajectoryLine, rundir.MaxShownString = savedLine, savedString })
+			path := f.file("run/" + rundir.TrajectoriesFile)
+			lines := strings.SplitAfter(readFile(t, path), "\n")
+			var l map[string]any
+			if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
+				t.Fatal(err)
+			}
+			l["trajectory"].(map[string]any)["messages"].([]any)[0].(map[string]any)["content"] = strings.Repeat("flood ", 1<<20/6) + "END-OF-FLOOD"
+			b, err := json.Marshal(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines[0] = string(b) + "\n"
+			if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rundir.WriteTrajIndex(f.run); err != nil {
+				t.Fatal(err)
+			}
+			f.sums = f.hashes(t)
+			return []string{"show", f.run, "--task", l["task_id"].(string), "--repeat", strconv.FormatFloat(l["rollout_index"].(float64), 'f', 0, 64), "--arm", l["arm"].(string), "--max-text", "0"}
+		},
+		exit: 0,
+		check: func(t *testing.T, f *attackFixture, r result) {
+			f.unchanged(t)
+			if !strings.Contains(r.stdout, strings.Repeat("flood ", 166)+"floo"+rundir.ClipNote(int64(6*(1<<20/6)+len("END-OF-FLOOD")))) || strings.Contains(r.stdout, "END-OF-FLOOD") ||
+				!strings.Contains(r.stdout, "ended: ") {
+				t.Errorf("stdout %.300s ... %.300s", r.stdout, r.stdout[max(0, len(r.stdout)-300):])
+			}
+		},
+	},
 	usageAttack("usage -5000 from the model", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, false),
 	usageAttack("usage -5000 from the model, with --metrics-addr", `{"prompt_tokens":-5000,"completion_tokens":5,"total_tokens":-4995}`, true),
 	usageAttack("usage 9e18 from the model", `{"prompt_tokens":9000000000000000000,"completion_tokens":9000000000000000000,"total_tokens":1}`, false),

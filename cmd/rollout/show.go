@@ -91,23 +91,22 @@ func cmdShow(_ context.Context, args []string, e env) error {
 }
 
 // findTrajectory reads the trajectory of rec from the run's trajectories file, through its
-// offset index (nil when it has none).
+// offset index, as it streams, each text longer than rundir.MaxShownString cut with a note of
+// its size (nil when it has none).
 func findTrajectory(dir string, rec *record.Record) (*agent.Trajectory, error) {
 	trajs, err := rundir.OpenTrajectories(dir)
 	if err != nil {
 		return nil, err
 	}
-	line, ok, err := trajs.Line(rec.TaskIndex, rec.RolloutIndex, rec.Arm)
+	raw, ok, err := trajs.Clipped(rec.TaskIndex, rec.RolloutIndex, rec.Arm, rundir.MaxShownString)
 	if err != nil || !ok {
 		return nil, err
 	}
-	var l struct {
-		Trajectory *agent.Trajectory `json:"trajectory"`
-	}
-	if err := json.Unmarshal(line, &l); err != nil {
+	var tr *agent.Trajectory
+	if err := json.Unmarshal(raw, &tr); err != nil {
 		return nil, fmt.Errorf("%s: task %d rollout %d arm %s: %v", filepath.Join(dir, rundir.TrajectoriesFile), rec.TaskIndex, rec.RolloutIndex, rec.Arm, err)
 	}
-	return l.Trajectory, nil
+	return tr, nil
 }
 
 // printRollout writes a rollout for people: the record, then the transcript.

@@ -288,3 +288,70 @@ func TestWriteTrajIndexSpilledIsTheIndexInMemory(t *testing.T) {
 		}
 	}
 }
+
+// Clipped reads a line far longer than MaxTrajectoryLine (a 1 MB tool result, the bound set to
+// 4 KiB) through a fixed buffer: its long strings cut at a character boundary past the string
+// bound, ending with a note of their size, everything else as a whole decode reads it. A line
+// whose kept part is still over the bound is a *LineTooLongError naming the file and offset.
+func TestClippedReadsALineLongerThanTheBound(t *testing.T) {
+	dir := t.TempDir()
+	const unit = `é\"x` // 5 bytes as written, 3 characters read
+	units := 200_000
+	huge := `{"task_index":0,"rollout_index":0,"arm":"a","trajectory":{"messages":[{"role":"user","content":"hi"},` +
+		`{"role":"tool","content":"` + strings.Repeat(unit, units) + `"},{"role":"assistant","content":"done \u00e9"}],"termination":"completed"}}`
+	wide := `{"task_index":1,"rollout_index":0,"arm":"a","trajectory":{"messages":[` + strings.Repeat(`{"role":"user","content":"hello"},`, 400) + `{"role":"user","content":"end"}]}}`
+	none := `{"task_index":2,"rollout_index":0,"arm":"a","trajectory":null}`
+	if err := os.WriteFile(filepath.Join(dir, TrajectoriesFile), []byte(huge+"\n"+wide+"\n"+none+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := MaxTrajectoryLine
+	MaxTrajectoryLine = 4 << 10
+	t.Cleanup(func() { MaxTrajectoryLine = saved })
+	tr, err := OpenTrajectories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tooLong *LineTooLongError
+	if _, _, err := tr.Line(0, 0, "a"); !errors.As(err, &tooLong) {
+		t.Fatalf("Line of the 1 MB line: %v", err)
+	}
+	raw, ok, err := tr.Clipped(0, 0, "a", 100)
+	if err != nil || !ok {
+		t.Fatalf("Clipped: %v %v", ok, err)
+	}
+	var got struct {
+		Messages []struct {
+			Role, Content string
+		}
+		Termination string
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	wantTool := strings.Repeat(`é"x`, 20) + ClipNote(int64(len(unit)*units))
+	if len(got.Messages) != 3 || got.Messages[0].Content != "hi" || got.Messages[1].Content != wantTool ||
+		got.Messages[2].Content != "done é" || got.Termination != "completed" {
+		t.Errorf("clipped: %+v", got)
+	}
+	// Cut inside an escape or a character: the cut waits for the boundary.
+	for max := 96; max <= 104; max++ {
+		raw, _, err := tr.Clipped(0, 0, "a", max)
+		if err != nil {
+			t.Fatalf("max %d: %v", max, err)
+		}
+		if err := json.Unmarshal(raw, &got); err != nil || !strings.HasSuffix(got.Messages[1].Content, ClipNote(int64(len(unit)*units))) ||
+			!strings.HasPrefix(strings.Repeat(`é"x`, 21), strings.TrimSuffix(got.Messages[1].Content, ClipNote(int64(len(unit)*units)))) {
+			t.Errorf("max %d: %v %.80q", max, err, got.Messages[1].Content)
+		}
+	}
+	if raw, ok, err := tr.Clipped(2, 0, "a", 100); err != nil || !ok || string(raw) != "null" {
+		t.Errorf("no trajectory: %s %v %v", raw, ok, err)
+	}
+	if _, ok, err := tr.Clipped(9, 0, "a", 100); ok || err != nil {
+		t.Errorf("no line: %v %v", ok, err)
+	}
+	_, _, err = tr.Clipped(1, 0, "a", 100)
+	if !errors.As(err, &tooLong) || tooLong.Offset != int64(len(huge)+1) || tooLong.Limit != 4<<10 || !strings.Contains(err.Error(), TrajectoriesFile) {
+		t.Errorf("a line of many short strings over the bound: %v", err)
+	}
+}

@@ -1,12 +1,14 @@
 package view
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -265,5 +267,75 @@ func TestTranscriptOverTheBound(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "longer than 100 bytes") {
 		t.Errorf("%d: %.300s", resp.StatusCode, body)
+	}
+}
+
+// A transcript whose line is far longer than the bound a reader may hold (a 1 MB message, the
+// bound set to 64 KiB) is read as it streams: the page answers 200 with the message cut at
+// MaxShownString and a note of its size, and the rest of the transcript; the report's page too.
+func TestTranscriptOfALineLongerThanTheBound(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(fixtureRun(t))); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, rundir.TrajectoriesFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	long := strings.Repeat("abc ", 250_000) + "TAIL"
+	changed := false
+	for i, line := range lines {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l["task_index"] != 0.0 || l["rollout_index"] != 0.0 || l["arm"] != "multi" {
+			continue
+		}
+		msgs := l["trajectory"].(map[string]any)["messages"].([]any)
+		msgs[0].(map[string]any)["content"] = long
+		nb, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines[i], changed = string(nb), true
+	}
+	if !changed {
+		t.Fatal("no line of task 0 repeat 0 arm multi")
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, rundir.TrajIndexFile))
+	savedLine, savedString := rundir.MaxTrajectoryLine, rundir.MaxShownString
+	rundir.MaxTrajectoryLine, rundir.MaxShownString = 64<<10, 1000
+	t.Cleanup(func() { rundir.MaxTrajectoryLine, rundir.MaxShownString = savedLine, savedString })
+
+	d, err := Load([]string{dir}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/trajectory?run=0&task=0&repeat=0&arm=multi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(body)
+	if resp.StatusCode != 200 || !strings.Contains(page, "cut here: 1000004 bytes in trajectories.jsonl") || strings.Contains(page, "TAIL") ||
+		strings.Contains(page, "longer than") || !strings.Contains(page, "abc abc") || strings.Count(page, "abc ") > 2*250 {
+		t.Errorf("%d: %.600s", resp.StatusCode, page)
+	}
+	tr, err := d.transcript(Key{Task: 0, Rollout: 0, Arm: "multi"}, serverLinks{})
+	if err != nil || len(tr.Messages) < 2 || tr.Messages[0].Content != strings.Repeat("abc ", 250)+rundir.ClipNote(1000004) {
+		t.Errorf("transcript: %v %+v", err, tr)
 	}
 }

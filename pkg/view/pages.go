@@ -517,10 +517,17 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 			t.Siblings = append(t.Siblings, Link{Label: label, URL: u})
 		}
 	}
-	line, ok, err := d.Runs[k.Run].trajs.Line(k.Task, k.Rollout, k.Arm)
+	// Read as it streams, with each long text cut (its size noted): a page costs what it shows,
+	// not the line.
+	raw, ok, err := d.Runs[k.Run].trajs.Clipped(k.Task, k.Rollout, k.Arm, rundir.MaxShownString)
 	var tooLong *rundir.LineTooLongError
 	if errors.As(err, &tooLong) {
-		t.NoTrajectory = fmt.Sprintf("its line in trajectories.jsonl is longer than %d bytes, more than the viewer reads", tooLong.Limit)
+		t.NoTrajectory = fmt.Sprintf("its line in trajectories.jsonl, with each text cut at %d bytes, is still longer than %d bytes, more than the viewer reads", rundir.MaxShownString, tooLong.Limit)
+		return t, nil
+	}
+	var malformed *rundir.MalformedLineError
+	if errors.As(err, &malformed) {
+		t.NoTrajectory = fmt.Sprintf("its line in trajectories.jsonl cannot be read: %v", err)
 		return t, nil
 	}
 	if err != nil {
@@ -530,10 +537,8 @@ func (d *Data) transcript(k Key, l linker) (*Transcript, error) {
 		t.NoTrajectory = "the rollout has no line in trajectories.jsonl"
 		return t, nil
 	}
-	var tl struct {
-		Trajectory *agent.Trajectory `json:"trajectory"`
-	}
-	if err := json.Unmarshal(line, &tl); err != nil {
+	var tl struct{ Trajectory *agent.Trajectory }
+	if err := json.Unmarshal(raw, &tl.Trajectory); err != nil {
 		t.NoTrajectory = fmt.Sprintf("its line in trajectories.jsonl cannot be read: %v", err)
 		return t, nil
 	}
