@@ -32,7 +32,7 @@ func cmdShow(_ context.Context, args []string, e env) error {
 	task := fs.String("task", "", "the task's `ID` (its id field, or its 0-based index in the input)")
 	repeat := fs.Int("repeat", 0, "which repeat of the task (`K`, from 0)")
 	arm := fs.String("arm", "", "the `ARM`, when the run has several")
-	width := fs.Int("max-text", 2000, "show at most `N` bytes of each message (0: all)")
+	width := fs.Int("max-text", 2000, "show at most `N` bytes of each message (0: all, up to 256 KiB a text: a longer one is cut there with its size)")
 	dir, err := parseNamed(fs, args, e)
 	if err != nil {
 		return err
