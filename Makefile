@@ -191,8 +191,9 @@ bench-fleet-real:
 # processes sharing their sessions in a real redis-server (behind a round-robin proxy, as a
 # Service), the simulator, 4 `rollout run --shard I/4` processes at once, one killed with -9
 # mid-run and started again with the same command (--resume=auto), `rollout merge`; the merge
-# is checked against the same job run as one process. About 20 s on 2 cores. See
-# docs/kubernetes.md.
+# is checked against the same job run as one process (about 20 s on 2 cores); then a straggler
+# (one of 4 processes at a quarter of the others' concurrency) under the static split and under
+# --shard claim/16, both wall times printed (about 40 s). See docs/kubernetes.md.
 scale-demo:
 	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo' -v -count=1 -timeout 5m ./cmd/rollout
 
