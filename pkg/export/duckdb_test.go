@@ -44,21 +44,14 @@ func duckdbNode(t *testing.T) (string, []string) {
 // nested columns have the types data tools expect (lists of structs, INTEGER[] and FLOAT[]
 // token arrays, a list of name/value components), and the values are the JSONL export's.
 func TestRLParquetDuckDB(t *testing.T) {
-	node, env := duckdbNode(t)
+	duckdbNode(t)
 	dir := writeRun(t, 3, baseRun)
 	out := t.TempDir()
 	pq, js := filepath.Join(out, "rl.parquet"), filepath.Join(out, "rl.jsonl")
 	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatRL, Output: pq})
 	exportTo(t, export.Options{Dirs: []string{dir}, Format: export.FormatRL, Output: js})
 
-	cmd := exec.Command(node, "testdata/duckdb_read.js", pq)
-	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
-	}
+	raw := runDuckDB(t, "testdata/duckdb_read.js", pq)
 	var got struct {
 		Types []struct{ Column_name, Column_type string }
 		Rows  []struct {
@@ -160,15 +153,7 @@ func TestAllFormatsParquetDuckDB(t *testing.T) {
 // and each row's columns.
 func duckdbRows(t *testing.T, path string) (map[string]string, []map[string]json.RawMessage) {
 	t.Helper()
-	node, env := duckdbNode(t)
-	cmd := exec.Command(node, "testdata/duckdb_all.js", path)
-	cmd.Env = env
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
-	}
+	raw := runDuckDB(t, "testdata/duckdb_all.js", path)
 	var got struct {
 		Types []struct{ Column_name, Column_type string }
 		Rows  []string
@@ -269,4 +254,19 @@ func TestNemoGymParquetDuckDB(t *testing.T) {
 			t.Errorf("row %d:\nParquet %s\nJSONL   %s", i, a, b)
 		}
 	}
+}
+
+// runDuckDB runs a DuckDB script of testdata on a Parquet file and returns what it printed.
+func runDuckDB(t *testing.T, script, path string) []byte {
+	t.Helper()
+	node, env := duckdbNode(t)
+	cmd := exec.Command(node, script, path)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
+	}
+	return raw
 }
