@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/rollout
 PKGS     := ./...
 
-.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet bench-fleet-real bench-hugeline fuzz soak interop scale-demo screenshots clean
+.PHONY: all build install static run context replay data oracle test arrowcheck race vet lint fmt bench bench-quick bench-tools bench-fleet bench-fleet-real bench-hugeline fuzz soak interop scale-demo k8s-check screenshots clean
 
 all: build
 
@@ -196,6 +196,29 @@ bench-fleet-real:
 # --shard claim/16, both wall times printed (about 40 s). See docs/kubernetes.md.
 scale-demo:
 	ROLLOUT_SCALE_DEMO=1 $(GO) test -run '^TestScaleDemo' -v -count=1 -timeout 5m ./cmd/rollout
+
+# deploy/kubernetes against a real kube-apiserver (with an embedded etcd) and the real Job
+# controller, both of k8s.io/kubernetes as internal/k8scheck/go.mod pins it: the kustomize
+# output, as applied and with the optional parts, created with dryRun=All and strict field
+# validation (kubectl apply --dry-run=server); any refusal or warning fails. Then the shards'
+# Job run by the Job controller with the pods' exits set by hand, and merge.sh with a real
+# kubectl: exit 5 retried, exit 4 fails its index, the merge after Complete and after Failed.
+# internal/k8scheck/build.sh builds the check once (about 15 minutes on 2 cores) into
+# $(K8S_CACHE); without that build it says so and skips, unless K8S_BUILD=1 or CI=true,
+# which build it. See docs/kubernetes.md.
+K8S_CACHE ?= $(HOME)/.cache/rollout-k8s
+k8s-check:
+	@if [ "$(K8S_BUILD)" != 1 ] && [ "$$CI" != true ] && \
+	   ! ROLLOUT_K8S_CACHE=$(K8S_CACHE) internal/k8scheck/build.sh --cached >/dev/null; then \
+	  echo "================================================================" >&2; \
+	  echo "make k8s-check: NOT RUN: the check is not built in $(K8S_CACHE)" >&2; \
+	  echo "  (K8S_BUILD=1 make k8s-check builds it: about 15 minutes on 2 cores, once)" >&2; \
+	  echo "================================================================" >&2; \
+	  exit 0; \
+	fi; \
+	dir=$$(ROLLOUT_K8S_CACHE=$(K8S_CACHE) internal/k8scheck/build.sh) || exit 1; \
+	echo "make k8s-check: $$(cat $$dir/VERSION) from $$dir" >&2; \
+	$$dir/k8scheck.test -test.v -test.count=1 -test.timeout 15m -deploy $(CURDIR)/deploy/kubernetes
 
 # The screenshots of rollout view in docs/statistics.md (docs/img/view-*.png), taken by the browser tests
 # (headless Chromium) from make run's output. The test binary runs from here, so that the pages

@@ -65,22 +65,25 @@ func TestManifestsPodSecurityRestricted(t *testing.T) {
 	}
 }
 
-// podFailureAction is the Job controller's pod failure policy for a failed pod of the Job
-// (pkg/controller/job/pod_failure_policy.go, matchPodFailurePolicy): the first rule that
-// matches decides; an onExitCodes rule matches a terminated container (of containerName when
-// set) whose non-zero exit code is In (or NotIn) its values, an onPodConditions rule a pod
-// condition of its type and status; no rule matching counts the failure. Ignore does not
-// count it.
+// podFailureAction is the Job controller's pod failure policy for a failed pod of the Job, as
+// k8s.io/kubernetes v1.37.2 has it (pkg/controller/job/pod_failure_policy.go,
+// matchPodFailurePolicy): the rules are tried in order and the first that matches decides; a
+// rule has onExitCodes or onPodConditions, not both; onExitCodes matches a terminated
+// container (of containerName when set) whose non-zero exit code is In (or NotIn) its values,
+// onPodConditions a pod condition of its type and status (the API server defaults an unset
+// status to True). No rule matching counts the failure; Ignore does not count it.
+// internal/k8scheck (make k8s-check) runs the real controller on this Job.
 func podFailureAction(job *batchv1.Job, container string, exitCode int32, conditions []corev1.PodConditionType) batchv1.PodFailurePolicyAction {
 	for _, r := range job.Spec.PodFailurePolicy.Rules {
-		if oe := r.OnExitCodes; oe != nil && exitCode != 0 {
-			if oe.ContainerName != nil && *oe.ContainerName != container {
+		if oe := r.OnExitCodes; oe != nil {
+			if exitCode == 0 || (oe.ContainerName != nil && *oe.ContainerName != container) {
 				continue
 			}
 			in := slices.Contains(oe.Values, exitCode)
 			if (oe.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn) == in {
 				return r.Action
 			}
+			continue
 		}
 		for _, pc := range r.OnPodConditions {
 			if slices.Contains(conditions, pc.Type) && (pc.Status == "" || pc.Status == corev1.ConditionTrue) {
@@ -92,8 +95,11 @@ func podFailureAction(job *batchv1.Job, container string, exitCode int32, condit
 }
 
 // indexOutcome plays one index of the Indexed Job with the Job controller's per-index rules
-// (backoffLimitPerIndex, FailIndex, Ignore): its pods exit with exits in turn; it returns
-// whether the index succeeded and how many pods ran.
+// (indexed_job_utils.go of the same version: isIndexFailed fails the index on FailIndex, or
+// on a counted failure of a pod whose index-failure-count annotation, the index's counted
+// failures before it, is backoffLimitPerIndex or more; getNewIndexFailureCounts counts an
+// ignored failure apart): its pods exit with exits in turn; it returns whether the index
+// succeeded and how many pods ran.
 func indexOutcome(job *batchv1.Job, container string, exits []int32, conditions []corev1.PodConditionType) (succeeded bool, pods int) {
 	failures := int32(0)
 	for _, code := range exits {
@@ -158,7 +164,8 @@ func TestShardJobFailurePolicy(t *testing.T) {
 		t.Errorf("exit %d: action %s, want Count (retried)", exitTransient, a)
 	}
 	// A whole bad minute: the Job controller waits 10 s, 20 s, 40 s … between an index's
-	// retries (its pod backoff); the retries must span at least two minutes.
+	// retries (backoff_utils.go, getRemainingTimePerIndex: DefaultJobPodFailureBackOff doubled
+	// per earlier failure of the index); the retries must span at least two minutes.
 	span := 0
 	for i := range limit {
 		span += 10 << i
