@@ -203,7 +203,7 @@ scale-demo:
 # validation (kubectl apply --dry-run=server); any refusal or warning fails. Then the shards'
 # Job run by the Job controller with the pods' exits set by hand, and merge.sh with a real
 # kubectl: exit 5 retried, exit 4 fails its index, the merge after Complete and after Failed.
-# internal/k8scheck/build.sh builds the check once (about 15 minutes on 2 cores) into
+# internal/k8scheck/build.sh builds the check once (about 12 minutes of CPU) into
 # $(K8S_CACHE); without that build it says so and skips, unless K8S_BUILD=1 or CI=true,
 # which build it. See docs/kubernetes.md.
 K8S_CACHE ?= $(HOME)/.cache/rollout-k8s
@@ -212,7 +212,7 @@ k8s-check:
 	   ! ROLLOUT_K8S_CACHE=$(K8S_CACHE) internal/k8scheck/build.sh --cached >/dev/null; then \
 	  echo "================================================================" >&2; \
 	  echo "make k8s-check: NOT RUN: the check is not built in $(K8S_CACHE)" >&2; \
-	  echo "  (K8S_BUILD=1 make k8s-check builds it: about 15 minutes on 2 cores, once)" >&2; \
+	  echo "  (K8S_BUILD=1 make k8s-check builds it: about 12 minutes of CPU, once)" >&2; \
 	  echo "================================================================" >&2; \
 	  exit 0; \
 	fi; \

@@ -8,7 +8,7 @@
 #
 # The cache is $ROLLOUT_K8S_CACHE (default $HOME/.cache/rollout-k8s)/<kubernetes version>,
 # keyed by this directory's go.mod, go.sum and Go files: a cache of other sources is rebuilt.
-# The first build takes about 15 minutes on 2 cores (see docs/kubernetes.md); it needs Go only.
+# The first build takes about 12 minutes of CPU (see docs/kubernetes.md); it needs Go only.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -29,7 +29,7 @@ command -v go >/dev/null 2>&1 || { echo "k8scheck/build.sh: go is not installed"
 mkdir -p "$root"
 work="$(mktemp -d "$root/build-$version.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-echo "k8scheck/build.sh: building kube-apiserver, etcd, the Job controller and kubectl ($version) into one test binary; about 15 minutes on 2 cores the first time" >&2
+echo "k8scheck/build.sh: building kube-apiserver, etcd, the Job controller and kubectl ($version) into one test binary; about 12 minutes of CPU the first time" >&2
 start=$(date +%s)
 (cd "$here" && GOWORK=off GOFLAGS=-mod=readonly go test -c -o "$work/k8scheck.test" .)
 echo "k8s.io/kubernetes $version" >"$work/VERSION"

@@ -137,11 +137,15 @@ func render(t *testing.T, extra ...string) []*unstructured.Unstructured {
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
-		m, err := r.Map()
+		b, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(b); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
 	}
 	return objs
 }
@@ -635,9 +639,31 @@ func (c *cluster) waitJob(t *testing.T, job *batchv1.Job, what string, done func
 
 func (c *cluster) waitFinished(t *testing.T, job *batchv1.Job) *batchv1.Job {
 	t.Helper()
-	return c.waitJob(t, job, "Complete or Failed", func(j *batchv1.Job) bool {
+	j := c.waitJob(t, job, "Complete or Failed", func(j *batchv1.Job) bool {
 		return isTrue(j, batchv1.JobComplete) || isTrue(j, batchv1.JobFailed)
 	})
+	var perIndex []string
+	for ix := range int(*j.Spec.Completions) {
+		pods, err := c.pods(t.Context(), j, ix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exits []string
+		for _, p := range pods {
+			for _, s := range p.Status.ContainerStatuses {
+				if s.State.Terminated != nil {
+					exits = append(exits, fmt.Sprint(s.State.Terminated.ExitCode))
+				}
+			}
+		}
+		perIndex = append(perIndex, fmt.Sprintf("%d: %d pods, exits [%s]", ix, len(pods), strings.Join(exits, " ")))
+	}
+	failed := ""
+	if j.Status.FailedIndexes != nil {
+		failed = *j.Status.FailedIndexes
+	}
+	t.Logf("%s/%s ended: %s, failed indexes %q; per index %s", j.Namespace, j.Name, conditions(j), failed, strings.Join(perIndex, "; "))
+	return j
 }
 
 func isTrue(j *batchv1.Job, typ batchv1.JobConditionType) bool {
@@ -762,7 +788,7 @@ func (c *cluster) mergeRuns(t *testing.T, ns string, m *mergeScript, shards *bat
 		if (code == 0) != (mergeExit == 0) {
 			t.Errorf("merge.sh exited %d (%v) after a merge that exited %d:\n%s", code, err, mergeExit, m.out)
 		} else {
-			t.Logf("merge.sh exited %d after a merge that exited %d", code, mergeExit)
+			t.Logf("merge.sh started the merge with args %q and exited %d after it exited %d; its output:\n%s", ctr.Args, code, mergeExit, m.out)
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("merge.sh has not ended 2 minutes after the merge's pod did:\n%s", m.out)

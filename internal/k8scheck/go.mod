@@ -177,6 +177,9 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
+// Kubernetes pins its CBOR library exactly; the Prometheus Operator's types would raise it.
+replace github.com/fxamacker/cbor/v2 => github.com/fxamacker/cbor/v2 v2.9.1
+
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
