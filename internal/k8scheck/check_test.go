@@ -3,7 +3,7 @@
 // binary that build.sh builds and caches (`make k8s-check`):
 //
 //   - the kustomize output, as applied and with the optional parts (merge-job.yaml and every
-//     other manifest the kustomization leaves out), is created object by object with
+//     other manifest the kustomization leaves out, and its Components), is created object by object with
 //     dryRun=All and strict field validation, the way `kubectl apply --dry-run=server` sends
 //     it; any refusal or warning (Pod Security "restricted" among them: namespace.yaml
 //     labels the namespace) fails the check;
@@ -111,6 +111,12 @@ func etcdURL(cfg *embed.Config) string { return cfg.ListenClientUrls[0].String()
 // not in git, adds extra (file names of the directory) to the kustomization's resources and
 // returns kustomize's output.
 func render(t *testing.T, extra ...string) []*unstructured.Unstructured {
+	return renderWith(t, extra, nil)
+}
+
+// renderWith is render with the kustomize Components (subdirectories of the deploy
+// directory) added too.
+func renderWith(t *testing.T, extra, components []string) []*unstructured.Unstructured {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(*deployDir)); err != nil {
@@ -120,9 +126,13 @@ func render(t *testing.T, extra ...string) []*unstructured.Unstructured {
 	if err := os.WriteFile(filepath.Join(dir, "secrets.env"), []byte(secrets), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if len(extra) > 0 {
+	if len(extra) > 0 || len(components) > 0 {
 		k := kustomization(t, dir)
 		k["resources"] = append(k["resources"].([]any), toAny(extra)...)
+		if len(components) > 0 {
+			old, _ := k["components"].([]any)
+			k["components"] = append(old, toAny(components)...)
+		}
 		b, err := yaml.Marshal(k)
 		if err != nil {
 			t.Fatal(err)
@@ -187,6 +197,25 @@ func optionalParts(t *testing.T) []string {
 		name := filepath.Base(f)
 		if name != "kustomization.yaml" && !slices.Contains(listed, name) {
 			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// components lists the kustomize Components of the deploy directory (its subdirectories whose
+// kustomization.yaml is of kind Component, such as overshard/).
+func components(t *testing.T) []string {
+	entries, err := os.ReadDir(*deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			if _, err := os.Stat(filepath.Join(*deployDir, e.Name(), "kustomization.yaml")); err == nil &&
+				kustomization(t, filepath.Join(*deployDir, e.Name()))["kind"] == "Component" {
+				out = append(out, e.Name())
+			}
 		}
 	}
 	return out
@@ -331,16 +360,17 @@ func testDryRun(t *testing.T, cfg *rest.Config) {
 	if !slices.Contains(optional, "merge-job.yaml") {
 		t.Errorf("merge-job.yaml is not among the optional parts %v", optional)
 	}
+	comps := components(t)
 	for _, tc := range []struct {
-		name  string
-		extra []string
+		name              string
+		extra, components []string
 	}{
-		{"as applied", nil},
-		{"with " + strings.Join(optional, ", "), optional},
+		{"as applied", nil, nil},
+		{"with " + strings.Join(append(slices.Clone(optional), comps...), ", "), optional, comps},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			objs := render(t, tc.extra...)
+			objs := renderWith(t, tc.extra, tc.components)
 			if len(objs) < 8 {
 				t.Fatalf("kustomize gave %d objects", len(objs))
 			}
