@@ -166,3 +166,71 @@ func Estimate(path string) int {
 	}
 	return int(st.Size() / int64(bytes.LastIndexByte(buf[:n], '\n')+1) * int64(lines))
 }
+
+// ScanHeads is Scan for files whose lines may be far longer than memory should hold: parse and
+// consume get at most the first head bytes of each line (head at least 1), and consume gets the
+// line's whole length (without its newline) too, so a line longer than head is its head and
+// a length, never in memory whole. The rest of a long line is read and dropped as it streams.
+// complete is the length of the complete lines read, as in Scan.
+func ScanHeads[T any](r io.Reader, workers, head int, parse func(worker int, line []byte, res *T), consume func(line []byte, length int64, n int, res *T) error) (complete int64, err error) {
+	h := &headReader{r: r, head: int64(max(head, 1)), long: map[int]int64{}}
+	_, err = Scan(h, workers, parse, func(line []byte, n int, res *T) error {
+		length := int64(len(line))
+		h.mu.Lock()
+		if l, ok := h.long[n]; ok {
+			length = l
+			delete(h.long, n)
+		}
+		h.mu.Unlock()
+		if err := consume(line, length, n, res); err != nil {
+			return err
+		}
+		complete += length + 1
+		return nil
+	})
+	return complete, err
+}
+
+// headReader passes on r's lines with each cut after its first head bytes; the whole length
+// of every line it cut is in long, by line number (from 1), until the consumer takes it.
+type headReader struct {
+	r     io.Reader
+	head  int64
+	cur   int64 // the current line's length so far
+	lines int   // the lines ended so far
+	mu    sync.Mutex
+	long  map[int]int64
+}
+
+func (h *headReader) Read(p []byte) (int, error) {
+	for {
+		n, err := h.r.Read(p)
+		out, data := 0, p[:n]
+		for len(data) > 0 {
+			i := bytes.IndexByte(data, '\n')
+			seg := data
+			if i >= 0 {
+				seg = data[:i]
+			}
+			keep := min(int64(len(seg)), max(h.head-h.cur, 0))
+			out += copy(p[out:], seg[:keep]) // out is never past seg's start: a copy within p
+			h.cur += int64(len(seg))
+			if i < 0 {
+				break
+			}
+			p[out] = '\n'
+			out++
+			h.lines++
+			if h.cur > h.head {
+				h.mu.Lock()
+				h.long[h.lines] = h.cur
+				h.mu.Unlock()
+			}
+			h.cur = 0
+			data = data[i+1:]
+		}
+		if out > 0 || err != nil {
+			return out, err
+		}
+	}
+}

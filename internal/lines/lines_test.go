@@ -54,3 +54,45 @@ func TestScanLines(t *testing.T) {
 		}
 	}
 }
+
+// ScanHeads gives each line's first head bytes and its whole length, in order, long lines
+// (far longer than head and than a block) included; the offsets it adds up are the file's.
+func TestScanHeads(t *testing.T) {
+	long := strings.Repeat("y", 3*BlockSize+17)
+	var in strings.Builder
+	var want []string
+	for i := range 20_000 {
+		line := strconv.Itoa(i)
+		switch i {
+		case 3:
+			line = ""
+		case 5, 12_345:
+			line = "k" + strconv.Itoa(i) + long
+		}
+		want = append(want, line)
+		in.WriteString(line + "\n")
+	}
+	in.WriteString("torn" + long)
+	const head = 8
+	for _, workers := range []int{1, 3} {
+		var got []string
+		var offset int64
+		complete, err := ScanHeads(strings.NewReader(in.String()), workers, head, func(_ int, line []byte, res *int) {
+			*res = len(line)
+		}, func(line []byte, length int64, n int, res *int) error {
+			w := want[n-1]
+			if *res != len(line) || n != len(got)+1 || string(line) != w[:min(len(w), head)] || length != int64(len(w)) {
+				return fmt.Errorf("line %d: %q (%d bytes), want %q", n, line, length, w[:min(len(w), head)])
+			}
+			if !strings.HasPrefix(in.String()[offset:], w+"\n") {
+				return fmt.Errorf("line %d: not at offset %d", n, offset)
+			}
+			offset += length + 1
+			got = append(got, string(line))
+			return nil
+		})
+		if err != nil || len(got) != len(want) || complete != int64(in.Len()-len("torn"+long)) {
+			t.Errorf("%d workers: %d lines (want %d), complete %d, %v", workers, len(got), len(want), complete, err)
+		}
+	}
+}

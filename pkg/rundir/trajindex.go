@@ -93,6 +93,10 @@ func BuildTrajIndex(dir string) (*TrajIndex, error) {
 	return x, nil
 }
 
+// trajKeyHead is how much of one line of trajectories.jsonl the index scan holds: a longer
+// line's keys are read from the file as it streams.
+var trajKeyHead = lines.BlockSize
+
 // scanTrajKeys reads the key of every line of dir's trajectories.jsonl, in file order, and
 // gives each to add with its offset; it returns the length of the file read and the arm
 // names (an entry's arm is its number in them). No file is no line.
@@ -113,19 +117,27 @@ func scanTrajKeys(dir string, add func(trajEntry)) (covered int64, arms []string
 	}
 	armOf := map[string]uint32{}
 	var offset int64
-	complete, err := lines.Scan(f, lines.Workers(), func(_ int, line []byte, res *keyLine) {
+	complete, err := lines.ScanHeads(f, lines.Workers(), trajKeyHead, func(_ int, line []byte, res *keyLine) {
 		res.task, res.rollout, res.arm, _, res.ok = jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
-	}, func(line []byte, n int, res *keyLine) error {
+	}, func(line []byte, length int64, n int, res *keyLine) error {
 		at := offset
-		offset += int64(len(line)) + 1
+		offset += length + 1
 		task, rollout, arm := res.task, res.rollout, string(res.arm)
-		if !res.ok {
+		if length > int64(len(line)) || !res.ok {
 			var k struct {
 				Task    int64  `json:"task_index"`
 				Rollout int64  `json:"rollout_index"`
 				Arm     string `json:"arm"`
 			}
-			if err := json.Unmarshal(line, &k); err != nil {
+			var err error
+			if length > int64(len(line)) {
+				// Only the line's head is here: its keys are decoded as the line streams from
+				// the file, every string cut short, so the line is never in memory whole.
+				err = decodeClippedAt(path, at, 64<<10, &k)
+			} else {
+				err = json.Unmarshal(line, &k)
+			}
+			if err != nil {
 				return fmt.Errorf("%s:%d: not a trajectory line: %v", path, n, err)
 			}
 			task, rollout, arm = k.Task, k.Rollout, k.Arm

@@ -355,3 +355,70 @@ func TestClippedReadsALineLongerThanTheBound(t *testing.T) {
 		t.Errorf("a line of many short strings over the bound: %v", err)
 	}
 }
+
+// The index scan holds at most trajKeyHead bytes of a line (lowered here to 16): lines far
+// longer, their keys first, last (after the long member) or spelled with escapes, are indexed
+// at their offsets, the same index as one built holding every line whole; a long line that is
+// not JSON is an error naming its line.
+func TestTrajIndexOfLinesLongerThanTheHead(t *testing.T) {
+	dir := t.TempDir()
+	pad := strings.Repeat("p", 300_000)
+	body := []string{
+		`{"task_index":0,"rollout_index":0,"arm":"a","trajectory":null}`,
+		`{"task_index":1,"rollout_index":2,"arm":"b","trajectory":{"messages":[{"role":"user","content":"` + pad + `"}]}}`,
+		`{"trajectory":{"messages":[{"role":"user","content":"` + pad + `"}]},"arm":"a","rollout_index":1,"task_index":5}`,
+		`{"task_index":3,"rollout_index":0,"arm":"b"}`,
+		`{"trajectory":"` + pad + `","t\u0061sk_index":7,"rollout_index":0,"arm":"b"}`,
+		`{"task_index":1,"rollout_index":2,"arm":"b","trajectory":"` + pad + `again"}`, // a resume's line: it wins
+	}
+	path := filepath.Join(dir, TrajectoriesFile)
+	if err := os.WriteFile(path, []byte(strings.Join(body, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := BuildTrajIndex(dir) // the head far above every line: lines held whole
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(n int) { trajKeyHead = n }(trajKeyHead)
+	trajKeyHead = 16
+	heads, err := BuildTrajIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b strings.Builder
+	if err := whole.encode(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := heads.encode(&b); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() || heads.Len() != 5 {
+		t.Fatalf("%d entries; the index of heads differs from the index of whole lines", heads.Len())
+	}
+	if _, err := WriteTrajIndex(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, TrajIndexFile)); err != nil || string(got) != a.String() {
+		t.Fatalf("WriteTrajIndex differs: %v", err)
+	}
+	tr, err := OpenTrajectories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		task, rollout int64
+		arm           string
+		line          int
+	}{{0, 0, "a", 0}, {1, 2, "b", 5}, {5, 1, "a", 2}, {3, 0, "b", 3}, {7, 0, "b", 4}} {
+		if line, ok, err := tr.Line(k.task, k.rollout, k.arm); err != nil || !ok || string(line) != body[k.line] {
+			t.Errorf("task %d: %d bytes, %v %v; want line %d", k.task, len(line), ok, err, k.line+1)
+		}
+	}
+	bad := body[0] + "\n" + `{"task_index":1,"trajectory":"` + pad + `",}` + "\n"
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BuildTrajIndex(dir); err == nil || !strings.Contains(err.Error(), TrajectoriesFile+":2: not a trajectory line") {
+		t.Fatalf("a long malformed line: %v", err)
+	}
+}
