@@ -59,6 +59,7 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&opt.ChatTemplate, "chat-template", "", "sft --layout text and verl: the model's chat template `FILE` (.jinja, or its tokenizer_config.json)")
 	fs.BoolVar(&opt.PoolArms, "pool-arms", false, "one group per task over all arms (default: one group per task and arm)")
 	fs.BoolVar(&opt.Overwrite, "overwrite", false, "replace -o FILE if it exists")
+	fs.Int64Var(&opt.MaxRowBytes, "max-row-bytes", export.DefaultMaxRowBytes, "leave out (and name) a rollout whose trajectory line is longer than `N` bytes")
 	var dirs []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		dirs, args = append(dirs, args[0]), args[1:]
@@ -81,6 +82,10 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 		return badUsage("export: -o FILE is required")
 	}
 	opt.Dirs = dirs
+	opt.Warnings = e.stderr
+	if opt.MaxRowBytes == 0 {
+		return badUsage("export: --max-row-bytes 0: want a number of bytes from 1")
+	}
 	if err := opt.Check(); err != nil {
 		return badUsage("export: %v", err)
 	}

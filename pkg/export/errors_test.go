@@ -3,6 +3,7 @@ package export_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,5 +164,54 @@ func TestRunsOfSameTasksWarned(t *testing.T) {
 	rep.Print(&printed)
 	if !strings.Contains(printed.String(), "warning: 3 rollouts have the key (task, repeat, arm) of a rollout of an earlier directory") {
 		t.Errorf("no warning:\n%s", printed.String())
+	}
+}
+
+// A trajectory line longer than MaxRowBytes (one of 3 MiB, read past as it streams without
+// being held, its key after the long member; one of 200 KB) leaves its rollout out, named on
+// Warnings with its line and size and counted in the report; the other rows are exported.
+func TestExportLeavesOutRowsOverTheBound(t *testing.T) {
+	dir := writeRun(t, 4, []rollout{{task: 0, reward: 1}, {task: 1, reward: 0}, {task: 2, reward: 1}, {task: 3, reward: 0}})
+	p := filepath.Join(dir, rundir.TrajectoriesFile)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d trajectory lines", len(lines))
+	}
+	lines[1] = `{"pad":"` + strings.Repeat("x", 3<<20) + `",` + lines[1][1:]
+	lines[2] = strings.TrimSuffix(lines[2], "}\n") + `,"pad":"` + strings.Repeat("y", 200_000) + `"}` + "\n"
+	if err := os.WriteFile(p, []byte(strings.Join(lines, "")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var warn strings.Builder
+	out := filepath.Join(t.TempDir(), "sft.jsonl")
+	rep, err := export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: "sft", Output: out, MaxRowBytes: 64 << 10, Warnings: &warn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readJSONL[map[string]any](t, out)
+	if rep.Rows != 2 || len(rows) != 2 || rep.Dropped[export.DropTooLarge] != 2 {
+		t.Fatalf("%d rows (%d in the file), dropped %v", rep.Rows, len(rows), rep.Dropped)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("trajectories.jsonl:2: a trajectory line of %d bytes, over --max-row-bytes 65536: task 1 repeat 0", len(lines[1])-1),
+		fmt.Sprintf("trajectories.jsonl:3: a trajectory line of %d bytes, over --max-row-bytes 65536: task 2 repeat 0", len(lines[2])-1),
+	} {
+		if !strings.Contains(warn.String(), want) {
+			t.Errorf("warnings %q lack %q", warn.String(), want)
+		}
+	}
+	var summary strings.Builder
+	rep.Print(&summary)
+	if !strings.Contains(summary.String(), "dropped 2: "+export.DropTooLarge) {
+		t.Errorf("summary: %s", summary.String())
+	}
+	// The default bound holds them.
+	rep, err = export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: "sft", Output: out, Overwrite: true})
+	if err != nil || rep.Rows != 4 {
+		t.Fatalf("default bound: %v, %+v", err, rep)
 	}
 }

@@ -22,6 +22,7 @@
 package export
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -86,7 +87,15 @@ type Options struct {
 	// ChatTemplate (sft, LayoutText and LayoutVerl) is the model's chat template: a Jinja file or a Hugging
 	// Face tokenizer_config.json.
 	ChatTemplate string
+	// MaxRowBytes bounds the trajectory line a row is made from (0: DefaultMaxRowBytes): a
+	// longer line is read past without being held, and its rollout left out, named on Warnings.
+	MaxRowBytes int64
+	// Warnings gets a line for each rollout left out for its size (nil: none).
+	Warnings io.Writer
 }
+
+// DefaultMaxRowBytes is the default of Options.MaxRowBytes.
+const DefaultMaxRowBytes = 64 << 20
 
 // An InputError is a task file that cannot be the runs' (missing, another file's bytes, a
 // malformed row a record needs), or an output that would write over what the export reads:
@@ -129,6 +138,7 @@ const (
 	DropMinReward    = "reward below --min-reward"
 	DropNotBest      = "not the best of its group (--best-of-group)"
 	DropNoTrajectory = "no trajectory in trajectories.jsonl"
+	DropTooLarge     = "trajectory line longer than --max-row-bytes (each named above)"
 	DropNoTask       = "no row in the task file"
 	DropNoPair       = "group with one rollout"
 	DropEqual        = "group with all rewards equal"
@@ -181,6 +191,9 @@ func (g *group) uniform() bool { return g.max == g.min }
 func (opt *Options) Check() error {
 	if len(opt.Dirs) == 0 {
 		return errors.New("no run directory")
+	}
+	if opt.MaxRowBytes < 0 {
+		return fmt.Errorf("--max-row-bytes %d: want a number of bytes from 1", opt.MaxRowBytes)
 	}
 	switch opt.Format {
 	case FormatRL, FormatSFT, FormatPreference, FormatNemoGym, FormatVerl:
@@ -431,7 +444,7 @@ type rollout struct {
 // rollout is left out.
 func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group) string, fn func(*rollout) (string, error)) error {
 	for d, dir := range e.opt.Dirs {
-		trajs, err := openTrajectories(dir)
+		trajs, err := openTrajectories(dir, cmp.Or(e.opt.MaxRowBytes, DefaultMaxRowBytes))
 		if err != nil {
 			return err
 		}
@@ -471,6 +484,15 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 				}
 			}
 			tr, ok, err := trajs.get(keyOf(r))
+			var large *tooLargeError
+			if errors.As(err, &large) {
+				e.rep.Dropped[DropTooLarge]++
+				answers.skip(keyOf(r))
+				if e.opt.Warnings != nil {
+					fmt.Fprintf(e.opt.Warnings, "rollout: warning: export: %v: task %d repeat %d arm %q left out\n", large, r.TaskIndex, r.RolloutIndex, r.Arm)
+				}
+				return nil
+			}
 			if err != nil {
 				return err
 			}

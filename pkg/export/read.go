@@ -2,6 +2,7 @@ package export
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,73 @@ type lineReader struct {
 	br   *bufio.Reader
 	n    int
 	buf  []byte
+	// over, when set, is the length past which a line is not held: next reads the rest of it
+	// through, and returns a *tooLargeError with its key (decoded as it streams) and size.
+	over int64
+}
+
+// tooLargeError is a line longer than a lineReader's over: its key and length.
+type tooLargeError struct {
+	path string
+	line int
+	key  key
+	size int64 // without its newline
+	over int64
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("%s:%d: a trajectory line of %d bytes, over --max-row-bytes %d", e.path, e.line, e.size, e.over)
+}
+
+// restOfLine reads br up to its next newline (included), and counts what it read.
+type restOfLine struct {
+	br   *bufio.Reader
+	n    int64
+	done bool
+}
+
+func (r *restOfLine) Read(p []byte) (int, error) {
+	if r.done || len(p) == 0 {
+		return 0, io.EOF
+	}
+	if r.br.Buffered() == 0 {
+		if _, err := r.br.Peek(1); err != nil {
+			return 0, err
+		}
+	}
+	b, _ := r.br.Peek(min(len(p), r.br.Buffered()))
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b, r.done = b[:i+1], true
+	}
+	n := copy(p, b)
+	r.br.Discard(n)
+	r.n += int64(n)
+	return n, nil
+}
+
+// skipLong reads the rest of a trajectory line of which head was read (none when complete),
+// its key decoded as it streams
+// (every string cut short, so the line is never held), and returns its *tooLargeError.
+func (l *lineReader) skipLong(head []byte, complete bool) error {
+	rest := &restOfLine{br: l.br, done: complete}
+	l.n++
+	var keys struct {
+		Task    int64  `json:"task_index"`
+		Rollout int64  `json:"rollout_index"`
+		Arm     string `json:"arm"`
+	}
+	c := rundir.ClipStrings(io.MultiReader(bytes.NewReader(head), rest), 4<<10, rundir.MaxTrajectoryLine)
+	derr := json.NewDecoder(c).Decode(&keys)
+	if _, err := io.Copy(io.Discard, rest); err != nil {
+		return fmt.Errorf("%s: %w", l.path, err)
+	}
+	if !rest.done {
+		return io.EOF // a torn last line
+	}
+	if derr != nil {
+		return fmt.Errorf("%s:%d: not a trajectory line: %v", l.path, l.n, derr)
+	}
+	return &tooLargeError{path: l.path, line: l.n, key: key{keys.Task, keys.Rollout, keys.Arm}, size: int64(len(head)) + max(rest.n-1, 0), over: l.over}
 }
 
 func openLines(path string) (*lineReader, error) {
@@ -52,7 +120,10 @@ func (l *lineReader) next() ([]byte, error) {
 		for {
 			chunk, err := l.br.ReadSlice('\n')
 			l.buf = append(l.buf, chunk...)
-			if len(l.buf) > maxLine {
+			if l.over > 0 && int64(len(l.buf)) > l.over && err == bufio.ErrBufferFull {
+				return nil, l.skipLong(l.buf, false) // longer than over, its newline still to come
+			}
+			if l.over == 0 && len(l.buf) > maxLine {
 				return nil, fmt.Errorf("%s:%d: line longer than %d bytes", l.path, l.n+1, maxLine)
 			}
 			if err == bufio.ErrBufferFull {
@@ -65,6 +136,9 @@ func (l *lineReader) next() ([]byte, error) {
 				return nil, fmt.Errorf("%s: %w", l.path, err)
 			}
 			break
+		}
+		if l.over > 0 && int64(len(l.buf)-1) > l.over {
+			return nil, l.skipLong(l.buf[:len(l.buf)-1], true)
 		}
 		l.n++
 		line := l.buf[:len(l.buf)-1]
@@ -98,17 +172,20 @@ type keyedLines[T any] struct {
 	names   [3]string // the members of the key: task index, rollout index, arm
 	value   func(line []byte) (k key, v T, err error)
 	pending map[key]T
-	skipped map[key]bool // keys left out before their line was read
+	skipped map[key]bool           // keys left out before their line was read
+	large   map[key]*tooLargeError // lines too long to read, not yet asked for
 	eof     bool
 }
 
 // openTrajectories reads dir's trajectories.jsonl: each line's "trajectory" (nil when null),
-// decoded with the line in one pass.
-func openTrajectories(dir string) (*keyedLines[*storedTrajectory], error) {
+// decoded with the line in one pass; a line longer than over is not held, and its key's get
+// is a *tooLargeError.
+func openTrajectories(dir string, over int64) (*keyedLines[*storedTrajectory], error) {
 	l, err := openLines(filepath.Join(dir, rundir.TrajectoriesFile))
 	if err != nil {
 		return nil, fmt.Errorf("%s: no trajectories: %w", dir, err)
 	}
+	l.over = over
 	return newKeyedLines(l, "trajectory", [3]string{"task_index", "rollout_index", "arm"}, func(line []byte) (key, *storedTrajectory, error) {
 		var full struct {
 			TaskIndex    int64             `json:"task_index"`
@@ -149,7 +226,7 @@ func openVerifyAnswers(dir string) (*keyedLines[json.RawMessage], error) {
 }
 
 func newKeyedLines[T any](l *lineReader, what string, names [3]string, value func([]byte) (key, T, error)) *keyedLines[T] {
-	return &keyedLines[T]{lines: l, what: what, names: names, value: value, pending: map[key]T{}, skipped: map[key]bool{}}
+	return &keyedLines[T]{lines: l, what: what, names: names, value: value, pending: map[key]T{}, skipped: map[key]bool{}, large: map[key]*tooLargeError{}}
 }
 
 // skip drops k's line, read or still to come.
@@ -161,21 +238,41 @@ func (t *keyedLines[T]) skip(k key) {
 		delete(t.pending, k)
 		return
 	}
+	if _, ok := t.large[k]; ok {
+		delete(t.large, k)
+		return
+	}
 	t.skipped[k] = true
 }
 
-// get returns the value of k's line, or ok false when the file has no line for k. Values
-// do not share memory with the line.
+// get returns the value of k's line, or ok false when the file has no line for k; a line
+// too long to read is a *tooLargeError. Values do not share memory with the line.
 func (t *keyedLines[T]) get(k key) (v T, ok bool, err error) {
 	if v, ok := t.pending[k]; ok {
 		delete(t.pending, k)
 		return v, true, nil
+	}
+	if e, ok := t.large[k]; ok {
+		delete(t.large, k)
+		return v, false, e
 	}
 	for !t.eof {
 		line, err := t.lines.next()
 		if err == io.EOF {
 			t.eof = true
 			break
+		}
+		var large *tooLargeError
+		if errors.As(err, &large) {
+			switch {
+			case large.key == k:
+				return v, false, large
+			case t.skipped[large.key]:
+				delete(t.skipped, large.key)
+			default:
+				t.large[large.key] = large
+			}
+			continue
 		}
 		if err != nil {
 			return v, false, err
