@@ -40,7 +40,7 @@ func (t *Trajectories) Clipped(task, rollout int64, arm string, maxString int) (
 			Trajectory json.RawMessage `json:"trajectory"`
 		}
 		path := join(t.dir, TrajectoriesFile)
-		err := decodeClippedAt(path, off, maxString, &l)
+		err := decodeClippedAt(path, off, maxString, MaxTrajectoryLine, &l)
 		var malformed *MalformedLineError
 		switch {
 		case errors.As(err, &malformed) && attempt == 0:
@@ -62,8 +62,9 @@ func (t *Trajectories) Clipped(task, rollout int64, arm string, maxString int) (
 	}
 }
 
-// decodeClippedAt decodes the line at off into v through a ClipStrings reader.
-func decodeClippedAt(path string, off int64, maxString int, v any) error {
+// decodeClippedAt decodes the line at off into v through a ClipStrings reader that passes on
+// at most limit bytes.
+func decodeClippedAt(path string, off int64, maxString int, limit int64, v any) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -72,7 +73,7 @@ func decodeClippedAt(path string, off int64, maxString int, v any) error {
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return err
 	}
-	c := ClipStrings(f, maxString, MaxTrajectoryLine)
+	c := ClipStrings(f, maxString, limit)
 	if err := json.NewDecoder(c).Decode(v); err != nil {
 		var tooLong *LineTooLongError
 		if errors.As(c.Err(), &tooLong) {

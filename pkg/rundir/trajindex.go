@@ -132,8 +132,9 @@ func scanTrajKeys(dir string, add func(trajEntry)) (covered int64, arms []string
 			var err error
 			if length > int64(len(line)) {
 				// Only the line's head is here: its keys are decoded as the line streams from
-				// the file, every string cut short, so the line is never in memory whole.
-				err = decodeClippedAt(path, at, 64<<10, &k)
+				// the file, every string cut at 4 KiB, so the line is never in memory whole (a
+				// key is far shorter; what is kept of the line is not bounded by a reader's).
+				err = decodeClippedAt(path, at, 4<<10, math.MaxInt64, &k)
 			} else {
 				err = json.Unmarshal(line, &k)
 			}
