@@ -20,6 +20,7 @@ type SuiteOptions struct {
 	// in the memory scenario; 0.01 for a quick look).
 	Scale float64
 	// Phases to run (empty: all): gobench, ceiling, floor, load, zero, rounds, size, concurrency, million.
+	// The inflight phase runs only when named.
 	Phases []string
 	// BenchTime is go test's -benchtime for the Go benchmarks ("": go's default).
 	BenchTime string
@@ -56,6 +57,7 @@ type Suite struct {
 	Size     []*Result // zero latency, concurrency 64, 3 rounds, prompt 0 to 64 KiB
 	Conc     []*Result // 100 ms latency, 3 rounds, concurrency 64 to 4096
 	Million  *Result   // 10^6 one-round tasks, concurrency 1024, zero latency
+	InFlight []*Result // 1 s latency, 3 rounds, concurrency 1024 and 4096: memory per rollout in flight
 	Resume   *Timing   // rundir.Compact over the million scenario's output
 	Finalize *Timing   // rundir.Finalize over the million scenario's output
 }
@@ -216,6 +218,21 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 			}
 			s.Conc = append(s.Conc, r)
 		}
+	}
+	if len(o.Phases) > 0 && o.has("inflight") {
+		// At 1 s a rollout is ~4 s long and the slots stay full: the runner's peak RSS is its
+		// base plus what the rollouts in flight hold. Three windows of rollouts each.
+		for _, conc := range []int{1024, 4096} {
+			r, err := run(Scenario{Name: fmt.Sprintf("inflight-c%d", conc), Tasks: max(o.n(3*conc), conc), Concurrency: conc, Latency: time.Second, Shape: shape3})
+			if err != nil {
+				return s, err
+			}
+			s.InFlight = append(s.InFlight, r)
+		}
+		a, b := s.InFlight[0], s.InFlight[1]
+		say("inflight: %.1f KiB per rollout from concurrency %d to %d (peak RSS %.0f -> %.0f MiB)",
+			float64(b.Runner.MaxRSS-a.Runner.MaxRSS)/1024/float64(b.Scenario.Concurrency-a.Scenario.Concurrency),
+			a.Scenario.Concurrency, b.Scenario.Concurrency, mib(a.Runner.MaxRSS), mib(b.Runner.MaxRSS))
 	}
 	if o.has("million") {
 		n := o.n(millionTasks)
