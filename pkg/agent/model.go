@@ -10,8 +10,10 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -45,7 +47,7 @@ func WithMaxAnswerBytes(n int64) ModelOption {
 	return func(o *modelOptions) { o.maxAnswer = n }
 }
 
-// NewOpenAIModel returns a go-openai client for an OpenAI-compatible base
+// NewOpenAIModel returns a go-openai client (OpenAIModel) for an OpenAI-compatible base
 // URL (".../v1"), sending through doer (which retries and counts).
 // apiKey may be empty for local servers.
 //
@@ -54,7 +56,7 @@ func WithMaxAnswerBytes(n int64) ModelOption {
 // is a *retry.Doer, the client uses a copy of it with MaxBodyBytes set to the
 // cap, so that the answer is read within the attempt and a connection that
 // breaks mid-answer is retried; the caller's Doer is left as it is.
-func NewOpenAIModel(baseURL, apiKey string, doer openai.HTTPDoer, opts ...ModelOption) *openai.Client {
+func NewOpenAIModel(baseURL, apiKey string, doer openai.HTTPDoer, opts ...ModelOption) *OpenAIModel {
 	var o modelOptions
 	for _, f := range opts {
 		f(&o)
@@ -77,7 +79,7 @@ func NewOpenAIModel(baseURL, apiKey string, doer openai.HTTPDoer, opts ...ModelO
 	cfg := openai.DefaultConfig(apiKey)
 	cfg.BaseURL = strings.TrimRight(baseURL, "/")
 	cfg.HTTPClient = &answerDoer{next: doer, max: limit}
-	return openai.NewClientWithConfig(cfg)
+	return &OpenAIModel{openai.NewClientWithConfig(cfg)}
 }
 
 // answerDoer caps every answer's body (whatever doer it wraps, so that
@@ -135,6 +137,9 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 		t.status = resp.StatusCode
 	}
 	resp.Body = &answerBody{ReadCloser: resp.Body, max: a.max, left: a.max, status: resp.StatusCode, tap: t}
+	if slot, ok := req.Context().Value(pooledAnswerKey{}).(*pooledAnswer); ok && resp.StatusCode >= http.StatusOK && resp.StatusCode < http.StatusBadRequest {
+		decodeOnPool(resp, slot)
+	}
 	return resp, nil
 }
 
@@ -583,3 +588,88 @@ func isTransport(err error) bool {
 	}
 	return true
 }
+
+// OpenAIModel is a go-openai client whose answers are decoded on a small pool of goroutines
+// (answerDecoders) instead of the calling one. encoding/json's reflective decoder of a chat
+// completion grows a goroutine's stack to 32 KiB, and a goroutine keeps a grown stack while it
+// waits: a rollout's goroutine, which waits for every model and tool call, would hold 32 KiB
+// for its whole life. The pool's few goroutines hold it instead.
+type OpenAIModel struct {
+	*openai.Client
+}
+
+// pooledAnswer is where answerDoer leaves an answer it decoded on the pool.
+type pooledAnswer struct {
+	resp openai.ChatCompletionResponse
+	ok   bool
+}
+
+type pooledAnswerKey struct{}
+
+// CreateChatCompletion is the client's, with the answer decoded on the pool.
+func (m *OpenAIModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
+	slot := new(pooledAnswer)
+	resp, err := m.Client.CreateChatCompletion(context.WithValue(ctx, pooledAnswerKey{}, slot), req)
+	if err != nil || !slot.ok {
+		return resp, err
+	}
+	slot.resp.SetHeader(resp.Header())
+	return slot.resp, nil
+}
+
+// answerDecoders runs answer decoding on GOMAXPROCS*4 goroutines started on first use.
+var answerDecoders struct {
+	once sync.Once
+	jobs chan func()
+}
+
+func onDecoder(f func()) {
+	answerDecoders.once.Do(func() {
+		n := runtime.GOMAXPROCS(0) * 4
+		answerDecoders.jobs = make(chan func(), n)
+		for range n {
+			go func() {
+				for job := range answerDecoders.jobs {
+					job()
+				}
+			}()
+		}
+	})
+	done := make(chan struct{})
+	answerDecoders.jobs <- func() { f(); close(done) }
+	<-done
+}
+
+// decodeOnPool reads a successful answer's body whole and decodes it on the pool into the
+// request's pooledAnswer; go-openai is then handed "{}" to decode. A body that cannot be read or
+// decoded is handed to go-openai as it was read, so that its error is go-openai's as before.
+func decodeOnPool(resp *http.Response, slot *pooledAnswer) {
+	body := resp.Body
+	data, err := io.ReadAll(body)
+	if err != nil {
+		resp.Body = replayBody{io.MultiReader(bytes.NewReader(data), errReader{err}), body}
+		return
+	}
+	var derr error
+	onDecoder(func() { derr = json.NewDecoder(bytes.NewReader(data)).Decode(&slot.resp) })
+	if derr != nil {
+		slot.resp = openai.ChatCompletionResponse{}
+		resp.Body = replayBody{bytes.NewReader(data), body}
+		return
+	}
+	slot.ok = true
+	resp.Body = replayBody{strings.NewReader("{}"), body}
+}
+
+// replayBody reads from r and closes the answer's own body.
+type replayBody struct {
+	r io.Reader
+	c io.Closer
+}
+
+func (b replayBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b replayBody) Close() error               { return b.c.Close() }
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
