@@ -1,8 +1,11 @@
 package rundir
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"time"
 
@@ -104,8 +107,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 		} {
 			seen := make(record.Done, len(done))
 			dst := files[side.name]
-			err := scanLines(join(dir, side.name), func(line []byte) error {
-				key, ok := lineKey(&intern, line, side.task, side.rollout, side.arm)
+			err := scanSideLines(&intern, join(dir, side.name), side.task, side.rollout, side.arm, func(key record.Key, ok bool, write func(io.Writer) error) error {
 				if _, rec := done[key]; !ok || !rec {
 					return nil
 				}
@@ -113,7 +115,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 					return nil
 				}
 				seen[key] = struct{}{}
-				return dst.writeLine(line)
+				return dst.writeFrom(write)
 			})
 			if err != nil {
 				return fin, err
@@ -164,9 +166,25 @@ func (m *mergedFile) writeLine(line []byte) error {
 
 var newline = []byte{'\n'}
 
-// scanLines calls fn with each complete line of the file at path (none when it does not
-// exist), without its newline.
-func scanLines(path string, fn func(line []byte) error) error {
+// writeFrom writes a line (without its newline) with write, then the newline.
+func (m *mergedFile) writeFrom(write func(io.Writer) error) error {
+	m.lines++
+	if err := write(m.jsonlFile.w); err != nil {
+		return err
+	}
+	return m.jsonlFile.writeLine(newline)
+}
+
+// sideLineHead is how much of a line of a side file (trajectories.jsonl, nemo_gym.jsonl) the
+// merge holds: a longer line's key is decoded as it streams from the file, and its bytes are
+// copied from the file.
+var sideLineHead = lines.BlockSize
+
+// scanSideLines calls fn with the key (task, rollout, arm members) of each complete line of
+// the file at path (none when it does not exist; ok false when a line has no such key) and a
+// write that copies the line, without its newline, to a writer: a line longer than
+// sideLineHead is never held whole.
+func scanSideLines(intern *record.Decoder, path, task, rollout, arm string, fn func(key record.Key, ok bool, write func(io.Writer) error) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -175,7 +193,25 @@ func scanLines(path string, fn func(line []byte) error) error {
 		return err
 	}
 	defer f.Close()
-	_, err = lines.Scan(f, 1, func(int, []byte, *struct{}) {}, func(line []byte, _ int, _ *struct{}) error { return fn(line) })
+	var at int64
+	_, err = lines.ScanHeads(f, 1, sideLineHead, func(int, []byte, *struct{}) {}, func(head []byte, length int64, _ int, _ *struct{}) error {
+		off := at
+		at += length + 1
+		if length == int64(len(head)) {
+			key, ok := lineKey(intern, head, task, rollout, arm)
+			return fn(key, ok, func(w io.Writer) error { _, err := w.Write(head); return err })
+		}
+		// Strings cut at 64 KiB: far longer than a key, and what is kept of the line is small.
+		var m map[string]json.RawMessage
+		key, ok := record.Key{}, false
+		if decodeClippedAt(path, off, 64<<10, math.MaxInt64, &m) == nil {
+			key, ok = keyOfMembers(m, task, rollout, arm)
+		}
+		return fn(key, ok, func(w io.Writer) error {
+			_, err := io.Copy(w, io.NewSectionReader(f, off, length))
+			return err
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -149,6 +149,22 @@ func TestMergeIsTheWholeRun(t *testing.T) {
 		if !slices.Equal(sortedLines(t, filepath.Join(out, rundir.TrajectoriesFile)), sortedLines(t, filepath.Join(whole, rundir.TrajectoriesFile))) {
 			t.Errorf("%d shards: trajectories differ", n)
 		}
+		// Every line longer than the merge's head (lowered to 16 bytes): its key read as it
+		// streams, its bytes copied from the file, never held; the same files.
+		restore := rundir.SetSideLineHead(16)
+		heads := filepath.Join(f.root, fmt.Sprintf("heads%d", n))
+		_, err = rundir.Merge(heads, r, rundir.MergeOptions{})
+		restore()
+		if err != nil {
+			t.Fatalf("%d shards, head 16: %v", n, err)
+		}
+		for _, name := range []string{rundir.TrajectoriesFile, rundir.NemoGymFile, rundir.JournalFile} {
+			a, _ := os.ReadFile(filepath.Join(out, name))
+			b, _ := os.ReadFile(filepath.Join(heads, name))
+			if !bytes.Equal(a, b) || name == rundir.TrajectoriesFile && len(a) == 0 {
+				t.Errorf("%d shards, head 16: %s differs (%d bytes, want %d)", n, name, len(b), len(a))
+			}
+		}
 		mf, err := rundir.ReadManifest(out)
 		if err != nil {
 			t.Fatal(err)

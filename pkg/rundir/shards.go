@@ -443,6 +443,12 @@ func lineKey(intern *record.Decoder, line []byte, task, rollout, arm string) (re
 	if json.Unmarshal(line, &m) != nil {
 		return record.Key{}, false
 	}
+	return keyOfMembers(m, task, rollout, arm)
+}
+
+// keyOfMembers is the key in a line's members task, rollout and arm; ok false when one is
+// missing or not of its type.
+func keyOfMembers(m map[string]json.RawMessage, task, rollout, arm string) (record.Key, bool) {
 	var tp, kp *int64
 	var ap *string
 	if json.Unmarshal(m[task], &tp) != nil || json.Unmarshal(m[rollout], &kp) != nil || json.Unmarshal(m[arm], &ap) != nil ||
