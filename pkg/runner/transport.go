@@ -18,6 +18,8 @@ type Transport struct {
 }
 
 const (
+	// connBufferSize is each connection's read and write buffer (net/http's default: 4 KiB).
+	connBufferSize     = 2 << 10
 	transportShardSize = 128
 	maxTransportShards = 16
 )
@@ -32,6 +34,7 @@ func NewTransport(concurrency int) *Transport {
 		s.MaxIdleConnsPerHost = (concurrency+n-1)/n + 16
 		s.IdleConnTimeout = 90 * time.Second
 		s.ResponseHeaderTimeout = 0 // deadlines come from contexts
+		s.ReadBufferSize, s.WriteBufferSize = connBufferSize, connBufferSize
 		t.shards[i] = s
 	}
 	return t
