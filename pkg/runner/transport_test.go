@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -51,5 +53,42 @@ func TestTransportShardsReuseConnections(t *testing.T) {
 	srv.Close() // waits for the connections to be gone
 	if c := closed.Load(); c != opened.Load() {
 		t.Errorf("%d of %d connections closed after CloseIdleConnections", c, opened.Load())
+	}
+}
+
+// Bodies much larger than a connection's buffers, and long header lines, go through whole and
+// the connection is reused after them.
+func TestTransportBodiesLargerThanBuffers(t *testing.T) {
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Long", r.Header.Get("X-Long"))
+		w.Write(bytes.Repeat(b, 2))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	client := &http.Client{Transport: NewTransport(1)}
+	for _, n := range []int{0, connBufferSize - 1, connBufferSize, connBufferSize + 1, 3 * connBufferSize, 1 << 20} {
+		body := bytes.Repeat([]byte("abcdefg"), n/7+1)[:n]
+		req, _ := http.NewRequest("POST", srv.URL, bytes.NewReader(body))
+		long := strings.Repeat("h", 3*connBufferSize)
+		req.Header.Set("X-Long", long)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(got, bytes.Repeat(body, 2)) || resp.Header.Get("X-Long") != long {
+			t.Fatalf("%d bytes: answer of %d bytes (%v), header of %d", n, len(got), err, len(resp.Header.Get("X-Long")))
+		}
+	}
+	if n := opened.Load(); n != 1 {
+		t.Errorf("%d connections, want 1 reused", n)
 	}
 }
