@@ -2,6 +2,7 @@ package export_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -213,5 +214,48 @@ func TestExportLeavesOutRowsOverTheBound(t *testing.T) {
 	rep, err = export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: "sft", Output: out, Overwrite: true})
 	if err != nil || rep.Rows != 4 {
 		t.Fatalf("default bound: %v, %+v", err, rep)
+	}
+}
+
+// A NeMo Gym line (the run's verify answer, which a nemo-gym row holds) longer than
+// MaxRowBytes, its keys after the long member, leaves its rollout out, named; the other rows
+// carry their verify answers.
+func TestExportNemoGymLeavesOutLinesOverTheBound(t *testing.T) {
+	dir := writeRun(t, 3, []rollout{{task: 0, reward: 1}, {task: 1, reward: 0}, {task: 2, reward: 1}})
+	data, err := os.ReadFile(filepath.Join(dir, rundir.TrajectoriesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ng strings.Builder
+	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		var k struct {
+			Task    int64  `json:"task_index"`
+			Rollout int64  `json:"rollout_index"`
+			Arm     string `json:"arm"`
+		}
+		if err := json.Unmarshal([]byte(line), &k); err != nil {
+			t.Fatal(err)
+		}
+		pad := "short"
+		if i == 1 {
+			pad = strings.Repeat("z", 2<<20)
+		}
+		fmt.Fprintf(&ng, `{"pad":%q,"reward":%d.5,"_ng_task_index":%d,"_ng_rollout_index":%d,"_ng_arm":%q}`+"\n", pad, i, k.Task, k.Rollout, k.Arm)
+	}
+	if err := os.WriteFile(filepath.Join(dir, rundir.NemoGymFile), []byte(ng.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var warn strings.Builder
+	out := filepath.Join(t.TempDir(), "ng.jsonl")
+	rep, err := export.Run(context.Background(), export.Options{Dirs: []string{dir}, Format: "nemo-gym", Output: out, MaxRowBytes: 1 << 20, Warnings: &warn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readJSONL[map[string]any](t, out)
+	if rep.Rows != 2 || len(rows) != 2 || rep.Dropped[export.DropTooLarge] != 1 || rows[0]["reward"] != 0.5 || rows[1]["reward"] != 2.5 {
+		t.Fatalf("%d rows %v, dropped %v", rep.Rows, rows, rep.Dropped)
+	}
+	if want := fmt.Sprintf("nemo_gym.jsonl:2: a NeMo Gym line of %d bytes, over --max-row-bytes 1048576: task 1 repeat 0", len(strings.Split(ng.String(), "\n")[1])); !strings.Contains(warn.String(), want) {
+		t.Errorf("warnings %q lack %q", warn.String(), want)
 	}
 }

@@ -138,7 +138,7 @@ const (
 	DropMinReward    = "reward below --min-reward"
 	DropNotBest      = "not the best of its group (--best-of-group)"
 	DropNoTrajectory = "no trajectory in trajectories.jsonl"
-	DropTooLarge     = "trajectory line longer than --max-row-bytes (each named above)"
+	DropTooLarge     = "a line longer than --max-row-bytes (each named above)"
 	DropNoTask       = "no row in the task file"
 	DropNoPair       = "group with one rollout"
 	DropEqual        = "group with all rewards equal"
@@ -444,7 +444,8 @@ type rollout struct {
 // rollout is left out.
 func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group) string, fn func(*rollout) (string, error)) error {
 	for d, dir := range e.opt.Dirs {
-		trajs, err := openTrajectories(dir, cmp.Or(e.opt.MaxRowBytes, DefaultMaxRowBytes))
+		over := cmp.Or(e.opt.MaxRowBytes, DefaultMaxRowBytes)
+		trajs, err := openTrajectories(dir, over)
 		if err != nil {
 			return err
 		}
@@ -455,7 +456,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 		}
 		var answers *keyedLines[json.RawMessage]
 		if e.opt.Format == FormatNemoGym {
-			if answers, err = openVerifyAnswers(dir); err != nil {
+			if answers, err = openVerifyAnswers(dir, over); err != nil {
 				trajs.close()
 				tasks.close()
 				return err
@@ -483,22 +484,30 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 					return nil
 				}
 			}
-			tr, ok, err := trajs.get(keyOf(r))
+			// A line longer than the bound leaves its rollout out, named.
 			var large *tooLargeError
-			if errors.As(err, &large) {
+			leftOut := func() error {
 				e.rep.Dropped[DropTooLarge]++
-				answers.skip(keyOf(r))
 				if e.opt.Warnings != nil {
 					fmt.Fprintf(e.opt.Warnings, "rollout: warning: export: %v: task %d repeat %d arm %q left out\n", large, r.TaskIndex, r.RolloutIndex, r.Arm)
 				}
 				return nil
+			}
+			tr, ok, err := trajs.get(keyOf(r))
+			if errors.As(err, &large) {
+				answers.skip(keyOf(r))
+				return leftOut()
 			}
 			if err != nil {
 				return err
 			}
 			var verify json.RawMessage
 			if answers != nil {
-				if verify, _, err = answers.get(keyOf(r)); err != nil {
+				verify, _, err = answers.get(keyOf(r))
+				if errors.As(err, &large) {
+					return leftOut()
+				}
+				if err != nil {
 					return err
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -36,13 +37,17 @@ type lineReader struct {
 	n    int
 	buf  []byte
 	// over, when set, is the length past which a line is not held: next reads the rest of it
-	// through, and returns a *tooLargeError with its key (decoded as it streams) and size.
-	over int64
+	// through, and returns a *tooLargeError with its key (its members names, decoded as it
+	// streams) and size; what names the file's lines in errors.
+	over  int64
+	names [3]string
+	what  string
 }
 
 // tooLargeError is a line longer than a lineReader's over: its key and length.
 type tooLargeError struct {
 	path string
+	what string // "trajectory", "NeMo Gym"
 	line int
 	key  key
 	size int64 // without its newline
@@ -50,7 +55,7 @@ type tooLargeError struct {
 }
 
 func (e *tooLargeError) Error() string {
-	return fmt.Sprintf("%s:%d: a trajectory line of %d bytes, over --max-row-bytes %d", e.path, e.line, e.size, e.over)
+	return fmt.Sprintf("%s:%d: a %s line of %d bytes, over --max-row-bytes %d", e.path, e.line, e.what, e.size, e.over)
 }
 
 // restOfLine reads br up to its next newline (included), and counts what it read.
@@ -79,29 +84,29 @@ func (r *restOfLine) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// skipLong reads the rest of a trajectory line of which head was read (none when complete),
+// skipLong reads the rest of a line of which head was read (none when complete),
 // its key decoded as it streams
 // (every string cut short, so the line is never held), and returns its *tooLargeError.
 func (l *lineReader) skipLong(head []byte, complete bool) error {
 	rest := &restOfLine{br: l.br, done: complete}
 	l.n++
-	var keys struct {
-		Task    int64  `json:"task_index"`
-		Rollout int64  `json:"rollout_index"`
-		Arm     string `json:"arm"`
-	}
-	c := rundir.ClipStrings(io.MultiReader(bytes.NewReader(head), rest), 4<<10, rundir.MaxTrajectoryLine)
-	derr := json.NewDecoder(c).Decode(&keys)
+	var m map[string]json.RawMessage
+	c := rundir.ClipStrings(io.MultiReader(bytes.NewReader(head), rest), 4<<10, math.MaxInt64)
+	derr := json.NewDecoder(c).Decode(&m)
 	if _, err := io.Copy(io.Discard, rest); err != nil {
 		return fmt.Errorf("%s: %w", l.path, err)
 	}
 	if !rest.done {
 		return io.EOF // a torn last line
 	}
-	if derr != nil {
-		return fmt.Errorf("%s:%d: not a trajectory line: %v", l.path, l.n, derr)
+	var k key
+	if derr == nil {
+		derr = errors.Join(json.Unmarshal(m[l.names[0]], &k.task), json.Unmarshal(m[l.names[1]], &k.rollout), json.Unmarshal(m[l.names[2]], &k.arm))
 	}
-	return &tooLargeError{path: l.path, line: l.n, key: key{keys.Task, keys.Rollout, keys.Arm}, size: int64(len(head)) + max(rest.n-1, 0), over: l.over}
+	if derr != nil {
+		return fmt.Errorf("%s:%d: not a %s line: %v", l.path, l.n, l.what, derr)
+	}
+	return &tooLargeError{path: l.path, line: l.n, what: l.what, key: k, size: int64(len(head)) + max(rest.n-1, 0), over: l.over}
 }
 
 func openLines(path string) (*lineReader, error) {
@@ -185,8 +190,8 @@ func openTrajectories(dir string, over int64) (*keyedLines[*storedTrajectory], e
 	if err != nil {
 		return nil, fmt.Errorf("%s: no trajectories: %w", dir, err)
 	}
-	l.over = over
-	return newKeyedLines(l, "trajectory", [3]string{"task_index", "rollout_index", "arm"}, func(line []byte) (key, *storedTrajectory, error) {
+	l.over, l.names, l.what = over, [3]string{"task_index", "rollout_index", "arm"}, "trajectory"
+	return newKeyedLines(l, l.what, l.names, func(line []byte) (key, *storedTrajectory, error) {
 		var full struct {
 			TaskIndex    int64             `json:"task_index"`
 			RolloutIndex int64             `json:"rollout_index"`
@@ -200,7 +205,7 @@ func openTrajectories(dir string, over int64) (*keyedLines[*storedTrajectory], e
 
 // openVerifyAnswers reads the NeMo Gym lines of dir's run (its --jsonl-out file, or
 // nemo_gym.jsonl while it runs): each verify answer whole, or nil when the run kept none.
-func openVerifyAnswers(dir string) (*keyedLines[json.RawMessage], error) {
+func openVerifyAnswers(dir string, over int64) (*keyedLines[json.RawMessage], error) {
 	path := filepath.Join(dir, rundir.NemoGymFile)
 	if m, err := rundir.ReadManifest(dir); err == nil && m.JSONLOut != "" {
 		if _, err := os.Stat(m.JSONLOut); err == nil {
@@ -214,7 +219,8 @@ func openVerifyAnswers(dir string) (*keyedLines[json.RawMessage], error) {
 	if err != nil {
 		return nil, err
 	}
-	return newKeyedLines(l, "NeMo Gym", [3]string{"_ng_task_index", "_ng_rollout_index", "_ng_arm"}, func(line []byte) (key, json.RawMessage, error) {
+	l.over, l.names, l.what = over, [3]string{"_ng_task_index", "_ng_rollout_index", "_ng_arm"}, "NeMo Gym"
+	return newKeyedLines(l, l.what, l.names, func(line []byte) (key, json.RawMessage, error) {
 		var keys struct {
 			TaskIndex    int64  `json:"_ng_task_index"`
 			RolloutIndex int64  `json:"_ng_rollout_index"`
