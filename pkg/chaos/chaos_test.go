@@ -156,14 +156,23 @@ func TestChaosDeterministicPerSeed(t *testing.T) {
 		_, _, srv := serve(t, chaos.Options{Seed: seed, FailRate: 0.3, ResetRate: 0.2, HangRate: 0.1})
 		c := client(0)
 		defer c.CloseIdleConnections()
+		// All 40 at once, started in one order or the other: a hang is told by the client's
+		// timeout, which is long enough that a slow answer on a loaded machine is not one, and
+		// the hangs wait it out together.
 		res := make([]string, 40)
+		var wg sync.WaitGroup
 		for k := range 40 {
 			i := k
 			if reverse {
 				i = 39 - k
 			}
-			res[i] = send(t, c, "POST", srv.URL+"/list_sources", fmt.Sprintf(`{"region":"r%d"}`, i), 100*time.Millisecond)[:1]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[i] = send(t, c, "POST", srv.URL+"/list_sources", fmt.Sprintf(`{"region":"r%d"}`, i), 3*time.Second)[:1]
+			}()
 		}
+		wg.Wait()
 		return strings.Join(res, "")
 	}
 	a, b, other := run(7, false), run(7, true), run(8, false)
