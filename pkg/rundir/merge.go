@@ -175,9 +175,9 @@ func (m *mergedFile) writeFrom(write func(io.Writer) error) error {
 	return m.jsonlFile.writeLine(newline)
 }
 
-// sideLineHead is how much of a line of a side file (trajectories.jsonl, nemo_gym.jsonl) the
-// merge holds: a longer line's key is decoded as it streams from the file, and its bytes are
-// copied from the file.
+// sideLineHead is how much of a line of a side file (trajectories.jsonl, nemo_gym.jsonl) a
+// merge or a resume's compaction holds: a longer line's key is decoded as it streams from the
+// file, and its bytes are copied from the file.
 var sideLineHead = lines.BlockSize
 
 // scanSideLines calls fn with the key (task, rollout, arm members) of each complete line of

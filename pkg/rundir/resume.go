@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -286,7 +287,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		rec *record.Record // with keep, or when the fast path could not read the key
 		err error
 	}
-	err := rewriteLines(jpath, workers, presize, func(w int, line []byte, res *journalLine) {
+	err := rewriteLines(jpath, workers, 0, presize, func(w int, line []byte, res *journalLine) {
 		d := &decoders[w]
 		if keep == nil {
 			var ok bool
@@ -297,7 +298,7 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 		rec := new(record.Record)
 		res.err = d.DecodeRecord(line, rec)
 		res.rec, res.key = rec, rec.Key()
-	}, func(_ []byte, n int, res *journalLine) (bool, error) {
+	}, func(_ []byte, _, _ int64, n int, res *journalLine) (bool, error) {
 		if res.err != nil {
 			return false, &record.LineError{Path: jpath, Line: n, Err: res.err}
 		}
@@ -332,11 +333,24 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 	var intern record.Decoder
 	next := 0
 	var seen record.Done
-	err = rewriteLines(join(dir, TrajectoriesFile), workers, nil, func(_ int, line []byte, res *keyLine) {
+	tpath := join(dir, TrajectoriesFile)
+	err = rewriteLines(tpath, workers, sideLineHead, nil, func(_ int, line []byte, res *keyLine) {
 		res.task, res.rollout, res.arm, _, res.ok = jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
-	}, func(line []byte, _ int, res *keyLine) (bool, error) {
+	}, func(line []byte, length, at int64, _ int, res *keyLine) (bool, error) {
 		var key record.Key
-		if res.ok {
+		if length > int64(len(line)) {
+			// Only the line's head is here: its keys are decoded as the line streams from the
+			// file, every string cut at 4 KiB, so the line is never in memory whole.
+			var k struct {
+				Task    int64  `json:"task_index"`
+				Rollout int64  `json:"rollout_index"`
+				Arm     string `json:"arm"`
+			}
+			if decodeClippedAt(tpath, at, 4<<10, math.MaxInt64, &k) != nil {
+				return false, nil
+			}
+			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: intern.Intern([]byte(k.Arm))}
+		} else if res.ok {
 			if seen == nil && next < len(order) {
 				if k := &order[next]; k.Task == res.task && k.Rollout == res.rollout && k.Arm == string(res.arm) {
 					next++
@@ -392,8 +406,19 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 func keepNemoGymLines(path string, workers int, done record.Done) error {
 	var intern record.Decoder
 	seen := make(record.Done, len(done))
-	return rewriteLines(path, workers, nil, func(int, []byte, *struct{}) {}, func(line []byte, _ int, _ *struct{}) (bool, error) {
-		key, ok := lineKey(&intern, line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+	return rewriteLines(path, workers, sideLineHead, nil, func(int, []byte, *struct{}) {}, func(line []byte, length, at int64, _ int, _ *struct{}) (bool, error) {
+		var key record.Key
+		var ok bool
+		if length > int64(len(line)) {
+			// Only the line's head is here: its members are decoded as the line streams from the
+			// file, strings cut at 64 KiB (far longer than a key).
+			var m map[string]json.RawMessage
+			if decodeClippedAt(path, at, 64<<10, math.MaxInt64, &m) == nil {
+				key, ok = keyOfMembers(m, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+			}
+		} else {
+			key, ok = lineKey(&intern, line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
+		}
 		if !ok {
 			return false, nil
 		}
@@ -410,12 +435,16 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 
 // rewriteLines makes the file at path hold its complete lines for which keep is true, in
 // order (a torn last line is dropped), and syncs it. parse runs on workers goroutines, ahead
-// of keep, which gets what it made of each line. presize, if set, is first told about how
-// many lines the file has (estimated from its first lines). The file is rewritten (through a temporary file that is synced
-// and renamed) only if a line to keep follows one to drop: the lines before the first
-// dropped one are copied by the kernel, the others written. Otherwise the lines to drop, if
-// any, are at the end, and the file is cut short.
-func rewriteLines[T any](path string, workers int, presize func(lines int), parse func(w int, line []byte, res *T), keep func(line []byte, n int, res *T) (bool, error)) (err error) {
+// of keep, which gets what it made of each line, with the line's whole length (without its
+// newline) and where it starts in the file. With head 0, every line is held whole; with head
+// above 0, parse and keep get at most the first head bytes of a line (lines.ScanHeads), and a
+// longer line that is kept is copied from the file by its offset, never held whole. presize,
+// if set, is first told about how many lines the file has (estimated from its first lines).
+// The file is rewritten (through a temporary file that is synced and renamed) only if a line
+// to keep follows one to drop: the lines before the first dropped one are copied by the
+// kernel, the others written. Otherwise the lines to drop, if any, are at the end, and the
+// file is cut short.
+func rewriteLines[T any](path string, workers, head int, presize func(lines int), parse func(w int, line []byte, res *T), keep func(line []byte, length, at int64, n int, res *T) (bool, error)) (err error) {
 	in, err := os.Open(path)
 	if err != nil {
 		return err
@@ -444,10 +473,22 @@ func rewriteLines[T any](path string, workers int, presize func(lines int), pars
 		n := lines.Estimate(path)
 		presize(n + n/16)
 	}
-	complete, err := lines.Scan(in, workers, parse, func(line []byte, n int, res *T) error {
+	// write puts a kept line, with its newline, on bw: from the block it is in (where its
+	// newline follows it), or, for a line longer than its head, from the file.
+	write := func(line []byte, length, start int64) error {
+		if length == int64(len(line)) {
+			_, err := bw.Write(line[:len(line)+1])
+			return err
+		}
+		if _, err := io.Copy(bw, io.NewSectionReader(in, start, length)); err != nil {
+			return err
+		}
+		return bw.WriteByte('\n')
+	}
+	consume := func(line []byte, length int64, n int, res *T) error {
 		start := off
-		off += int64(len(line)) + 1
-		ok, err := keep(line, n, res)
+		off += length + 1
+		ok, err := keep(line, length, start, n, res)
 		if err != nil {
 			keepErr = err
 			return err
@@ -458,7 +499,7 @@ func rewriteLines[T any](path string, workers int, presize func(lines int), pars
 				dropAt = start
 			}
 		case out != nil:
-			if _, err := bw.Write(line[:len(line)+1]); err != nil { // with its newline, after it in the block
+			if err := write(line, length, start); err != nil {
 				return err
 			}
 		case dropAt >= 0:
@@ -470,12 +511,20 @@ func rewriteLines[T any](path string, workers int, presize func(lines int), pars
 				return err
 			}
 			bw = bufio.NewWriterSize(out, 1<<20)
-			if _, err := bw.Write(line[:len(line)+1]); err != nil {
+			if err := write(line, length, start); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}
+	var complete int64
+	if head > 0 {
+		complete, err = lines.ScanHeads(in, workers, head, parse, consume)
+	} else {
+		complete, err = lines.Scan(in, workers, parse, func(line []byte, n int, res *T) error {
+			return consume(line, int64(len(line)), n, res)
+		})
+	}
 	if err != nil {
 		if err != keepErr {
 			err = fmt.Errorf("%s: %w", path, err)
