@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -426,5 +427,104 @@ func TestCountClass(t *testing.T) {
 	})
 	if n != want {
 		t.Errorf("the journal has %d cancelled records, want %d", n, want)
+	}
+}
+
+// A resume's compaction of trajectory and NeMo Gym lines far longer than the head it holds of
+// a line (keys first or last, kept and dropped, malformed, torn) leaves the same bytes as
+// with every line held whole, without holding a long line: what it allocates stays below the
+// longest line's length.
+func TestCompactLinesLongerThanTheHead(t *testing.T) {
+	huge := strings.Repeat("h", 32<<20)
+	pad := strings.Repeat("p", 300_000)
+	rec := func(task int64, class string) string {
+		r := result(task, 0, class, 1)
+		b, _ := json.Marshal(&r.Record)
+		return string(b)
+	}
+	first := func(task int64, body string) string {
+		return fmt.Sprintf(`{"task_index":%d,"rollout_index":0,"arm":"multi","trajectory":%q}`, task, body)
+	}
+	last := func(task int64, body string) string {
+		return fmt.Sprintf(`{"trajectory":{"messages":[{"role":"user","content":%q}]},"arm":"multi","rollout_index":0,"task_index":%d}`, body, task)
+	}
+	ng := func(task int64, body string, keysFirst bool) string {
+		keys := fmt.Sprintf(`%q:%d,%q:0,%q:"multi"`, ngTaskIndexKey, task, ngRolloutIndexKey, ngArmKey)
+		if keysFirst {
+			return `{` + keys + `,"responses_create_params":{"input":[{"role":"user","content":"` + body + `"}]}}`
+		}
+		return `{"responses_create_params":{"input":[{"role":"user","content":"` + body + `"}]},` + keys + `}`
+	}
+	trajs := []string{
+		first(0, pad),       // kept
+		last(9, pad),        // no record: dropped
+		last(1, huge),       // kept, keys after 32 MiB
+		first(2, pad),       // a timeout, run again: dropped
+		first(1, pad+"dup"), // a second line of a kept rollout: dropped
+		first(3, "short"),   // kept
+		`{"task_index":4,"rollout_index":0,"arm":"multi","trajectory":"` + pad + `"`, // malformed: dropped
+		last(4, pad),  // kept
+		first(5, "x"), // kept
+	}
+	ngs := []string{
+		ng(0, pad, false), ng(2, pad, true), `{"responses_create_params":"` + pad + `"}`, ng(1, pad, true),
+		ng(9, pad, false), ng(3, "s", true), ng(1, pad, false), ng(4, pad, false), ng(5, "t", true),
+	}
+	setup := func() string {
+		dir := t.TempDir()
+		write := func(name, text string) {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(JournalFile, strings.Join([]string{rec(0, ""), rec(1, ""), rec(2, record.FailTimeout), rec(3, ""), rec(4, ""), rec(5, "")}, "\n")+"\n")
+		write(TrajectoriesFile, strings.Join(trajs, "\n")+"\n"+first(6, pad)) // a torn last line
+		write(NemoGymFile, strings.Join(ngs, "\n")+"\n"+ng(6, pad, false))
+		return dir
+	}
+	compact := func(dir string) {
+		t.Helper()
+		done, err := Compact(dir, filepath.Join(dir, NemoGymFile), func(r *record.Record) bool { return !r.FailureClass.Infra() })
+		if err != nil || len(done) != 5 || done.Has(2, 0, "multi") {
+			t.Fatalf("%v done, %v", done, err)
+		}
+	}
+	whole := setup() // the head far above every line but the huge one, which is held whole too
+	defer SetSideLineHead(len(huge) + 1)()
+	compact(whole)
+
+	SetSideLineHead(16)
+	heads := setup()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	compact(heads)
+	runtime.ReadMemStats(&after)
+	t.Logf("the compaction of heads allocated %d bytes", after.TotalAlloc-before.TotalAlloc)
+	if got := after.TotalAlloc - before.TotalAlloc; got >= uint64(len(huge)) {
+		t.Errorf("the compaction allocated %d bytes for a line of %d", got, len(huge))
+	}
+
+	for _, f := range []struct {
+		name string
+		want []string
+	}{
+		{TrajectoriesFile, []string{trajs[0], trajs[2], trajs[5], trajs[7], trajs[8]}},
+		{NemoGymFile, []string{ngs[0], ngs[3], ngs[5], ngs[7], ngs[8]}},
+	} {
+		a, err := os.ReadFile(filepath.Join(whole, f.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(heads, f.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a) != strings.Join(f.want, "\n")+"\n" {
+			t.Errorf("%s of whole lines: %d bytes, %d lines; want %d lines", f.name, len(a), bytes.Count(a, []byte("\n")), len(f.want))
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s of heads: %d bytes, differs from that of whole lines (%d bytes)", f.name, len(b), len(a))
+		}
 	}
 }
