@@ -118,7 +118,8 @@ bench-fleet:
 	$(GO) run ./internal/fleetbench/cmd/fleetbench $(FLEET_FLAGS) | tee out/bench/fleet.md
 
 # Peak RSS of show, report --html, export and a view request on a run whose one trajectory line
-# is 210 MB (BENCHMARKS.md "One huge trajectory line"); about a minute on 2 cores.
+# is 210 MB, then the compaction of a --resume (BENCHMARKS.md "One huge trajectory line"); about
+# a minute on 2 cores.
 bench-hugeline: build
 	internal/benchutil/hugeline.sh $(BIN) 210
 

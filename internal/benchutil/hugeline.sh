@@ -1,5 +1,6 @@
 #!/bin/sh
-# Peak RSS of the readers of trajectories.jsonl (show, view per request, report --html, export)
+# Peak RSS of the readers of trajectories.jsonl (show, view per request, report --html, export,
+# the compaction of a --resume)
 # on a run whose one trajectory line holds a message of SIZE_MB megabytes (default 210): a run of
 # two extraction tasks against the simulator, one line rewritten. Usage:
 #   internal/benchutil/hugeline.sh [ROLLOUT_BINARY] [SIZE_MB]
@@ -44,3 +45,10 @@ before=$(awk '/VmHWM/ {print int($2/1024)}' /proc/$VIEW/status)
 code=$(curl -s -o "$T/page.html" -w '%{http_code}' "http://127.0.0.1:$PORT/trajectory?run=0&task=$2&repeat=$3&arm=$4")
 after=$(awk '/VmHWM/ {print int($2/1024)}' /proc/$VIEW/status)
 echo "view:          HTTP $code, $(wc -c < "$T/page.html") bytes, peak $before MB loaded, $after MB after the transcript"
+kill $VIEW 2>/dev/null || true
+wait $VIEW 2>/dev/null || true
+VIEW=
+# A resume of the finished run, a line of a rollout without a record put before the huge one:
+# its compaction rewrites trajectories.jsonl, keeping the huge line.
+{ echo '{"task_index":99,"rollout_index":0,"arm":"'"$4"'","trajectory":null}'; cat "$T/run/trajectories.jsonl"; } > "$T/t" && mv "$T/t" "$T/run/trajectories.jsonl"
+echo "resume:        $(peak "$BIN" run --input "$T/tasks.jsonl" --out "$T/run" --model-url builtin:sim --server builtin:extraction --quiet --resume || true), trajectories.jsonl after: $(wc -l < "$T/run/trajectories.jsonl") lines, $(wc -c < "$T/run/trajectories.jsonl") bytes"
