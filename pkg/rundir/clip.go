@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
+
+	"github.com/rollout-dev/rollout/pkg/record"
 )
 
 // MaxShownString is how much of one JSON string of a trajectory line the readers that show a
@@ -60,6 +63,37 @@ func (t *Trajectories) Clipped(task, rollout int64, arm string, maxString int) (
 			return nil, false, err
 		}
 	}
+}
+
+// trajLineKey is the key members of a trajectory line.
+type trajLineKey struct {
+	Task    int64  `json:"task_index"`
+	Rollout int64  `json:"rollout_index"`
+	Arm     string `json:"arm"`
+}
+
+// decodeTrajKey decodes the key of the trajectory line that starts at offset at of path and is
+// length bytes long, of which line holds the head: a whole line is decoded from line; of a longer
+// one only its keys are decoded as the line streams from the file, every string cut at 4 KiB, so
+// the line is never in memory whole.
+func decodeTrajKey(path string, line []byte, length, at int64) (k trajLineKey, err error) {
+	if length > int64(len(line)) {
+		err = decodeClippedAt(path, at, 4<<10, math.MaxInt64, &k)
+	} else {
+		err = json.Unmarshal(line, &k)
+	}
+	return k, err
+}
+
+// decodeSideKeyAt decodes the key (the task, rollout and arm members) of the side-file line at
+// off of path, a line too long to hold: its members are decoded as it streams from the file,
+// strings cut at 64 KiB (far longer than a key); ok is false when it has no such key.
+func decodeSideKeyAt(path string, off int64, task, rollout, arm string) (key record.Key, ok bool) {
+	var m map[string]json.RawMessage
+	if decodeClippedAt(path, off, 64<<10, math.MaxInt64, &m) != nil {
+		return record.Key{}, false
+	}
+	return keyOfMembers(m, task, rollout, arm)
 }
 
 // decodeClippedAt decodes the line at off into v through a ClipStrings reader that passes on

@@ -1,11 +1,9 @@
 package rundir
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"time"
 
@@ -201,12 +199,7 @@ func scanSideLines(intern *record.Decoder, path, task, rollout, arm string, fn f
 			key, ok := lineKey(intern, head, task, rollout, arm)
 			return fn(key, ok, func(w io.Writer) error { _, err := w.Write(head); return err })
 		}
-		// Strings cut at 64 KiB: far longer than a key, and what is kept of the line is small.
-		var m map[string]json.RawMessage
-		key, ok := record.Key{}, false
-		if decodeClippedAt(path, off, 64<<10, math.MaxInt64, &m) == nil {
-			key, ok = keyOfMembers(m, task, rollout, arm)
-		}
+		key, ok := decodeSideKeyAt(path, off, task, rollout, arm)
 		return fn(key, ok, func(w io.Writer) error {
 			_, err := io.Copy(w, io.NewSectionReader(f, off, length))
 			return err

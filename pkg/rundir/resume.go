@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -339,14 +338,8 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 	}, func(line []byte, length, at int64, _ int, res *keyLine) (bool, error) {
 		var key record.Key
 		if length > int64(len(line)) {
-			// Only the line's head is here: its keys are decoded as the line streams from the
-			// file, every string cut at 4 KiB, so the line is never in memory whole.
-			var k struct {
-				Task    int64  `json:"task_index"`
-				Rollout int64  `json:"rollout_index"`
-				Arm     string `json:"arm"`
-			}
-			if decodeClippedAt(tpath, at, 4<<10, math.MaxInt64, &k) != nil {
+			k, err := decodeTrajKey(tpath, line, length, at)
+			if err != nil {
 				return false, nil
 			}
 			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: intern.Intern([]byte(k.Arm))}
@@ -359,12 +352,8 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 			}
 			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.Intern(res.arm)}
 		} else {
-			var k struct {
-				Task    int64  `json:"task_index"`
-				Rollout int64  `json:"rollout_index"`
-				Arm     string `json:"arm"`
-			}
-			if json.Unmarshal(line, &k) != nil {
+			k, err := decodeTrajKey(tpath, line, length, at)
+			if err != nil {
 				return false, nil
 			}
 			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: k.Arm}
@@ -410,12 +399,7 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 		var key record.Key
 		var ok bool
 		if length > int64(len(line)) {
-			// Only the line's head is here: its members are decoded as the line streams from the
-			// file, strings cut at 64 KiB (far longer than a key).
-			var m map[string]json.RawMessage
-			if decodeClippedAt(path, at, 64<<10, math.MaxInt64, &m) == nil {
-				key, ok = keyOfMembers(m, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
-			}
+			key, ok = decodeSideKeyAt(path, at, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
 		} else {
 			key, ok = lineKey(&intern, line, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey)
 		}

@@ -124,20 +124,7 @@ func scanTrajKeys(dir string, add func(trajEntry)) (covered int64, arms []string
 		offset += length + 1
 		task, rollout, arm := res.task, res.rollout, string(res.arm)
 		if length > int64(len(line)) || !res.ok {
-			var k struct {
-				Task    int64  `json:"task_index"`
-				Rollout int64  `json:"rollout_index"`
-				Arm     string `json:"arm"`
-			}
-			var err error
-			if length > int64(len(line)) {
-				// Only the line's head is here: its keys are decoded as the line streams from
-				// the file, every string cut at 4 KiB, so the line is never in memory whole (a
-				// key is far shorter; what is kept of the line is not bounded by a reader's).
-				err = decodeClippedAt(path, at, 4<<10, math.MaxInt64, &k)
-			} else {
-				err = json.Unmarshal(line, &k)
-			}
+			k, err := decodeTrajKey(path, line, length, at)
 			if err != nil {
 				return fmt.Errorf("%s:%d: not a trajectory line: %v", path, n, err)
 			}
