@@ -106,7 +106,7 @@ bench: build bench-tools bench-fleet
 	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale $(BENCH_SCALE) --md BENCHMARKS.md
 
 bench-quick: build bench-tools
-	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale 0.01 --phases ceiling,floor,load,zero,rounds,size,million
+	$(GO) run ./cmd/rollout-bench --bin $(BIN) --dir out/bench --scale 0.01 --phases ceiling,floor,load,zero,rounds,size,inflight,million
 
 # The fleet table (BENCHMARKS.md "Fleet: routing and adaptive concurrency"): the extraction
 # tasks against 4 simulated inference servers (a model of vLLM, not a measurement), every

@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dir := fs.String("dir", "out/bench", "work `DIR`: per-scenario outputs, profiles, results.json")
 	md := fs.String("md", "", "write the figures between the markers of this Markdown `FILE` (e.g. BENCHMARKS.md)")
 	scale := fs.Float64("scale", 1, "multiply every load scenario's task count (1: the full suite with 10^6 tasks; 0.01: a quick look)")
-	phases := fs.String("phases", "", "comma-separated phases (default all): gobench, ceiling, floor, load, zero, rounds, size, concurrency, million; inflight (only when named)")
+	phases := fs.String("phases", "", "comma-separated phases (default all): gobench, ceiling, floor, load, zero, rounds, size, concurrency, inflight, million")
 	benchtime := fs.String("benchtime", "", "go test -benchtime for the Go benchmarks")
 	profile := fs.Bool("profile", false, "write each process's CPU profile (runner.pprof, sim.pprof, server.pprof) into its scenario's directory")
 	if err := fs.Parse(args); err != nil {

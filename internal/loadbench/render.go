@@ -2,10 +2,12 @@ package loadbench
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -17,13 +19,24 @@ type Target struct {
 	Measured string
 	Ratio    float64 // measured / limit, or limit / measured for "at least" targets: <= 1 is met
 	Met      bool
-	Missing  string // why it was not measured
+	Missing  string // why it was not measured or not checked
 }
+
+// The targets' limits.
+const (
+	SlotEfficiencyMin = 0.97    // steady model-call rate / slot limit at concurrency 1024, 100 ms
+	FloorRatioMax     = 1.5     // runner CPU per turn / the HTTP floor's CPU for a turn's requests
+	PeakRSSMaxMB      = 150     // the 10^6 phase's peak RSS, MB (10^6 bytes)
+	RSSGrowthMaxPct   = 10      // the runner's RSS from 10^5 tasks done to the largest count sampled
+	InFlightMaxKiB    = 64      // the runner's memory per rollout in flight
+	ParquetMinRate    = 500_000 // records/s, BenchmarkParquetWrite
+	ResumeScanMaxS    = 3       // s, rundir.Compact over 10^6 records
+)
 
 // Targets checks the suite against the performance targets.
 func (s *Suite) Targets() []Target {
 	var ts []Target
-	atMost := func(name string, limit, v float64, unit string, ok bool, missing string) {
+	atMost := func(name string, limit, v float64, unit string, ok bool, missing string) *Target {
 		t := Target{Name: name, Limit: strings.TrimSpace("≤ " + num(limit) + " " + unit)}
 		if !ok {
 			t.Missing = missing
@@ -31,8 +44,9 @@ func (s *Suite) Targets() []Target {
 			t.Measured, t.Ratio, t.Met = strings.TrimSpace(num(v)+" "+unit), v/limit, v <= limit
 		}
 		ts = append(ts, t)
+		return &ts[len(ts)-1]
 	}
-	atLeast := func(name string, limit, v float64, unit string, ok bool, missing string) {
+	atLeast := func(name string, limit, v float64, unit string, ok bool, missing string) *Target {
 		t := Target{Name: name, Limit: strings.TrimSpace("≥ " + num(limit) + " " + unit)}
 		if !ok {
 			t.Missing = missing
@@ -43,26 +57,21 @@ func (s *Suite) Targets() []Target {
 			}
 		}
 		ts = append(ts, t)
+		return &ts[len(ts)-1]
 	}
-	c1024 := findLoad(s.Load, 1024)
-	// At a smaller scale the scenario is over before its slots fill: no steady state to measure.
-	why1024 := "load phase not run"
-	if c1024 != nil && s.Options.Scale < 1 {
-		why1024, c1024 = "needs the full scale (a steady state of ten windows of rollouts)", nil
-	}
-	atLeast("slot efficiency, concurrency 1024, 100 ms", 0.97, eff(c1024), "", c1024 != nil, why1024)
-	if c1024 != nil {
-		// What the slots had: the CPU all three processes used of the machine's cores.
-		ts[len(ts)-1].Measured += fmt.Sprintf(" (all three processes used %.2f cores of %d)", c1024.Cores(), s.Machine.CPUs)
-	}
-	atMost("runner CPU per turn (zero latency, concurrency 64, 3 rounds)", 60, cpuTurn(s.Zero), "µs", s.Zero != nil, "zero phase not run")
+	notRun := func(phase string) string { return "not run (phase " + phase + ")" }
+
+	// The 10^6 phase: peak RSS and growth.
 	m := s.Million
+	why := notRun("million")
+	if m != nil && m.Scenario.Tasks < millionTasks {
+		why = fmt.Sprintf("not checked: %s tasks at scale %g (needs 10^6)", thousands(int64(m.Scenario.Tasks)), s.Options.Scale)
+	}
 	full := m != nil && m.Scenario.Tasks >= millionTasks
-	why := "million phase not run at full scale"
 	var peak, growth float64
 	tasks, last := "10^6", millionTasks // the largest count the RSS was sampled at
 	if m != nil {
-		peak = mib(m.Runner.MaxRSS) * (1 << 20) / 1e6
+		peak = float64(m.Runner.MaxRSS) / 1e6
 		if n := len(m.Scenario.RSSAt); n > 0 && m.Scenario.RSSAt[n-1] > millionTasks {
 			last = m.Scenario.RSSAt[n-1]
 			tasks = fmt.Sprintf("10^%d", len(fmt.Sprint(last))-1)
@@ -71,8 +80,63 @@ func (s *Suite) Targets() []Target {
 			growth = 100 * (float64(rLast)/float64(r100k) - 1)
 		}
 	}
-	atMost("peak RSS, "+tasks+" tasks at concurrency 1024", 300, peak, "MB", full, why)
-	atMost("RSS growth from 10^5 to "+tasks+" tasks", 10, growth, "%", full, why)
+	atMost("peak RSS, "+tasks+" tasks at concurrency 1024", PeakRSSMaxMB, peak, "MB", full, why)
+	atMost("RSS growth from 10^5 to "+tasks+" tasks", RSSGrowthMaxPct, growth, "%", full, why)
+
+	// CPU per turn against the HTTP floor of the same run.
+	why = notRun("zero")
+	if s.Zero != nil && s.Floor == nil {
+		why = notRun("floor")
+	}
+	ratio, floorTurn := 0.0, 0.0
+	if s.Zero != nil && s.Floor != nil {
+		floorTurn = micros(s.Floor.PerRequest()) * s.Zero.Scenario.Shape.RequestsPerTurn()
+		if floorTurn > 0 {
+			ratio = cpuTurn(s.Zero) / floorTurn
+		}
+	}
+	t := atMost("runner CPU per turn / the HTTP floor for a turn's requests (zero latency, concurrency 64, 3 rounds)", FloorRatioMax, ratio, "",
+		s.Zero != nil && s.Floor != nil && floorTurn > 0, why)
+	t.Limit = fmt.Sprintf("≤ %.1f× the floor", FloorRatioMax)
+	if t.Missing == "" {
+		t.Limit += fmt.Sprintf(" (%s µs here)", num(FloorRatioMax*floorTurn))
+		t.Measured = fmt.Sprintf("%s µs = %.2f× the floor of %s µs (%s µs a request × %.2f requests a turn)",
+			num(cpuTurn(s.Zero)), ratio, num(floorTurn), num(micros(s.Floor.PerRequest())), s.Zero.Scenario.Shape.RequestsPerTurn())
+	}
+
+	// Memory per rollout in flight.
+	at, from, ok := s.InFlightKiB()
+	why = notRun("inflight")
+	var mid, top int
+	if ok {
+		mid, top = s.InFlight[1].Scenario.Concurrency, s.InFlight[2].Scenario.Concurrency
+		if mid != inflightConc {
+			ok, why = false, fmt.Sprintf("not checked: concurrency %d and %d at scale %g (needs %d and %d; figures below)", mid, top, s.Options.Scale, inflightConc, 4*inflightConc)
+		}
+	}
+	name := fmt.Sprintf("memory per rollout in flight at concurrency %d (1 s model)", inflightConc)
+	if t := atMost(name, InFlightMaxKiB, at, "KiB", ok, why); ok {
+		b, a := s.InFlight[0], s.InFlight[1]
+		t.Measured += fmt.Sprintf(" ((%s − %s MiB) / %d)", num(mib(a.Runner.MaxRSS)), num(mib(b.Runner.MaxRSS)), a.Scenario.Concurrency-b.Scenario.Concurrency)
+	}
+	name = fmt.Sprintf("memory per rollout in flight from concurrency %d to %d", inflightConc, 4*inflightConc)
+	if t := atMost(name, InFlightMaxKiB, from, "KiB", ok, why); ok {
+		a, b := s.InFlight[1], s.InFlight[2]
+		t.Measured += fmt.Sprintf(" ((%s − %s MiB) / %d)", num(mib(b.Runner.MaxRSS)), num(mib(a.Runner.MaxRSS)), b.Scenario.Concurrency-a.Scenario.Concurrency)
+	}
+
+	// Slot efficiency, with the CPU the three processes had.
+	c1024 := findLoad(s.Load, 1024)
+	// At a smaller scale the scenario is over before its slots fill: no steady state to measure.
+	why = notRun("load")
+	if c1024 != nil && s.Options.Scale < 1 {
+		why, c1024 = fmt.Sprintf("not checked at scale %g: needs a steady state of ten windows of rollouts", s.Options.Scale), nil
+	}
+	if t := atLeast("slot efficiency, concurrency 1024, 100 ms", SlotEfficiencyMin, eff(c1024), "", c1024 != nil, why); c1024 != nil {
+		// What the slots had: the CPU all three processes used of the machine's cores.
+		t.Measured += fmt.Sprintf(" (all three processes used %.2f cores of %d)", c1024.Cores(), s.Machine.CPUs)
+	}
+
 	pq := Find(s.GoBench, "BenchmarkParquetWrite")
 	pqRate := 0.0
 	if pq != nil {
@@ -81,14 +145,120 @@ func (s *Suite) Targets() []Target {
 			pqRate = 1e9 / pq.Metrics["ns/op"]
 		}
 	}
-	atLeast("Parquet writing (BenchmarkParquetWrite)", 500_000, pqRate, "records/s", pq != nil, "gobench phase not run")
-	resumeFull := s.Resume != nil && s.Resume.Records >= millionTasks
+	atLeast("Parquet writing (BenchmarkParquetWrite)", ParquetMinRate, pqRate, "records/s", pq != nil, notRun("gobench"))
+	why = notRun("million")
+	if s.Resume != nil && s.Resume.Records < millionTasks {
+		why = fmt.Sprintf("not checked: %s records at scale %g (needs 10^6)", thousands(int64(s.Resume.Records)), s.Options.Scale)
+	}
 	took := 0.0
 	if s.Resume != nil {
 		took = s.Resume.Took.Seconds()
 	}
-	atMost("resume scan of 10^6 records", 3, took, "s", resumeFull, why)
+	atMost("resume scan of 10^6 records", ResumeScanMaxS, took, "s", s.Resume != nil && s.Resume.Records >= millionTasks, why)
 	return ts
+}
+
+// PerCore is the rollouts one core of the runner's CPU does per second at one model latency,
+// for rollouts of one number of rounds: every scenario of that shape pooled (their rollouts
+// over their runner CPU-seconds), and the lowest and highest of them with their concurrencies.
+type PerCore struct {
+	Latency        time.Duration
+	Rounds         int
+	Rate           float64
+	Low, High      float64
+	LowAt, HighAt  int // concurrency
+	Scenarios      int
+	Rollouts       int
+	RunnerCPUTotal time.Duration
+}
+
+// PerCore pools the suite's scenarios without prompt padding by model latency and rounds,
+// ordered by rounds (3 first: the load phases' shape), then latency.
+func (s *Suite) PerCore() []PerCore {
+	seen := map[*Result]bool{}
+	var all []*Result
+	add := func(rs ...*Result) {
+		for _, r := range rs {
+			if r != nil && !seen[r] && r.Scenario.Shape.PromptBytes == 0 && r.Runner.CPU() > 0 {
+				seen[r] = true
+				all = append(all, r)
+			}
+		}
+	}
+	add(s.Load...)
+	add(s.Zero)
+	add(s.Conc...)
+	if len(s.InFlight) > 1 {
+		add(s.InFlight[1:]...) // not the base: two rollouts, mostly the process's start
+	}
+	add(s.Rounds...)
+	add(s.Million)
+	var out []PerCore
+	for _, r := range all {
+		i := slices.IndexFunc(out, func(p PerCore) bool {
+			return p.Latency == r.Scenario.Latency && p.Rounds == r.Scenario.Shape.Rounds
+		})
+		if i < 0 {
+			out = append(out, PerCore{Latency: r.Scenario.Latency, Rounds: r.Scenario.Shape.Rounds, Low: r.RolloutsPerCore(), High: r.RolloutsPerCore(),
+				LowAt: r.Scenario.Concurrency, HighAt: r.Scenario.Concurrency})
+			i = len(out) - 1
+		}
+		p := &out[i]
+		p.Scenarios++
+		p.Rollouts += r.Rollouts
+		p.RunnerCPUTotal += r.Runner.CPU()
+		p.Rate = float64(p.Rollouts) / p.RunnerCPUTotal.Seconds()
+		if v := r.RolloutsPerCore(); v < p.Low {
+			p.Low, p.LowAt = v, r.Scenario.Concurrency
+		} else if v > p.High {
+			p.High, p.HighAt = v, r.Scenario.Concurrency
+		}
+	}
+	slices.SortStableFunc(out, func(a, b PerCore) int {
+		ra, rb := a.Rounds, b.Rounds
+		if ra == LoadRounds {
+			ra = -1
+		}
+		if rb == LoadRounds {
+			rb = -1
+		}
+		if ra != rb {
+			return cmp.Compare(ra, rb)
+		}
+		return cmp.Compare(a.Latency, b.Latency)
+	})
+	return out
+}
+
+// perCoreLine is the summary a machine is picked by: rollouts/s per runner core at each model
+// latency measured ("" when no scenario ran).
+func (s *Suite) perCoreLine() string {
+	ps := s.PerCore()
+	if len(ps) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("**Rollouts/s per runner core** (rollouts over the runner's CPU-seconds, all scenarios of a shape pooled; a machine for N rollouts/s at that latency needs N / this many cores for the runner, plus the model's and the tool servers'):")
+	for i, p := range ps {
+		if i == 0 || p.Rounds != ps[i-1].Rounds {
+			if i > 0 {
+				b.WriteString(";")
+			}
+			fmt.Fprintf(&b, " %d-round rollouts:", p.Rounds)
+		} else {
+			b.WriteString(",")
+		}
+		lat := "zero latency"
+		if p.Latency > 0 {
+			lat = p.Latency.String()
+		}
+		fmt.Fprintf(&b, " **%s at %s**", num(p.Rate), lat)
+		if p.Scenarios > 1 && p.LowAt != p.HighAt {
+			fmt.Fprintf(&b, " (%s at concurrency %d to %s at %d)", num(p.Low), p.LowAt, num(p.High), p.HighAt)
+		}
+	}
+	b.WriteString(".")
+	return b.String()
 }
 
 func eff(r *Result) float64 {
@@ -192,7 +362,7 @@ func (s *Suite) Markdown(w io.Writer) {
 	t := &table{head: []string{"target", "limit", "measured", "ratio to the limit (≤ 1 is met)", "met"}}
 	for _, g := range s.Targets() {
 		if g.Missing != "" {
-			t.add(g.Name, g.Limit, "not measured: "+g.Missing, "–", "–")
+			t.add(g.Name, g.Limit, g.Missing, "–", "–")
 			continue
 		}
 		met := "**no**"
@@ -202,6 +372,9 @@ func (s *Suite) Markdown(w io.Writer) {
 		t.add(g.Name, g.Limit, g.Measured, fmt.Sprintf("%.2f", g.Ratio), met)
 	}
 	t.write(w)
+	if line := s.perCoreLine(); line != "" {
+		fmt.Fprintf(w, "%s\n\n", line)
+	}
 
 	if len(s.Load) > 0 {
 		fmt.Fprintf(w, "### Load: %v model latency, %d-round rollouts (and concurrency 1024 at 1 s)\n\n", LoadLatency, LoadRounds)
@@ -240,6 +413,19 @@ func (s *Suite) Markdown(w io.Writer) {
 			fmt.Fprintf(w, "`%s`, replaying the first model request of a 3-round task at zero latency (the load generator and the simulator share the machine): **%s requests/s**, %s requests, %d errors; the simulator's CPU: %s µs per request.\n\n",
 				c.Command, num(c.RPS), thousands(c.Requests), c.Errors, num(micros(c.Sim.CPU()/time.Duration(max(c.Requests, 1)))))
 		}
+	}
+	if len(s.InFlight) > 0 {
+		fmt.Fprintf(w, "### Memory per rollout in flight\n\n")
+		fmt.Fprintf(w, "%d-round rollouts at %v model latency, three windows of rollouts each (the base: one rollout at a time); the runner's peak RSS (rusage), and per rollout in flight: the growth over the row above, divided by the rollouts in flight added.\n\n", LoadRounds, inflightLatency)
+		t := &table{head: []string{"concurrency", "tasks", "rollouts/s", "runner CPU/turn", "runner peak RSS", "KiB per rollout over the row above"}}
+		for i, r := range s.InFlight {
+			per := "–"
+			if i > 0 {
+				per = num(kibPerRollout(s.InFlight[i-1], r))
+			}
+			t.add(fmt.Sprint(r.Scenario.Concurrency), thousands(int64(r.Rollouts)), num(r.RolloutRate()), num(micros(r.CPUPerTurn()))+" µs", num(mib(r.Runner.MaxRSS))+" MiB", per)
+		}
+		t.write(w)
 	}
 	if len(s.Rounds) > 0 || len(s.Size) > 0 || len(s.Conc) > 0 || s.Million != nil {
 		fmt.Fprintf(w, "### Scaling\n\n")

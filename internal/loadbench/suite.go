@@ -19,8 +19,8 @@ type SuiteOptions struct {
 	// Scale multiplies the task counts of every load scenario (1: the full suite, 10^6 tasks
 	// in the memory scenario; 0.01 for a quick look).
 	Scale float64
-	// Phases to run (empty: all): gobench, ceiling, floor, load, zero, rounds, size, concurrency, million.
-	// The inflight phase runs only when named.
+	// Phases to run (empty: all): gobench, ceiling, floor, load, zero, rounds, size, concurrency,
+	// inflight, million.
 	Phases []string
 	// BenchTime is go test's -benchtime for the Go benchmarks ("": go's default).
 	BenchTime string
@@ -57,7 +57,7 @@ type Suite struct {
 	Size     []*Result // zero latency, concurrency 64, 3 rounds, prompt 0 to 64 KiB
 	Conc     []*Result // 100 ms latency, 3 rounds, concurrency 64 to 4096
 	Million  *Result   // 10^6 one-round tasks, concurrency 1024, zero latency
-	InFlight []*Result // 1 s latency, 3 rounds, concurrency 1024 and 4096: memory per rollout in flight
+	InFlight []*Result // 1 s latency, 3 rounds, concurrency 1 (the base), 1024 and 4096 (16 and 64 at scale 0.01)
 	Resume   *Timing   // rundir.Compact over the million scenario's output
 	Finalize *Timing   // rundir.Finalize over the million scenario's output
 }
@@ -108,7 +108,35 @@ const (
 	zeroConc     = 64
 	millionConc  = 1024
 	millionTasks = 1_000_000
+	// The in-flight phase: a model this slow keeps every slot full of waiting rollouts.
+	inflightLatency = time.Second
+	inflightConc    = 1024
 )
+
+// inflightConcs are the in-flight phase's concurrencies: one rollout (the runner's base), then
+// inflightConc and four times that, scaled down below the full scale (never below 16).
+func inflightConcs(scale float64) []int {
+	c := inflightConc
+	if scale < 1 {
+		c = max(16, int(float64(inflightConc)*scale))
+	}
+	return []int{1, c, 4 * c}
+}
+
+// InFlightKiB is the runner's memory per rollout in flight from the in-flight phase: at its
+// middle concurrency, over the base of one rollout ((peak RSS - base) / (concurrency - 1)), and
+// from the middle concurrency to the highest; ok is false when the phase did not run.
+func (s *Suite) InFlightKiB() (at, from float64, ok bool) {
+	if len(s.InFlight) != 3 {
+		return 0, 0, false
+	}
+	return kibPerRollout(s.InFlight[0], s.InFlight[1]), kibPerRollout(s.InFlight[1], s.InFlight[2]), true
+}
+
+// kibPerRollout is the runner's peak RSS from a to b over the rollouts in flight added, in KiB.
+func kibPerRollout(a, b *Result) float64 {
+	return float64(b.Runner.MaxRSS-a.Runner.MaxRSS) / 1024 / float64(b.Scenario.Concurrency-a.Scenario.Concurrency)
+}
 
 // RunSuite runs the suite's phases in order; log gets a line per step.
 func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Suite, error) {
@@ -219,20 +247,26 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 			s.Conc = append(s.Conc, r)
 		}
 	}
-	if len(o.Phases) > 0 && o.has("inflight") {
-		// At 1 s a rollout is ~4 s long and the slots stay full: the runner's peak RSS is its
-		// base plus what the rollouts in flight hold. Three windows of rollouts each.
-		for _, conc := range []int{1024, 4096} {
-			r, err := run(Scenario{Name: fmt.Sprintf("inflight-c%d", conc), Tasks: max(o.n(3*conc), conc), Concurrency: conc, Latency: time.Second, Shape: shape3})
+	if o.has("inflight") {
+		// At 1 s a rollout is ~3 s long and the slots stay full: the runner's peak RSS is its
+		// base (one rollout in flight) plus what the rollouts in flight hold. Three windows of
+		// rollouts each (more at a scale over 1); below the full scale the concurrencies shrink
+		// with the scale.
+		for _, conc := range inflightConcs(o.Scale) {
+			tasks := max(o.n(3*conc), 3*conc) // more windows at a scale over 1
+			if conc == 1 {
+				tasks = 2
+			}
+			r, err := run(Scenario{Name: fmt.Sprintf("inflight-c%d", conc), Tasks: tasks, Concurrency: conc, Latency: inflightLatency, Shape: shape3})
 			if err != nil {
 				return s, err
 			}
 			s.InFlight = append(s.InFlight, r)
 		}
-		a, b := s.InFlight[0], s.InFlight[1]
-		say("inflight: %.1f KiB per rollout from concurrency %d to %d (peak RSS %.0f -> %.0f MiB)",
-			float64(b.Runner.MaxRSS-a.Runner.MaxRSS)/1024/float64(b.Scenario.Concurrency-a.Scenario.Concurrency),
-			a.Scenario.Concurrency, b.Scenario.Concurrency, mib(a.Runner.MaxRSS), mib(b.Runner.MaxRSS))
+		if at, from, ok := s.InFlightKiB(); ok {
+			say("inflight: %.1f KiB per rollout at concurrency %d, %.1f KiB from %d to %d", at, s.InFlight[1].Scenario.Concurrency, from,
+				s.InFlight[1].Scenario.Concurrency, s.InFlight[2].Scenario.Concurrency)
+		}
 	}
 	if o.has("million") {
 		n := o.n(millionTasks)
