@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/durable"
+	"github.com/rollout-dev/rollout/internal/lines"
+	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
@@ -75,4 +77,74 @@ func markComplete(dir string, rollouts int) error {
 	}
 	mf.Complete = &Completion{At: time.Now().UTC(), Rollouts: rollouts}
 	return WriteManifest(dir, mf)
+}
+
+// FinalizeOptions configure FinalizeWith.
+type FinalizeOptions struct {
+	Parquet record.ParquetOptions
+	// Stats say how the Evaluation is computed. The summary's standard error and interval
+	// are its overall ones.
+	Stats report.StatsOptions
+	// Endpoints go to the summary as they are (Summary.Endpoints).
+	Endpoints []report.EndpointStats
+}
+
+// Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
+// (written as .tmp, synced, renamed) and summary.json. It returns the summary.
+func Finalize(dir string, opt record.ParquetOptions) (report.Summary, error) {
+	sum, _, err := FinalizeWith(dir, FinalizeOptions{Parquet: opt})
+	return sum, err
+}
+
+// FinalizeWith is Finalize, also returning the report.Evaluation of the records, computed in the
+// same pass over the journal. It reads the journal a record at a time: its memory does not
+// grow with the journal's length (the report.Evaluator spills its rows to a temporary file in
+// dir past a run of them; the Parquet writer holds one row group).
+func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Evaluation, error) {
+	pw, err := record.NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
+	if err != nil {
+		return report.Summary{}, nil, err
+	}
+	var (
+		stats report.Stats
+		res   record.Result
+	)
+	ev := report.NewEvaluator(opt.Stats)
+	ev.SpillTo(dir)
+	defer ev.Close()
+	ev.Reserve(lines.Estimate(join(dir, JournalFile)))
+	err = record.ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
+		stats.Add(rec)
+		ev.Add(rec)
+		// The Parquet writer keeps a copy of the record until its batch is written; the maps
+		// and lists it points to are the record's own.
+		res.Record = *rec
+		return pw.Write(&res)
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	if cerr := pw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return report.Summary{}, nil, err
+	}
+	eval := ev.Evaluation()
+	if err := ev.Err(); err != nil {
+		return report.Summary{}, nil, err
+	}
+	sum := stats.Summary()
+	if !opt.Stats.ScoreFailuresAsZero {
+		sum.SetScores(&eval.Overall)
+	}
+	// The behaviour means as the evaluation computes them, over its sorted rows: they do not
+	// depend on the order of the journal (a merge of shards has the records in another order
+	// than one process).
+	sum.MeanRounds, sum.MeanToolCalls, sum.MeanLatencyMs = eval.Overall.MeanRounds, eval.Overall.MeanToolCalls, eval.Overall.MeanLatencyMs
+	sum.Endpoints = opt.Endpoints
+	if err := report.WriteSummaryJSON(join(dir, SummaryFile), sum); err != nil {
+		return report.Summary{}, nil, err
+	}
+	return sum, eval, nil
 }
