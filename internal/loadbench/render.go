@@ -481,7 +481,7 @@ func (s *Suite) Markdown(w io.Writer) {
 			fmt.Fprintf(w, "Resume: `rundir.Compact` (what `--resume` does first) over that output: %s records in **%s** (%s records/s).\n\n", thousands(int64(r.Records)), secs(r.Took), num(r.Rate()))
 		}
 		if f := s.Finalize; f != nil {
-			fmt.Fprintf(w, "Finalize: `rundir.Finalize` (journal → rollouts.parquet and summary.json, as at the end of every run) over that output: %s records in %s (%s records/s).\n\n", thousands(int64(f.Records)), secs(f.Took), num(f.Rate()))
+			fmt.Fprintf(w, "Finish: `rundir.Finish` (journal → rollouts.parquet, summary.json and evaluation.json in one pass, then trajectories.idx, as at the end of every run) over that output: %s records in %s (%s records/s).\n\n", thousands(int64(f.Records)), secs(f.Took), num(f.Rate()))
 		}
 	}
 	if len(s.GoBench) > 0 {

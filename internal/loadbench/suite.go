@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
@@ -59,7 +58,7 @@ type Suite struct {
 	Million  *Result   // 10^6 one-round tasks, concurrency 1024, zero latency
 	InFlight []*Result // 1 s latency, 3 rounds, concurrency 1 (the base), 1024 and 4096 (16 and 64 at scale 0.01)
 	Resume   *Timing   // rundir.Compact over the million scenario's output
-	Finalize *Timing   // rundir.Finalize over the million scenario's output
+	Finalize *Timing   // rundir.Finish over the million scenario's output
 }
 
 // Timing is an in-process measurement over a run's output.
@@ -288,9 +287,9 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 			return s, fmt.Errorf("resume scan: %w", err)
 		}
 		s.Resume = &Timing{Records: len(done), Took: time.Since(t0)}
-		say("finalize (Parquet and summary) of %d records", r.Rollouts)
+		say("finish (Parquet, summary, evaluation and trajectory index) of %d records", r.Rollouts)
 		t0 = time.Now()
-		if _, err := rundir.Finalize(out, record.ParquetOptions{}); err != nil {
+		if _, err := rundir.Finish(out, rundir.FinishOptions{}); err != nil {
 			return s, fmt.Errorf("finalize: %w", err)
 		}
 		s.Finalize = &Timing{Records: r.Rollouts, Took: time.Since(t0)}

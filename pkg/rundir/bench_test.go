@@ -215,12 +215,12 @@ func BenchmarkResumeScan(b *testing.B) {
 // BenchmarkFinalize times the end of a 10^6-record run, and reports the peak heap
 // (sampled) and the peak RSS of the process over it:
 //
-//   - finalize: Finalize (rollouts.parquet and summary.json);
-//   - two-passes: Finalize, then report.EvaluateJournal (evaluation.json);
-//   - one-pass: FinalizeWith, which evaluates as it writes (as rollout run does);
+//   - finalize: finalize (rollouts.parquet and summary.json; its evaluation unused);
+//   - two-passes: finalize, then report.EvaluateJournal (evaluation.json);
+//   - one-pass: finalize, which evaluates as it writes (as rollout run does);
 //   - one-pass-no-ci: the same without the bootstrap interval (2000 resamples of 125,000
 //     tasks in 3 scopes), the part of the evaluation that is not reading records;
-//   - finish: Finish, all that the end of a run does (FinalizeWith, evaluation.json, the
+//   - finish: Finish, all that the end of a run does (finalize, evaluation.json, the
 //     trajectory index).
 func BenchmarkFinalize(b *testing.B) {
 	run := cachedRun(b, benchN())
@@ -231,7 +231,7 @@ func BenchmarkFinalize(b *testing.B) {
 	}
 	b.Run("finalize", func(b *testing.B) {
 		benchFinalize(b, run, func(dir string) {
-			sum, err := Finalize(dir, record.ParquetOptions{})
+			sum, _, err := finalize(dir, finalizeOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -240,7 +240,7 @@ func BenchmarkFinalize(b *testing.B) {
 	})
 	b.Run("two-passes", func(b *testing.B) {
 		benchFinalize(b, run, func(dir string) {
-			sum, err := Finalize(dir, record.ParquetOptions{})
+			sum, _, err := finalize(dir, finalizeOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -266,7 +266,7 @@ func BenchmarkFinalize(b *testing.B) {
 	}{{"one-pass", 0}, {"one-pass-no-ci", -1}} {
 		b.Run(bc.name, func(b *testing.B) {
 			benchFinalize(b, run, func(dir string) {
-				sum, ev, err := FinalizeWith(dir, FinalizeOptions{Stats: report.StatsOptions{Bootstrap: bc.bootstrap}})
+				sum, ev, err := finalize(dir, finalizeOptions{Stats: report.StatsOptions{Bootstrap: bc.bootstrap}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -276,7 +276,7 @@ func BenchmarkFinalize(b *testing.B) {
 	}
 }
 
-func benchFinalize(b *testing.B, run *benchRun, finalize func(dir string)) {
+func benchFinalize(b *testing.B, run *benchRun, end func(dir string)) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	var heap, rss uint64
@@ -286,7 +286,7 @@ func benchFinalize(b *testing.B, run *benchRun, finalize func(dir string)) {
 		debug.FreeOSMemory() // each time from what the process holds, not what it had
 		b.StartTimer()
 		stopHeap, readRSS, c := benchutil.PeakHeap(), benchutil.PeakRSS(), benchutil.ProcessCPU()
-		finalize(run.dir)
+		end(run.dir)
 		cpu += benchutil.ProcessCPU() - c
 		heap, rss = max(heap, stopHeap()), max(rss, readRSS())
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 
-// FinalizeWith evaluates the journal's records in the pass that writes the Parquet file: the
+// finalize evaluates the journal's records in the pass that writes the Parquet file: the
 // same report.Evaluation as report.EvaluateJournal, and the Parquet file holds the records.
 func TestFinalizeWithEvaluator(t *testing.T) {
 	dir := t.TempDir()
@@ -30,7 +30,7 @@ func TestFinalizeWithEvaluator(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := report.StatsOptions{GroupBy: "difficulty", Bootstrap: 100}
-	sum, got, err := FinalizeWith(dir, FinalizeOptions{Parquet: record.ParquetOptions{RowGroupSize: 1000}, Stats: o})
+	sum, got, err := finalize(dir, finalizeOptions{Parquet: record.ParquetOptions{RowGroupSize: 1000}, Stats: o})
 	if err != nil {
 		t.Fatal(err)
 	}

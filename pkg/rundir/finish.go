@@ -37,7 +37,7 @@ type Finished struct {
 func Finish(dir string, o FinishOptions) (Finished, error) {
 	var fin Finished
 	var err error
-	if fin.Summary, fin.Evaluation, err = FinalizeWith(dir, FinalizeOptions{Stats: o.Stats, Endpoints: o.Endpoints}); err != nil {
+	if fin.Summary, fin.Evaluation, err = finalize(dir, finalizeOptions{Stats: o.Stats, Endpoints: o.Endpoints}); err != nil {
 		return fin, err
 	}
 	var b bytes.Buffer
@@ -79,8 +79,8 @@ func markComplete(dir string, rollouts int) error {
 	return WriteManifest(dir, mf)
 }
 
-// FinalizeOptions configure FinalizeWith.
-type FinalizeOptions struct {
+// finalizeOptions configure finalize.
+type finalizeOptions struct {
 	Parquet record.ParquetOptions
 	// Stats say how the Evaluation is computed. The summary's standard error and interval
 	// are its overall ones.
@@ -89,18 +89,12 @@ type FinalizeOptions struct {
 	Endpoints []report.EndpointStats
 }
 
-// Finalize derives the run's Parquet file and summary from its journal: rollouts.parquet
-// (written as .tmp, synced, renamed) and summary.json. It returns the summary.
-func Finalize(dir string, opt record.ParquetOptions) (report.Summary, error) {
-	sum, _, err := FinalizeWith(dir, FinalizeOptions{Parquet: opt})
-	return sum, err
-}
-
-// FinalizeWith is Finalize, also returning the report.Evaluation of the records, computed in the
-// same pass over the journal. It reads the journal a record at a time: its memory does not
+// finalize derives the run's Parquet file, its summary and the report.Evaluation of its
+// records from its journal, in one pass: rollouts.parquet (written as .tmp, synced, renamed)
+// and summary.json; it returns the summary and the evaluation. It reads the journal a record at a time: its memory does not
 // grow with the journal's length (the report.Evaluator spills its rows to a temporary file in
 // dir past a run of them; the Parquet writer holds one row group).
-func FinalizeWith(dir string, opt FinalizeOptions) (report.Summary, *report.Evaluation, error) {
+func finalize(dir string, opt finalizeOptions) (report.Summary, *report.Evaluation, error) {
 	pw, err := record.NewParquetWriter(join(dir, ParquetFile), opt.Parquet)
 	if err != nil {
 		return report.Summary{}, nil, err

@@ -27,7 +27,7 @@ const (
 // side files first, journal last. So after a crash at any moment, every record in the journal
 // has its trajectory on disk, and a rollout without a record is simply run again on resume
 // (Compact drops its orphaned side lines). The Parquet file and the summary are derived from
-// the journal when the run ends (Finalize).
+// the journal when the run ends (Finish).
 type Sink struct {
 	mu       sync.Mutex
 	journal  *jsonlFile

@@ -39,7 +39,7 @@ func fileLines(t *testing.T, path string) []string {
 }
 
 // A sink writes each result's trajectory and NeMo Gym line before its journal record, and
-// the journal is durable after Close; Finalize derives the Parquet file and the summary.
+// the journal is durable after Close; finalize derives the Parquet file and the summary.
 func TestSinkAndFinalize(t *testing.T) {
 	dir := t.TempDir()
 	ng := filepath.Join(dir, "ng.jsonl")
@@ -68,7 +68,7 @@ func TestSinkAndFinalize(t *testing.T) {
 	if n := len(fileLines(t, ng)); n != 4 {
 		t.Fatalf("NeMo Gym file has %d lines, want 4 (the failed rollout has no verify answer)", n)
 	}
-	sum, err := Finalize(dir, record.ParquetOptions{})
+	sum, _, err := finalize(dir, finalizeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestSinkRedactsSecrets(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Finalize(dir, record.ParquetOptions{}); err != nil {
+	if _, _, err := finalize(dir, finalizeOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := record.ReadParquet(filepath.Join(dir, ParquetFile))
