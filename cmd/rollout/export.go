@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/export"
@@ -93,7 +92,7 @@ func cmdExport(ctx context.Context, args []string, e env) error {
 	// (the rollouts of a task) may lack repeats, which moves rl's advantages.
 	for _, dir := range dirs {
 		n := 0
-		if rundir.ScanJournal(filepath.Join(dir, rundir.JournalFile), func(*record.Record) error { n++; return nil }) != nil {
+		if rundir.ScanJournalOf(dir, func(*record.Record) error { n++; return nil }) != nil {
 			continue // export says what is wrong with it
 		}
 		if st, err := rundir.ReadState(dir, n); err == nil && st.Incomplete() {

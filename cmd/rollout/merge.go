@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
@@ -93,7 +92,7 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 	fmt.Fprintf(e.stderr, "rollout: merged %d of %d shards (%d rollouts) into %s\n", len(r.Dirs), r.Shards, fin.Summary.Rollouts, a.out)
 	for _, s := range r.Short {
 		fmt.Fprintf(e.stderr, "rollout: warning: --partial: %s: shard %d/%d is marked complete, but has %d of its %d rollouts (%d with a trajectory); %s says which are missing\n",
-			s.Dir, s.Shard, r.Shards, s.Records, s.Rollouts, s.Trajectories, filepath.Join(a.out, rundir.ManifestFile))
+			s.Dir, s.Shard, r.Shards, s.Records, s.Rollouts, s.Trajectories, rundir.ManifestPath(a.out))
 	}
 	if len(r.Missing) > 0 || len(r.Incomplete) > 0 || len(r.Short) > 0 {
 		var missing []string

@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"iter"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -190,13 +189,12 @@ func recordSeq(recs []record.Record) iter.Seq[*record.Record] {
 // block. A directory without summary.json, or whose summary has no table, prints nothing.
 func printEndpoints(w io.Writer, paths []string, format string) error {
 	for _, p := range paths {
-		data, err := os.ReadFile(filepath.Join(p, rundir.SummaryFile))
-		if err != nil {
+		sum, err := rundir.ReadSummary(p)
+		if pathErr := (*os.PathError)(nil); errors.As(err, &pathErr) {
 			continue // a file, or a run not finished: no summary
 		}
-		var sum report.Summary
-		if err := json.Unmarshal(data, &sum); err != nil {
-			return fmt.Errorf("%s: %w", filepath.Join(p, rundir.SummaryFile), err)
+		if err != nil {
+			return err
 		}
 		if len(sum.Endpoints) == 0 {
 			continue
@@ -224,23 +222,17 @@ func addRecords(add func(*record.Record), path string, e env) error {
 		return err // *PathError: names the path
 	}
 	if st.IsDir() {
-		// A run being written has its records in the journal (its Parquet file, if any, is of
-		// an earlier session).
-		live := rundir.Live(path)
-		pq := filepath.Join(path, rundir.ParquetFile)
-		if _, err := os.Stat(pq); err == nil && !live {
-			return addParquet(add, pq)
+		recs, err := rundir.OpenRecords(path)
+		if err != nil {
+			return err
 		}
-		j := filepath.Join(path, rundir.JournalFile)
-		if _, err := os.Stat(j); err == nil {
-			if live {
-				fmt.Fprintf(e.stderr, "rollout: %s is being written by a running run: reading %s\n", path, j)
-			} else {
-				fmt.Fprintf(e.stderr, "rollout: %s has no %s (a run not finished?): reading %s\n", path, rundir.ParquetFile, j)
-			}
-			return addJournal(add, j)
+		if note := recs.Note(); note != "" {
+			fmt.Fprintf(e.stderr, "rollout: %s\n", note)
 		}
-		return fmt.Errorf("%s: no %s or %s: not a run's output directory", path, rundir.ParquetFile, rundir.JournalFile)
+		return recs.Scan(func(rec *record.Record) error {
+			add(rec)
+			return nil
+		})
 	}
 	switch {
 	case strings.HasSuffix(path, ".parquet"):

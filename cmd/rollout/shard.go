@@ -3,8 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -81,7 +79,7 @@ func (f *runFlags) resolveShard(getenv func(string) string) error {
 
 // holdsRun reports whether dir holds a run that --resume=auto resumes: a manifest or records.
 func holdsRun(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, rundir.ManifestFile)); err == nil {
+	if rundir.HasManifest(dir) {
 		return true
 	}
 	return rundir.JournalLines(dir) > 0

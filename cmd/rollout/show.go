@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -43,14 +41,13 @@ func cmdShow(_ context.Context, args []string, e env) error {
 	if *task == "" {
 		return badUsage("show: --task ID is required")
 	}
-	journal := filepath.Join(dir, rundir.JournalFile)
-	if _, err := os.Stat(journal); err != nil {
+	if _, err := rundir.HasJournal(dir); err != nil {
 		return badUsage("show: %s holds no run (%v)", dir, errors.Unwrap(err))
 	}
 	// The records of the task: by id, or by index when no id matches.
 	var recs []record.Record
 	ids := map[string]bool{}
-	err = record.ScanJSONL(journal, func(r *record.Record) error {
+	err = rundir.ScanJournalOf(dir, func(r *record.Record) error {
 		ids[r.TaskID] = true
 		if r.TaskID == *task || fmt.Sprint(r.TaskIndex) == *task {
 			recs = append(recs, *r)
@@ -104,7 +101,7 @@ func findTrajectory(dir string, rec *record.Record) (*agent.Trajectory, error) {
 	}
 	var tr *agent.Trajectory
 	if err := json.Unmarshal(raw, &tr); err != nil {
-		return nil, fmt.Errorf("%s: task %d rollout %d arm %s: %v", filepath.Join(dir, rundir.TrajectoriesFile), rec.TaskIndex, rec.RolloutIndex, rec.Arm, err)
+		return nil, fmt.Errorf("%s: task %d rollout %d arm %s: %v", trajs.Path(), rec.TaskIndex, rec.RolloutIndex, rec.Arm, err)
 	}
 	return tr, nil
 }

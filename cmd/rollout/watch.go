@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,7 +113,7 @@ func checkFailures(sum report.Summary, limit failureLimit, out string) error {
 	if !limit.exceeded(sum.Failed, sum.Rollouts) {
 		return nil
 	}
-	msg := fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), filepath.Join(out, rundir.ParquetFile))
+	msg := fmt.Sprintf("%d of %d rollouts failed (%s), past --fail-on-error %s; the records are in %s", sum.Failed, sum.Rollouts, classList(sum.FailuresByClass), limit.String(), rundir.ParquetPath(out))
 	retryable := 0
 	transient := true
 	for class, n := range sum.FailuresByClass {

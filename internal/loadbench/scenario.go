@@ -3,7 +3,6 @@ package loadbench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
 // Scenario is one load run: Tasks tasks of a shape, Concurrency rollouts in flight, the
@@ -244,16 +245,7 @@ poll:
 	if runErr != nil {
 		return nil, fmt.Errorf("scenario %s: rollout run: %v\n%s", sc.Name, runErr, tail(stderr.String(), 2000))
 	}
-	var sum struct {
-		Rollouts   int     `json:"rollouts"`
-		Scored     int     `json:"scored"`
-		Failed     int     `json:"failed"`
-		MeanReward float64 `json:"mean_reward"`
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "out", "summary.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &sum)
-	}
+	sum, err := rundir.ReadSummary(filepath.Join(dir, "out"))
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: summary: %v", sc.Name, err)
 	}

@@ -379,7 +379,7 @@ func (e *exporter) statistics(ctx context.Context) error {
 	for d, dir := range e.opt.Dirs {
 		need := map[int64]int{}
 		e.need[d] = need
-		err := scanRecords(dir, func(r *record.Record) error {
+		err := rundir.ReadJournal(dir, func(r *record.Record) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -462,7 +462,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 				return err
 			}
 		}
-		err = scanRecords(dir, func(r *record.Record) error {
+		err = rundir.ReadJournal(dir, func(r *record.Record) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}

@@ -158,15 +158,6 @@ func (l *lineReader) next() ([]byte, error) {
 
 func (l *lineReader) close() error { return l.f.Close() }
 
-// scanRecords calls fn for each record of the run directory's journal, in order.
-func scanRecords(dir string, fn func(r *record.Record) error) error {
-	path := filepath.Join(dir, rundir.JournalFile)
-	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("%s: not a run directory (no %s): %w", dir, rundir.JournalFile, err)
-	}
-	return record.ScanJSONLInPlace(path, fn)
-}
-
 // keyedLines finds each record's line in a side file of the run (trajectories.jsonl, the NeMo
 // Gym lines), which the run writes in the journal's order: lines read past the one wanted
 // wait in a map until asked for, so that memory stays bounded by how far the two files'

@@ -2,8 +2,6 @@ package view
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -42,9 +40,7 @@ func NewFollow(dirs []string, o Options, d *Data, hosts []string) (*Follow, erro
 func journalSizes(dirs []string) []int64 {
 	out := make([]int64, len(dirs))
 	for i, d := range dirs {
-		if st, err := os.Stat(filepath.Join(d, rundir.JournalFile)); err == nil {
-			out[i] = st.Size()
-		}
+		out[i] = rundir.JournalSize(d)
 	}
 	return out
 }

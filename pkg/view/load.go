@@ -1,12 +1,10 @@
 package view
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,14 +114,9 @@ func Load(dirs []string, o Options) (*Data, error) {
 	d.internFields(nil) // fields 0 are none
 	// With one run and no settings of its own, the run's evaluation.json is shown: the
 	// records need not be evaluated again.
-	evalFile := ""
-	if p := filepath.Join(dirs[0], rundir.EvaluationFile); len(dirs) == 1 && !o.StatsSet && !rundir.Live(dirs[0]) {
-		if _, err := os.Stat(p); err == nil {
-			evalFile = p
-		}
-	}
+	evalFile := len(dirs) == 1 && !o.StatsSet && !rundir.Live(dirs[0]) && rundir.HasEvaluation(dirs[0])
 	var ev *report.Evaluator
-	if evalFile == "" {
+	if !evalFile {
 		ev = report.NewEvaluator(o.Stats)
 	}
 	for i, dir := range dirs {
@@ -135,18 +128,19 @@ func Load(dirs []string, o Options) (*Data, error) {
 			return nil, fmt.Errorf("%s: not a directory (rollout view reads run directories)", dir)
 		}
 		r := &Run{Dir: dir}
-		if b, err := os.ReadFile(filepath.Join(dir, rundir.ManifestFile)); err == nil {
-			if err := json.Unmarshal(b, &r.Manifest); err != nil {
-				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, rundir.ManifestFile), err)
-			}
+		if r.Manifest, err = rundir.ReadManifestFields(dir); err != nil {
+			return nil, err
 		}
-		live := rundir.Live(dir)
+		recs, err := rundir.OpenRecords(dir)
+		if err != nil {
+			return nil, err
+		}
 		before := len(d.rows)
-		if err := d.loadRecords(dir, uint16(i), ev, live); err != nil {
+		if err := d.loadRecords(recs, uint16(i), ev); err != nil {
 			return nil, err
 		}
 		if st, err := rundir.ReadState(dir, len(d.rows)-before); err == nil {
-			st.Live = st.Live || live
+			st.Live = st.Live || recs.Live
 			r.Status, r.Live = st.String(), st.Live && st.Known
 		}
 		if r.trajs, err = rundir.OpenTrajectories(dir); err != nil {
@@ -172,38 +166,29 @@ func Load(dirs []string, o Options) (*Data, error) {
 	if o.Baseline < 0 || o.Baseline >= len(dirs) {
 		return nil, fmt.Errorf("baseline run %d: want 0 to %d", o.Baseline, len(dirs)-1)
 	}
-	if evalFile == "" {
+	if !evalFile {
 		if err := ev.UnknownGroupBy(); err != nil {
 			return nil, err
 		}
 		d.Evaluation, d.EvalSource = ev.Evaluation(), "computed from the records"
 		return d, nil
 	}
-	b, err := os.ReadFile(evalFile)
+	e, source, err := rundir.ReadEvaluation(dirs[0])
 	if err != nil {
 		return nil, err
 	}
-	var e report.Evaluation
-	if err := json.Unmarshal(b, &e); err != nil {
-		return nil, fmt.Errorf("%s: %w", evalFile, err)
-	}
-	d.Evaluation, d.EvalSource = &e, evalFile
+	d.Evaluation, d.EvalSource = e, source
 	d.groupField = e.Options.GroupBy
 	return d, nil
 }
 
-// loadRecords adds the records of one run directory to the table and the evaluator.
-// A run being written (live) is read from its journal: a Parquet file is of an earlier session.
-func (d *Data) loadRecords(dir string, run uint16, ev *report.Evaluator, live bool) error {
-	pq := filepath.Join(dir, rundir.ParquetFile)
-	if _, err := os.Stat(pq); err == nil && !live {
-		return d.loadParquet(pq, run, ev)
+// loadRecords adds the records of one run directory to the table and the evaluator: from
+// rollouts.parquet by column, or from the journal of a run not finished or being written.
+func (d *Data) loadRecords(recs *rundir.Records, run uint16, ev *report.Evaluator) error {
+	if recs.Parquet {
+		return d.loadParquet(recs.Path, run, ev)
 	}
-	j := filepath.Join(dir, rundir.JournalFile)
-	if _, err := os.Stat(j); err != nil {
-		return fmt.Errorf("%s: no %s or %s: not a run's output directory", dir, rundir.ParquetFile, rundir.JournalFile)
-	}
-	return rundir.ScanJournal(j, func(r *record.Record) error {
+	return recs.Scan(func(r *record.Record) error {
 		d.add(r, run, ev)
 		return nil
 	})
