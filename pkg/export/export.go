@@ -159,11 +159,11 @@ type group struct {
 	n                int
 	mean, m2         float64
 	min, max         float64
-	best, worst      key
+	best, worst      record.Key
 	bestDir, worstDr int
 }
 
-func (g *group) add(r float64, k key, dir int) {
+func (g *group) add(r float64, k record.Key, dir int) {
 	g.n++
 	d := r - g.mean
 	g.mean += d / float64(g.n)
@@ -394,13 +394,13 @@ func (e *exporter) statistics(ctx context.Context) error {
 				e.groups[gk] = g
 			}
 			if seen != nil {
-				h := keyHash(keyOf(r))
+				h := keyHash(r.Key())
 				if d > 0 && seen[h] {
 					e.rep.DuplicateKeys++
 				}
 				seen[h] = true
 			}
-			g.add(r.Reward, keyOf(r), d)
+			g.add(r.Reward, r.Key(), d)
 			need[r.TaskIndex]++
 			if _, ok := e.arms[r.Arm]; !ok {
 				e.arms[r.Arm] = 0
@@ -451,13 +451,13 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 		}
 		tasks, err := openTasks(dir, e.opt.Input, e.need[d])
 		if err != nil {
-			trajs.close()
+			trajs.Close()
 			return err
 		}
-		var answers *keyedLines[json.RawMessage]
+		var answers *rundir.SideLines[json.RawMessage]
 		if e.opt.Format == FormatNemoGym {
 			if answers, err = openVerifyAnswers(dir, over); err != nil {
-				trajs.close()
+				trajs.Close()
 				tasks.close()
 				return err
 			}
@@ -468,8 +468,8 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			}
 			if why := e.eligible(r); why != "" {
 				e.rep.Dropped[why]++
-				trajs.skip(keyOf(r))
-				answers.skip(keyOf(r))
+				trajs.Skip(r.Key())
+				answers.Skip(r.Key())
 				return nil
 			}
 			g := e.groups[e.groupOf(r)]
@@ -480,12 +480,12 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			if filter != nil {
 				if why := filter(r, g); why != "" {
 					e.rep.Dropped[why]++
-					trajs.skip(keyOf(r))
+					trajs.Skip(r.Key())
 					return nil
 				}
 			}
 			// A line longer than the bound leaves its rollout out, named.
-			var large *tooLargeError
+			var large *rundir.LineOverError
 			leftOut := func() error {
 				e.rep.Dropped[DropTooLarge]++
 				if e.opt.Warnings != nil {
@@ -493,9 +493,9 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 				}
 				return nil
 			}
-			tr, ok, err := trajs.get(keyOf(r))
+			tr, ok, err := trajs.Get(r.Key())
 			if errors.As(err, &large) {
-				answers.skip(keyOf(r))
+				answers.Skip(r.Key())
 				return leftOut()
 			}
 			if err != nil {
@@ -503,7 +503,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			}
 			var verify json.RawMessage
 			if answers != nil {
-				verify, _, err = answers.get(keyOf(r))
+				verify, _, err = answers.Get(r.Key())
 				if errors.As(err, &large) {
 					return leftOut()
 				}
@@ -544,7 +544,7 @@ func (e *exporter) each(ctx context.Context, filter func(*record.Record, *group)
 			}
 			return nil
 		})
-		cerr := errors.Join(trajs.close(), tasks.close(), answers.close())
+		cerr := errors.Join(trajs.Close(), tasks.close(), answers.Close())
 		if err != nil {
 			return err
 		}
@@ -598,13 +598,13 @@ func (e *exporter) groupOf(r *record.Record) groupKey {
 
 // keyHash is a 64-bit hash of a rollout key (FNV-1a): the duplicate check keeps 8 bytes a
 // rollout, not the key.
-func keyHash(k key) uint64 {
+func keyHash(k record.Key) uint64 {
 	h := fnv.New64a()
 	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], uint64(k.task))
-	binary.LittleEndian.PutUint64(b[8:], uint64(k.rollout))
+	binary.LittleEndian.PutUint64(b[:8], uint64(k.Task))
+	binary.LittleEndian.PutUint64(b[8:], uint64(k.Rollout))
 	h.Write(b[:])
-	h.Write([]byte(k.arm))
+	h.Write([]byte(k.Arm))
 	return h.Sum64()
 }
 

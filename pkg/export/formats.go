@@ -130,7 +130,7 @@ func (e *exporter) sftFilter(r *record.Record, g *group) string {
 	if e.opt.MinReward != nil && r.Reward < *e.opt.MinReward {
 		return DropMinReward
 	}
-	if e.opt.BestOfGroup && keyOf(r) != g.best {
+	if e.opt.BestOfGroup && r.Key() != g.best {
 		return DropNotBest
 	}
 	return ""
@@ -338,14 +338,14 @@ func (e *exporter) preference(ctx context.Context) error {
 		if why := e.pairable(g); why != "" {
 			return why
 		}
-		if k := keyOf(r); k != g.best && k != g.worst {
+		if k := r.Key(); k != g.best && k != g.worst {
 			return DropPaired
 		}
 		return ""
 	}
 	err := e.each(ctx, filter, func(ro *rollout) (string, error) {
 		r, g := ro.rec, ro.g
-		k := keyOf(r)
+		k := r.Key()
 		isBest := k == g.best && ro.dir == g.bestDir
 		isWorst := k == g.worst && ro.dir == g.worstDr
 		if !isBest && !isWorst {
