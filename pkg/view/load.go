@@ -186,7 +186,7 @@ func Load(dirs []string, o Options) (*Data, error) {
 // rollouts.parquet by column, or from the journal of a run not finished or being written.
 func (d *Data) loadRecords(recs *rundir.Records, run uint16, ev *report.Evaluator) error {
 	if recs.Parquet {
-		return d.loadParquet(recs.Path, run, ev)
+		return d.loadParquet(recs, run, ev)
 	}
 	return recs.Scan(func(r *record.Record) error {
 		d.add(r, run, ev)
