@@ -5,6 +5,6 @@
 // 95% interval over tasks (meanInterval), pass@k and pass^k, per arm and per group) written as text,
 // Markdown or JSON (evaluation.json); Compare pairs two runs' records by task and repeat.
 //
-// Records come from package record (record.ReadParquet, record.ScanJSONL); the run directory
-// that holds them is package rundir.
+// Records are package record's; a run directory's are read through package rundir
+// (rundir.OpenRecords, rundir.ReadJournal).
 package report
