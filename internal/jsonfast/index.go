@@ -57,6 +57,40 @@ func AppendCompact(dst, src []byte) ([]byte, bool) {
 	return dst, true
 }
 
+// AppendCompactHTML is AppendCompact with encoding/json's HTML escaping: the bytes json.Marshal
+// gives for src as a json.RawMessage, where '<', '>', '&', U+2028 and U+2029 are written as
+// \u003c, \u003e, \u0026, \u2028 and \u2029.
+func AppendCompactHTML(dst, src []byte) ([]byte, bool) {
+	n := len(dst)
+	dst, ok := AppendCompact(dst, src)
+	if !ok {
+		return dst, false
+	}
+	i := n
+	for ; i < len(dst); i++ {
+		if c := dst[i]; c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			break
+		}
+	}
+	if i == len(dst) {
+		return dst, true
+	}
+	tail := append([]byte(nil), dst[i:]...)
+	dst = dst[:i]
+	for j := 0; j < len(tail); j++ {
+		switch c := tail[j]; {
+		case c == '<' || c == '>' || c == '&':
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		case c == 0xE2 && j+2 < len(tail) && tail[j+1] == 0x80 && tail[j+2]&^1 == 0xA8:
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[tail[j+2]&0xF])
+			j += 2
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst, true
+}
+
 // ParseInt reads the JSON number at b[i] as an int64 of bits bits, as encoding/json decodes
 // a number into an integer field: ok is false for a number with a fraction or an exponent
 // (an error to encoding/json), one out of range, or no number.

@@ -86,6 +86,10 @@ func check(t *testing.T, data []byte) {
 	if out, ok := AppendCompact([]byte("pre"), data); ok != (cerr == nil) || ok && string(out) != "pre"+compact.String() || !ok && string(out) != "pre" {
 		t.Fatalf("AppendCompact(%q) = %q %v, json.Compact %q %v", data, out, ok, compact.Bytes(), cerr)
 	}
+	html, herr := json.Marshal(json.RawMessage(data))
+	if out, ok := AppendCompactHTML([]byte("pre"), data); ok != (herr == nil) || ok && string(out) != "pre"+string(html) || !ok && string(out) != "pre" {
+		t.Fatalf("AppendCompactHTML(%q) = %q %v, json.Marshal %q %v", data, out, ok, html, herr)
+	}
 
 	// An object, member by member.
 	type member struct {

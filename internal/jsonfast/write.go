@@ -209,15 +209,24 @@ func AppendUnquoted(dst, raw []byte) []byte {
 // AppendFloat appends f as encoding/json writes a float64 (ok false for NaN and ±Inf,
 // which it refuses).
 func AppendFloat(dst []byte, f float64) ([]byte, bool) {
+	return appendFloat(dst, f, 64)
+}
+
+// AppendFloat32 appends f as encoding/json writes a float32 (ok false for NaN and ±Inf).
+func AppendFloat32(dst []byte, f float32) ([]byte, bool) {
+	return appendFloat(dst, float64(f), 32)
+}
+
+func appendFloat(dst []byte, f float64, bits int) ([]byte, bool) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
 		return dst, false
 	}
 	abs := math.Abs(f)
 	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+	if abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
 		format = 'e'
 	}
-	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	dst = strconv.AppendFloat(dst, f, format, -1, bits)
 	if format == 'e' {
 		// clean up e-09 to e-9
 		n := len(dst)

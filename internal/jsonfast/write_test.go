@@ -130,6 +130,29 @@ func TestAppendFloat(t *testing.T) {
 	}
 }
 
+// AppendFloat32 writes a float32 as encoding/json does (its own cut-over to exponents and
+// its shortest digits for 32 bits), and refuses what it refuses.
+func TestAppendFloat32(t *testing.T) {
+	for _, f := range []float32{0, float32(math.Copysign(0, -1)), 1, -1.5, 0.1, 0.7, 1e-6, 9.99e-7, 1e-9, 1e20, 1e21,
+		math.MaxFloat32, math.SmallestNonzeroFloat32, 16777217, 3.0e-5, 0.95} {
+		want, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := AppendFloat32([]byte("x"), f); !ok || string(got) != "x"+string(want) {
+			t.Errorf("%v: %q (ok %v), want %q", f, got, ok, want)
+		}
+	}
+	for _, f := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		if _, err := json.Marshal(f); err == nil {
+			t.Fatalf("encoding/json took %v", f)
+		}
+		if got, ok := AppendFloat32([]byte("x"), f); ok || string(got) != "x" {
+			t.Errorf("%v: %q (ok %v), want refused", f, got, ok)
+		}
+	}
+}
+
 // TestMarshal checks Marshal against json.Marshal: the same bytes but for HTML escaping,
 // no newline, and json.Marshal's errors.
 func TestMarshal(t *testing.T) {

@@ -111,8 +111,9 @@ func benchConfig(b testing.TB, m agent.Model) *agent.Config {
 
 // BenchmarkRequest is a round's request: "setup" is what a rollout converts once (messages,
 // tools, tool_choice, sampling), "round1" and "round10" what the loop does per round (the
-// request takes the trajectory's messages, no copy); "encode" is the same requests as
-// go-openai marshals them onto the wire (the whole conversation, every round).
+// request takes the trajectory's messages, no copy); "encode" is the same requests as the
+// model client writes them onto the wire (the whole conversation, every round; json.Marshal's
+// bytes, written by its direct encoder).
 func BenchmarkRequest(b *testing.B) {
 	c := benchConfig(b, agent.NewOpenAIModel("http://127.0.0.1:1/v1", "", nil)) // never called
 	task := parseTask(b, benchRow)
@@ -137,12 +138,12 @@ func BenchmarkRequest(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("encode/round%d", rounds), func(b *testing.B) {
 			req.Messages = tr.Messages
-			n, _ := json.Marshal(req)
+			n, _ := agent.AppendChatRequest(nil, &req)
 			b.SetBytes(int64(len(n)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := json.Marshal(req); err != nil {
-					b.Fatal(err)
+				if _, ok := agent.AppendChatRequest(make([]byte, 0, agent.RequestSizeHint(&req)), &req); !ok {
+					b.Fatal("not encoded")
 				}
 			}
 		})

@@ -22,5 +22,11 @@ func (c *Config) MultiRequest(p *dataset.Params, seed int64) openai.ChatCompleti
 // PlainJSON is encoding/json's encoding of t by reflection, without its MarshalJSON method.
 func PlainJSON(t *Trajectory) ([]byte, error) { return json.Marshal((*plainTrajectory)(t)) }
 
+// AppendChatRequest is the direct encoder of a chat request (json.Marshal's bytes).
+var AppendChatRequest = appendChatRequest
+
+// RequestSizeHint is the size the model client's buffer for a request's encoding starts at.
+var RequestSizeHint = requestSizeHint
+
 // ZeroSampling is the request-body rewrite that sends a temperature or top_p of 0 as a literal 0.
 var ZeroSampling = zeroSampling

@@ -78,8 +78,13 @@ func NewOpenAIModel(baseURL, apiKey string, doer openai.HTTPDoer, opts ...ModelO
 	}
 	cfg := openai.DefaultConfig(apiKey)
 	cfg.BaseURL = strings.TrimRight(baseURL, "/")
-	cfg.HTTPClient = &answerDoer{next: doer, max: limit}
-	return &OpenAIModel{openai.NewClientWithConfig(cfg)}
+	ad := &answerDoer{next: doer, max: limit}
+	cfg.HTTPClient = ad
+	m := &OpenAIModel{Client: openai.NewClientWithConfig(cfg), url: cfg.BaseURL + "/chat/completions", doer: ad}
+	if apiKey != "" {
+		m.auth = "Bearer " + apiKey
+	}
+	return m
 }
 
 // answerDoer caps every answer's body (whatever doer it wraps, so that
@@ -594,8 +599,16 @@ func isTransport(err error) bool {
 // completion grows a goroutine's stack to 32 KiB, and a goroutine keeps a grown stack while it
 // waits: a rollout's goroutine, which waits for every model and tool call, would hold 32 KiB
 // for its whole life. The pool's few goroutines hold it instead.
+//
+// CreateChatCompletion sends the requests the runner makes itself, as go-openai sends them: the
+// same bytes (appendChatRequest writes them without reflection), the same headers, the answer
+// and the errors go-openai makes of what comes back. A request it does not take on goes
+// through go-openai's own CreateChatCompletion.
 type OpenAIModel struct {
 	*openai.Client
+	url  string // the base URL and /chat/completions, as go-openai joins them
+	auth string // the Authorization header ("Bearer KEY"), empty without a key
+	doer *answerDoer
 }
 
 // pooledAnswer is where answerDoer leaves an answer it decoded on the pool.
@@ -609,12 +622,106 @@ type pooledAnswerKey struct{}
 // CreateChatCompletion is the client's, with the answer decoded on the pool.
 func (m *OpenAIModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
 	slot := new(pooledAnswer)
-	resp, err := m.Client.CreateChatCompletion(context.WithValue(ctx, pooledAnswerKey{}, slot), req)
+	ctx = context.WithValue(ctx, pooledAnswerKey{}, slot)
+	if m.doer != nil && sendsItself(&req) {
+		if body, ok := appendChatRequest(make([]byte, 0, requestSizeHint(&req)), &req); ok {
+			return m.send(ctx, body, slot)
+		}
+	}
+	resp, err := m.Client.CreateChatCompletion(ctx, req)
 	if err != nil || !slot.ok {
 		return resp, err
 	}
 	slot.resp.SetHeader(resp.Header())
 	return slot.resp, nil
+}
+
+// sendsItself reports whether CreateChatCompletion sends req itself: not a stream, and not a
+// request that go-openai refuses before sending it (a reasoning model's limits, the legacy
+// completion models, whose names all have one of these words in them).
+func sendsItself(req *openai.ChatCompletionRequest) bool {
+	if req.Stream || openai.NewReasoningValidator().Validate(*req) != nil {
+		return false
+	}
+	for _, w := range []string{"davinci", "curie", "babbage", "ada", "cushman"} {
+		if strings.Contains(req.Model, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// requestSizeHint is about the size of req's encoding, so that it is written into one buffer.
+func requestSizeHint(req *openai.ChatCompletionRequest) int {
+	n := 256 + len(req.Model)
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		n += 48 + len(m.Content) + len(m.ReasoningContent) + len(m.ToolCallID)
+		for j := range m.ToolCalls {
+			n += 64 + len(m.ToolCalls[j].ID) + len(m.ToolCalls[j].Function.Name) + len(m.ToolCalls[j].Function.Arguments)
+		}
+	}
+	for i := range req.Tools {
+		if f := req.Tools[i].Function; f != nil {
+			n += 64 + len(f.Name) + len(f.Description)
+			if p, ok := f.Parameters.(json.RawMessage); ok {
+				n += len(p)
+			}
+		}
+	}
+	return n + n/16 // escapes
+}
+
+// send posts body as go-openai's CreateChatCompletion posts a request (its headers, through
+// the same doer) and makes of the answer what it makes: the decoded answer with the answer's
+// header, an *openai.APIError or *openai.RequestError for a failure status, the doer's or the
+// decoder's error as it is.
+func (m *OpenAIModel) send(ctx context.Context, body []byte, slot *pooledAnswer) (resp openai.ChatCompletionResponse, err error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
+	if err != nil {
+		return resp, err
+	}
+	if m.auth != "" {
+		hreq.Header.Set("Authorization", m.auth)
+	}
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Content-Type", "application/json")
+	res, err := m.doer.Do(hreq)
+	if err != nil {
+		return resp, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode < http.StatusOK || res.StatusCode >= http.StatusBadRequest {
+		resp.SetHeader(res.Header)
+		return resp, errorAnswer(res)
+	}
+	if slot.ok {
+		slot.resp.SetHeader(res.Header)
+		return slot.resp, nil
+	}
+	resp.SetHeader(res.Header)
+	return resp, json.NewDecoder(res.Body).Decode(&resp)
+}
+
+// errorAnswer is go-openai's error for an answer with a failure status: an *openai.APIError
+// when the body is {"error": {...}}, else an *openai.RequestError with the body.
+func errorAnswer(res *http.Response) error {
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("error, reading response body: %w", err)
+	}
+	var errRes openai.ErrorResponse
+	err = json.Unmarshal(body, &errRes)
+	if err != nil || errRes.Error == nil {
+		reqErr := &openai.RequestError{HTTPStatus: res.Status, HTTPStatusCode: res.StatusCode, Err: err, Body: body}
+		if errRes.Error != nil {
+			reqErr.Err = errRes.Error
+		}
+		return reqErr
+	}
+	errRes.Error.HTTPStatus = res.Status
+	errRes.Error.HTTPStatusCode = res.StatusCode
+	return errRes.Error
 }
 
 // answerDecoders runs answer decoding on GOMAXPROCS*4 goroutines started on first use.
