@@ -30,3 +30,6 @@ var RequestSizeHint = requestSizeHint
 
 // ZeroSampling is the request-body rewrite that sends a temperature or top_p of 0 as a literal 0.
 var ZeroSampling = zeroSampling
+
+// DecodeAnswer is the direct decoder of a chat completion answer.
+var DecodeAnswer = decodeAnswer

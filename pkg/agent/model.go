@@ -621,14 +621,13 @@ type pooledAnswerKey struct{}
 
 // CreateChatCompletion is the client's, with the answer decoded on the pool.
 func (m *OpenAIModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
-	slot := new(pooledAnswer)
-	ctx = context.WithValue(ctx, pooledAnswerKey{}, slot)
 	if m.doer != nil && sendsItself(&req) {
 		if body, ok := appendChatRequest(make([]byte, 0, requestSizeHint(&req)), &req); ok {
-			return m.send(ctx, body, slot)
+			return m.send(ctx, body)
 		}
 	}
-	resp, err := m.Client.CreateChatCompletion(ctx, req)
+	slot := new(pooledAnswer)
+	resp, err := m.Client.CreateChatCompletion(context.WithValue(ctx, pooledAnswerKey{}, slot), req)
 	if err != nil || !slot.ok {
 		return resp, err
 	}
@@ -675,8 +674,9 @@ func requestSizeHint(req *openai.ChatCompletionRequest) int {
 // send posts body as go-openai's CreateChatCompletion posts a request (its headers, through
 // the same doer) and makes of the answer what it makes: the decoded answer with the answer's
 // header, an *openai.APIError or *openai.RequestError for a failure status, the doer's or the
-// decoder's error as it is.
-func (m *OpenAIModel) send(ctx context.Context, body []byte, slot *pooledAnswer) (resp openai.ChatCompletionResponse, err error) {
+// decoder's error as it is. The answer is read whole and decoded by decodeAnswer, or where
+// that is not sure to read it as encoding/json does, by encoding/json on the decoders' pool.
+func (m *OpenAIModel) send(ctx context.Context, body []byte) (resp openai.ChatCompletionResponse, err error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
 	if err != nil {
 		return resp, err
@@ -695,12 +695,51 @@ func (m *OpenAIModel) send(ctx context.Context, body []byte, slot *pooledAnswer)
 		resp.SetHeader(res.Header)
 		return resp, errorAnswer(res)
 	}
-	if slot.ok {
-		slot.resp.SetHeader(res.Header)
-		return slot.resp, nil
-	}
 	resp.SetHeader(res.Header)
-	return resp, json.NewDecoder(res.Body).Decode(&resp)
+	bp := answerBuffers.Get().(*[]byte)
+	data, err := readAll(res.Body, (*bp)[:0], res.ContentLength)
+	defer func() {
+		if cap(data) <= maxPooledAnswer {
+			*bp = data[:0]
+			answerBuffers.Put(bp)
+		}
+	}()
+	if err != nil {
+		// What json.Decoder makes of the bytes read and then the error, as go-openai reads the body.
+		return resp, json.NewDecoder(io.MultiReader(bytes.NewReader(data), errReader{err})).Decode(&resp)
+	}
+	if decodeAnswer(data, &resp) {
+		return resp, nil
+	}
+	onDecoder(func() { err = json.NewDecoder(bytes.NewReader(data)).Decode(&resp) })
+	return resp, err
+}
+
+// answerBuffers holds the buffers answers are read into (decodeAnswer copies what it keeps),
+// up to maxPooledAnswer bytes each.
+const maxPooledAnswer = 64 << 10
+
+var answerBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// readAll appends what r reads to buf up to EOF, growing it to size first when size (the
+// answer's Content-Length) is known.
+func readAll(r io.Reader, buf []byte, size int64) ([]byte, error) {
+	if size > 0 && size < 64<<20 && int64(cap(buf)-len(buf)) <= size {
+		buf = append(buf, make([]byte, size+1)...)[:len(buf)]
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // errorAnswer is go-openai's error for an answer with a failure status: an *openai.APIError
