@@ -341,7 +341,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 		}
 	}()
 
-	r := &run{o: &o}
+	r := newRun(&o)
 	p := pool.New().WithMaxGoroutines(o.Concurrency)
 	var started atomic.Int64
 	readErr := dataset.Each(rd, dataset.Options{Limit: o.Limit, Repeats: o.Repeats, IDs: o.IDs}, func(t *dataset.Task, k int) error {
@@ -351,7 +351,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 		if !o.Shard.Has(t.Index) {
 			return nil
 		}
-		for _, arm := range o.Arms {
+		for i, arm := range o.Arms {
 			if o.Done.Has(int64(t.Index), int64(k), arm.Name) {
 				continue
 			}
@@ -372,7 +372,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 				if o.OnStart != nil {
 					o.OnStart()
 				}
-				results <- r.rollout(runCtx, t, k, arm)
+				results <- r.rollout(runCtx, t, k, i)
 			})
 		}
 		return nil
@@ -432,67 +432,40 @@ func status(s *report.Stats, total int) progress.Status {
 
 type run struct {
 	o *Options
+	// cfgs are the arms' agent configurations, in o.Arms' order, made once for the run.
+	cfgs []*agent.Config
 }
 
-// rollout runs one (task, rollout index): seed_session, the agent loop,
-// verify. It always returns a result; failures are fields of its record.
-func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *record.Result {
-	o := r.o
-	rec := record.Record{
-		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: arm.Name, Model: o.Agent.ModelName,
-		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
+func newRun(o *Options) *run {
+	r := &run{o: o, cfgs: make([]*agent.Config, len(o.Arms))}
+	for i, a := range o.Arms {
+		c := a.config(o.Agent)
+		r.cfgs[i] = &c
 	}
-	rec.TaskFields = taskFields(t)
-	if t.ID == "" {
-		rec.TaskHash = rowHash(t.Raw)
-	}
+	return r
+}
+
+// rollout runs one (task, rollout index) of arm i: seed_session, the agent loop, verify. It
+// always returns a result; failures are fields of its record.
+//
+// Its frame, and those of the calls it waits in, are kept small: a rollout's goroutine waits
+// most of its life in a model or tool call, and a goroutine's stack is kept at the power of two
+// above the deepest it has been, and the GC counts the stack in use into its goal. The record is
+// written in place in the result, the arm's configuration is the run's, and the work before
+// and after the agent loop is done in functions of their own.
+func (r *run) rollout(ctx context.Context, t *dataset.Task, k, i int) *record.Result {
 	res := &record.Result{}
+	rec := &res.Record
 	start := time.Now()
-	defer func() {
-		rec.LatencyMs = float64(time.Since(start).Microseconds()) / 1000
-		res.Record = rec
-	}()
-	if t.Err != nil {
-		rec.Termination, rec.FailureClass, rec.Error = "", record.FailBadTask, t.Err.Error()
+	defer func() { rec.LatencyMs = float64(time.Since(start).Microseconds()) / 1000 }()
+	arm := &r.o.Arms[i]
+	r.newRecord(rec, t, k, arm)
+	sess, ctx, done := r.open(ctx, t, k, arm, rec)
+	if sess == nil {
 		return res
 	}
-	srv, agentName, err := o.Servers.For(t)
-	rec.Agent = agentName
-	if err != nil {
-		rec.FailureClass, rec.Error = record.FailBadTask, fmt.Sprintf("%s:%d: %v", t.File, t.Line, err)
-		return res
-	}
-	if o.RolloutTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.RolloutTimeout)
-		defer cancel()
-	}
-	ctx = agent.WithRolloutID(ctx, rolloutID(arm.Name, t.File, t.Index, k))
-	var counter retry.Counter
-	ctx = retry.WithCounter(ctx, &counter)
-	if o.RetryBudget >= 0 {
-		ctx = retry.WithBudget(ctx, o.RetryBudget)
-	}
-	defer func() { rec.Attempts = int32(counter.Attempts()) }()
-
-	sess := srv.NewSession()
-	defer sess.End(ctx) //nolint:errcheck // best-effort cleanup; the record does not depend on it
-	if err := sess.Seed(ctx, t.Raw); err != nil {
-		rec.FailureClass, rec.Error = callFailure(ctx, err, record.FailResourceServer), err.Error()
-		rec.Termination = string(termination(rec.FailureClass, agent.ToolError))
-		return res
-	}
-
-	cfg := arm.config(o.Agent)
-	tr := cfg.Run(ctx, t, sess, rec.Seed)
-	calls, failed, names := tr.ToolCalls()
-	rec.Rounds, rec.ToolCalls, rec.ToolErrors, rec.ToolNames = int32(len(tr.Rounds)), int32(calls), int32(failed), names
-	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
-	rec.Termination, rec.FailureClass, rec.Error = string(tr.Termination), tr.FailureClass, tr.Error
-	if len(tr.Rounds) > 0 {
-		rec.Endpoint = tr.Rounds[0].Endpoint
-	}
-	contextColumns(&rec, &cfg, tr)
+	defer done()
+	tr := r.cfgs[i].Run(ctx, t, sess, rec.Seed)
 	defer func() {
 		// The trajectory ends as the record does: a failed verify is the rollout's end too.
 		tr.Termination, tr.FailureClass, tr.Error = agent.Termination(rec.Termination), rec.FailureClass, rec.Error
@@ -501,15 +474,91 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 			res.Trajectory = b
 		}
 	}()
+	r.score(ctx, t, k, arm, r.cfgs[i], sess, tr, res)
+	return res
+}
+
+// newRecord fills in the record's fields known before the rollout starts.
+//
+//go:noinline
+func (r *run) newRecord(rec *record.Record, t *dataset.Task, k int, arm *Arm) {
+	o := r.o
+	*rec = record.Record{
+		TaskIndex: int64(t.Index), RolloutIndex: int64(k), TaskID: t.ID, Arm: arm.Name, Model: o.Agent.ModelName,
+		StartedAt: time.Now().UTC(), Seed: Seed(o.Seed, t.Index, k), SourceFile: t.File, SourceLine: int64(t.Line),
+	}
+	rec.TaskFields = taskFields(t)
+	if t.ID == "" {
+		rec.TaskHash = rowHash(t.Raw)
+	}
+}
+
+// open starts the rollout: its context (timeout, rollout id, attempt counter, retry budget) and
+// its session with the resource server, seeded. sess is nil when the rollout ends there (a bad
+// task, no server, a failed seed_session), its failure in rec. done ends the session, counts
+// the attempts into rec and releases the context.
+//
+//go:noinline
+func (r *run) open(parent context.Context, t *dataset.Task, k int, arm *Arm, rec *record.Record) (sess *toolclient.Session, ctx context.Context, done func()) {
+	o := r.o
+	if t.Err != nil {
+		rec.Termination, rec.FailureClass, rec.Error = "", record.FailBadTask, t.Err.Error()
+		return nil, nil, nil
+	}
+	srv, agentName, err := o.Servers.For(t)
+	rec.Agent = agentName
+	if err != nil {
+		rec.FailureClass, rec.Error = record.FailBadTask, fmt.Sprintf("%s:%d: %v", t.File, t.Line, err)
+		return nil, nil, nil
+	}
+	ctx, cancel := parent, context.CancelFunc(func() {})
+	if o.RolloutTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, o.RolloutTimeout)
+	}
+	ctx = agent.WithRolloutID(ctx, rolloutID(arm.Name, t.File, t.Index, k))
+	counter := new(retry.Counter)
+	ctx = retry.WithCounter(ctx, counter)
+	if o.RetryBudget >= 0 {
+		ctx = retry.WithBudget(ctx, o.RetryBudget)
+	}
+	sess = srv.NewSession()
+	done = func() {
+		sess.End(ctx) //nolint:errcheck // best-effort cleanup; the record does not depend on it
+		rec.Attempts = int32(counter.Attempts())
+		cancel()
+	}
+	if err := sess.Seed(ctx, t.Raw); err != nil {
+		rec.FailureClass, rec.Error = callFailure(ctx, err, record.FailResourceServer), err.Error()
+		rec.Termination = string(termination(rec.FailureClass, agent.ToolError))
+		done()
+		return nil, nil, nil
+	}
+	return sess, ctx, done
+}
+
+// score fills the record from the trajectory and, when the loop did not fail, verifies the
+// rollout's answer with the resource server.
+//
+//go:noinline
+func (r *run) score(ctx context.Context, t *dataset.Task, k int, arm *Arm, cfg *agent.Config, sess *toolclient.Session, tr *agent.Trajectory, res *record.Result) {
+	o, rec := r.o, &res.Record
+	calls, failed, names := tr.ToolCalls()
+	rec.Rounds, rec.ToolCalls, rec.ToolErrors, rec.ToolNames = int32(len(tr.Rounds)), int32(calls), int32(failed), names
+	rec.PromptTokens, rec.CompletionTokens = int64(tr.Usage.PromptTokens), int64(tr.Usage.CompletionTokens)
+	rec.Termination, rec.FailureClass, rec.Error = string(tr.Termination), tr.FailureClass, tr.Error
+	if len(tr.Rounds) > 0 {
+		rec.Endpoint = tr.Rounds[0].Endpoint
+	}
+	contextColumns(rec, cfg, tr)
 	if tr.FailureClass != "" {
-		return res
+		return
 	}
 
 	resp := agent.BuildResponse(responseID(t.Index, k, arm.Name), float64(rec.StartedAt.Unix()), o.Agent.ModelName, t.Params, tr)
 	rb, err := json.Marshal(resp)
 	if err != nil { // cannot happen: the response is plain data
 		rec.FailureClass, rec.Error = record.FailVerify, err.Error()
-		return res
+		return
 	}
 	body := verifyRow(t).AppendObject(make([]byte, 0, len(t.Raw)+len(rb)+16), []string{"response"}, dataset.Field{Key: "response", Value: rb})
 	keys := make([]string, len(t.Fields))
@@ -526,11 +575,10 @@ func (r *run) rollout(ctx context.Context, t *dataset.Task, k int, arm Arm) *rec
 		}
 		rec.FailureClass, rec.Error = callFailure(ctx, err, fallback), err.Error()
 		rec.Termination = string(termination(rec.FailureClass, agent.VerifyError))
-		return res
+		return
 	}
 	rec.Reward, rec.HasReward, rec.RewardComponents = v.Reward, true, v.Components
 	res.Verify = v.Answer
-	return res
 }
 
 // verifyRow is the row as /verify gets it: its responses_create_params without the chat request
