@@ -311,13 +311,13 @@ func withoutTools(req openai.ChatCompletionRequest, msgs []openai.ChatCompletion
 // round, then the briefing prompt, without tools. Its answer is the new briefing; its usage
 // counts in the trajectory's. A failed call ends the rollout as a failed round's call would
 // (ok false).
-func (c *Config) brief(ctx context.Context, req openai.ChatCompletionRequest, cv *conversation, tr *Trajectory, last string, round int) (string, bool) {
+func (c *Config) brief(ctx context.Context, req *openai.ChatCompletionRequest, cv *conversation, tr *Trajectory, last string, round int) (string, bool) {
 	sent, _ := cv.view(c.Context, tr.Messages, last)
 	prompt := c.BriefingPrompt
 	if prompt == "" {
 		prompt = DefaultBriefingPrompt
 	}
-	resp, latency, tap, err := c.call(ctx, withoutTools(req, append(slices.Clip(sent), userMessage(prompt))), lastRound(tr))
+	resp, latency, tap, err := c.call(ctx, withoutTools(*req, append(slices.Clip(sent), userMessage(prompt))), lastRound(tr))
 	if err != nil {
 		term, class := modelFailure(ctx, err)
 		tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("briefing call after round %d: %s", round, modelErrorText(err, term, tap))
@@ -342,9 +342,9 @@ func (c *Config) brief(ctx context.Context, req openai.ChatCompletionRequest, cv
 // failed tool calls: what the strategy sends, then a request for the best final answer,
 // without tools. Its answer is the rollout's final answer (termination Degraded); a tool call
 // in it is not made.
-func (c *Config) degrade(ctx context.Context, req openai.ChatCompletionRequest, cv *conversation, tr *Trajectory, briefing string, round, failed int) {
+func (c *Config) degrade(ctx context.Context, req *openai.ChatCompletionRequest, cv *conversation, tr *Trajectory, briefing string, round, failed int) {
 	sent, cr := cv.send(c.Context, tr, briefing)
-	resp, latency, tap, err := c.call(ctx, withoutTools(req, append(slices.Clip(sent), userMessage(fmt.Sprintf(degradePrompt, failed)))), lastRound(tr))
+	resp, latency, tap, err := c.call(ctx, withoutTools(*req, append(slices.Clip(sent), userMessage(fmt.Sprintf(degradePrompt, failed)))), lastRound(tr))
 	if err != nil {
 		term, class := modelFailure(ctx, err)
 		tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("degraded final call in round %d: %s", round, modelErrorText(err, term, tap))

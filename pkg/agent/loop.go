@@ -319,7 +319,8 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 	for round := 0; ; round++ {
 		var cr *ContextRound
 		req.Messages, cr = cv.send(c.Context, tr, briefing)
-		resp, latency, tap, err := c.call(ctx, req, lastRound(tr))
+		var resp openai.ChatCompletionResponse
+		latency, tap, err := c.callInto(ctx, &req, lastRound(tr), &resp)
 		if err != nil {
 			term, class := modelFailure(ctx, err)
 			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, modelErrorText(err, term, tap))
@@ -416,7 +417,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			timedOutRounds = 0
 		}
 		if failedRounds >= c.MaxFailedRounds && c.Degrade && timedOutRounds < c.MaxFailedRounds && unreachableRounds < c.MaxFailedRounds {
-			c.degrade(ctx, req, cv, tr, briefing, round+1, failedRounds)
+			c.degrade(ctx, &req, cv, tr, briefing, round+1, failedRounds)
 			return tr
 		}
 		if failedRounds >= c.MaxFailedRounds {
@@ -440,7 +441,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		}
 		if c.Context.Kind == ContextBriefing {
 			var ok bool
-			if briefing, ok = c.brief(ctx, req, cv, tr, briefing, round); !ok {
+			if briefing, ok = c.brief(ctx, &req, cv, tr, briefing, round); !ok {
 				return tr
 			}
 		}
@@ -563,13 +564,25 @@ func (c *Config) baseRequest(p *dataset.Params, seed int64) openai.ChatCompletio
 // --capture-tokens its token ids go back on the request's last assistant message when that
 // message is prev's answer (tokens.go, sendTokens).
 func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, prev *Round) (openai.ChatCompletionResponse, time.Duration, *answerTap, error) {
+	var resp openai.ChatCompletionResponse
+	latency, tap, err := c.callInto(ctx, &req, prev, &resp)
+	return resp, latency, tap, err
+}
+
+// callInto is call with the request and the answer passed by pointer, for the agent loop: a
+// rollout's goroutine waits in it for every model answer, and a request or an answer passed by
+// value would be copied into every frame on the way (a chat request is 400 bytes). req is
+// left as it was given.
+func (c *Config) callInto(ctx context.Context, req *openai.ChatCompletionRequest, prev *Round, resp *openai.ChatCompletionResponse) (time.Duration, *answerTap, error) {
 	parent := ctx
 	if c.ModelTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.ModelTimeout)
 		defer cancel()
 	}
-	req.Messages = sendable(req.Messages)
+	msgs := req.Messages
+	req.Messages = sendable(msgs)
+	defer func() { req.Messages = msgs }()
 	tap := &answerTap{zeros: req.Temperature == zeroTemperature || req.TopP == zeroTemperature}
 	tap.patches, _ = ctx.Value(patchKey{}).([]json.RawMessage)
 	tap.keep = true
@@ -578,16 +591,17 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, pre
 		tap.prev = sendTokens(req.Messages, prev)
 	}
 	start := time.Now()
-	resp, err := c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
+	var err error
+	*resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), *req)
 	if err != nil && tap.vllm && refusesTokenOptions(err) {
 		// The endpoint (OpenAI's) refuses vLLM's options: ask again, and from now on, for
 		// log-probs only (tokens.go).
 		c.CaptureTokens.refused(err)
 		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev, patches: tap.patches, keep: true, tc: tap.tc}
-		resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), req)
+		*resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), *req)
 	}
 	if err == nil {
-		answerReasoning(&resp, tap.body)
+		answerReasoning(resp, tap.body)
 	}
 	if !tap.capture {
 		tap.body = nil // kept for answerReasoning only
@@ -598,7 +612,7 @@ func (c *Config) call(ctx context.Context, req openai.ChatCompletionRequest, pre
 	if err == nil {
 		err = CheckUsage(resp.Usage)
 	}
-	return resp, time.Since(start), tap, err
+	return time.Since(start), tap, err
 }
 
 // MaxUsageTokens bounds each token count of one answer's usage: 10^9, a thousand times the
