@@ -103,23 +103,19 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 			{TrajectoriesFile, "task_index", "rollout_index", "arm"},
 			{NemoGymFile, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey},
 		} {
-			seen := make(record.Done, len(done))
+			seen := newKeySet(r.Index[i], r.Shards)
 			dst := files[side.name]
 			err := scanSideLines(&intern, join(dir, side.name), side.task, side.rollout, side.arm, func(key record.Key, ok bool, write func(io.Writer) error) error {
-				if _, rec := done[key]; !ok || !rec {
+				if !ok || !done.Has(key) || !seen.Add(key) {
 					return nil
 				}
-				if _, dup := seen[key]; dup {
-					return nil
-				}
-				seen[key] = struct{}{}
 				return dst.writeFrom(write)
 			})
 			if err != nil {
 				return fin, err
 			}
 			if side.name == TrajectoriesFile {
-				trajectories = len(seen)
+				trajectories = seen.Len()
 			}
 		}
 		r.checkCount(i, done, trajectories, problem)

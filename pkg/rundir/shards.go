@@ -314,7 +314,7 @@ func shardTasks(tasks int64, index, count int) int64 {
 // checkCount checks that directory i, when its manifest marks it complete, has a record of
 // each of its rollouts (done are its records' keys) and, when trajectories is not -1, that
 // many of them with a trajectory: a short one is a problem, or with Partial a ShortShard.
-func (r *Run) checkCount(i int, done record.Done, trajectories int, problem func(string)) {
+func (r *Run) checkCount(i int, done *keySet, trajectories int, problem func(string)) {
 	if r.complete == nil || r.complete[i] < 0 {
 		return // not marked complete: refused, or listed as Incomplete, by OpenRun
 	}
@@ -324,30 +324,30 @@ func (r *Run) checkCount(i int, done record.Done, trajectories int, problem func
 		want = int(shardTasks(x.Tasks, r.Index[i], r.Shards)) * len(x.Arms) * x.Repeats
 	}
 	if trajectories < 0 {
-		trajectories = len(done)
+		trajectories = done.Len()
 	}
-	if len(done) == want && trajectories == len(done) {
+	if done.Len() == want && trajectories == done.Len() {
 		return
 	}
 	dir := r.Dirs[i]
-	what := fmt.Sprintf("%s: shard %d/%d is marked complete, but its journal has %d of its %d rollouts", dir, r.Index[i], r.Shards, len(done), want)
-	if len(done) == want {
-		what = fmt.Sprintf("%s: %d records, but %s has the trajectories of %d of them", dir, len(done), TrajectoriesFile, trajectories)
+	what := fmt.Sprintf("%s: shard %d/%d is marked complete, but its journal has %d of its %d rollouts", dir, r.Index[i], r.Shards, done.Len(), want)
+	if done.Len() == want {
+		what = fmt.Sprintf("%s: %d records, but %s has the trajectories of %d of them", dir, done.Len(), TrajectoriesFile, trajectories)
 	}
 	var missing []string
-	if x != nil && x.Tasks >= 0 && len(done) < want {
+	if x != nil && x.Tasks >= 0 && done.Len() < want {
 		for t := int64(r.Index[i]); t < x.Tasks && len(missing) < maxNamed; t += int64(max(r.Shards, 1)) {
 			for k := 0; k < x.Repeats && len(missing) < maxNamed; k++ {
 				for _, arm := range x.Arms {
-					if !done.Has(t, int64(k), arm) && len(missing) < maxNamed {
+					if !done.Has(record.Key{Task: t, Rollout: int64(k), Arm: arm}) && len(missing) < maxNamed {
 						missing = append(missing, fmt.Sprintf("task %d repeat %d arm %s", t, k, arm))
 					}
 				}
 			}
 		}
 		what += " (missing: " + strings.Join(missing, ", ")
-		if want-len(done) > len(missing) {
-			what += fmt.Sprintf(" and %d more", want-len(done)-len(missing))
+		if want-done.Len() > len(missing) {
+			what += fmt.Sprintf(" and %d more", want-done.Len()-len(missing))
 		}
 		what += ")"
 	}
@@ -355,7 +355,7 @@ func (r *Run) checkCount(i int, done record.Done, trajectories int, problem func
 		problem(what)
 		return
 	}
-	r.Short = append(r.Short, ShortShard{Dir: dir, Shard: r.Index[i], Rollouts: want, Records: len(done), Trajectories: trajectories, Missing: missing})
+	r.Short = append(r.Short, ShortShard{Dir: dir, Shard: r.Index[i], Rollouts: want, Records: done.Len(), Trajectories: trajectories, Missing: missing})
 }
 
 func runProblems(problems []string, extra int) error {
@@ -371,11 +371,12 @@ func runProblems(problems []string, extra int) error {
 // scanDir calls fn with each journal line of directory i and its record, but for the
 // records of another shard and the repeated keys, which it tells problem about. It returns
 // the keys of the records given to fn.
-func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, problem func(string)) (record.Done, error) {
+func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, problem func(string)) (*keySet, error) {
 	dir, path := r.Dirs[i], join(r.Dirs[i], JournalFile)
+	done := newKeySet(r.Index[i], r.Shards)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return record.Done{}, nil // a shard that ran no rollout yet
+		return done, nil // a shard that ran no rollout yet
 	}
 	if err != nil {
 		return nil, err
@@ -387,7 +388,6 @@ func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, pro
 		rec record.Record
 		err error
 	}
-	done := record.Done{}
 	_, err = lines.Scan(f, workers, func(w int, line []byte, res *decoded) {
 		*res = decoded{}
 		res.err = decoders[w].DecodeRecord(line, &res.rec)
@@ -418,12 +418,10 @@ func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, pro
 				int(rec.TaskIndex)%r.Shards, r.Shards, r.Index[i], r.Shards))
 			return nil
 		}
-		key := rec.Key()
-		if _, dup := done[key]; dup {
+		if key := rec.Key(); !done.Add(key) {
 			problem(fmt.Sprintf("%s:%d: a second record of (task %d, repeat %d, arm %s) in %s", path, n, key.Task, key.Rollout, key.Arm, dir))
 			return nil
 		}
-		done[key] = struct{}{}
 		return fn(line, rec)
 	})
 	if err != nil && !strings.Contains(err.Error(), path) {

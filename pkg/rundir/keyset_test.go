@@ -1,0 +1,102 @@
+package rundir
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/rollout-dev/rollout/pkg/record"
+)
+
+// A keySet answers as a map of the keys would, for the keys of its shard (bits), those of
+// other shards, negative ones, too many (repeat, arm) pairs and ones too sparse for bits
+// (the map), added in any order and more than once.
+func TestKeySetIsASet(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		index, shards int
+		key           func(r *rand.Rand) record.Key
+	}{
+		{"dense", 1, 4, func(r *rand.Rand) record.Key {
+			return record.Key{Task: 1 + 4*r.Int64N(3000), Rollout: r.Int64N(4), Arm: []string{"single", "multi"}[r.IntN(2)]}
+		}},
+		{"whole run", 0, 0, func(r *rand.Rand) record.Key {
+			return record.Key{Task: r.Int64N(5000), Rollout: r.Int64N(3), Arm: ""}
+		}},
+		{"other shards and negative", 2, 3, func(r *rand.Rand) record.Key {
+			return record.Key{Task: r.Int64N(600) - 100, Rollout: r.Int64N(5) - 1, Arm: "a"}
+		}},
+		{"sparse", 0, 1, func(r *rand.Rand) record.Key {
+			return record.Key{Task: r.Int64N(1 << 40), Rollout: r.Int64N(2), Arm: "a"}
+		}},
+		{"many planes", 0, 1, func(r *rand.Rand) record.Key {
+			return record.Key{Task: r.Int64N(50), Rollout: r.Int64N(2 * maxKeyPlanes), Arm: "a"}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			s, m := newKeySet(c.index, c.shards), map[record.Key]bool{}
+			for range 20_000 {
+				k := c.key(r)
+				if got, want := s.Add(k), !m[k]; got != want {
+					t.Fatalf("Add(%v) = %v, want %v", k, got, want)
+				}
+				m[k] = true
+				if q := c.key(r); s.Has(q) != m[q] {
+					t.Fatalf("Has(%v) = %v, want %v", q, s.Has(q), m[q])
+				}
+			}
+			if s.Len() != len(m) {
+				t.Errorf("Len %d, want %d", s.Len(), len(m))
+			}
+			for k := range m {
+				if !s.Has(k) {
+					t.Fatalf("Has(%v) false after Add", k)
+				}
+			}
+		})
+	}
+}
+
+// The keys of a shard take a bit each, not a map entry: 2^20 keys of shard 1 of 4 (4 repeats,
+// 2 arms) allocate well under a megabyte, where a map takes some 50 MB; keys too sparse for
+// bits do not make the bits grow past their bound.
+func TestKeySetOfAShardIsBits(t *testing.T) {
+	alloc := func(add func(s *keySet)) uint64 {
+		var a, b runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&a)
+		s := newKeySet(1, 4)
+		add(s)
+		runtime.ReadMemStats(&b)
+		runtime.KeepAlive(s)
+		return b.TotalAlloc - a.TotalAlloc
+	}
+	arms := []string{"single", "multi"}
+	dense := alloc(func(s *keySet) {
+		for i := range int64(1 << 17) {
+			for k := range int64(4) {
+				for _, arm := range arms {
+					s.Add(record.Key{Task: 1 + 4*i, Rollout: k, Arm: arm})
+				}
+			}
+		}
+		if s.Len() != 1<<20 || s.other != nil {
+			t.Errorf("dense: %d keys, %d in the map", s.Len(), len(s.other))
+		}
+	})
+	if dense > 1<<20 {
+		t.Errorf("2^20 keys of a shard allocated %d bytes", dense)
+	}
+	alloc(func(s *keySet) {
+		for i := range int64(1000) {
+			s.Add(record.Key{Task: 1 + 4*i<<30, Arm: "a"})
+		}
+		if s.words*64 > keySetBitsPerKey*s.n+keySetSlack {
+			t.Errorf("sparse: %d words of bits for %d keys", s.words, s.n)
+		}
+		if s.Len() != 1000 {
+			t.Errorf("sparse: %d keys", s.Len())
+		}
+	})
+}
