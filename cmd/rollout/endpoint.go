@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/replay"
@@ -96,7 +97,7 @@ func openModel(f runFlags, simOptions func() (sim.Options, error), e env, transp
 	}
 	ep.secrets = append([]string{ep.apiKey}, ep.endpoint.Secrets...)
 	for _, spec := range f.servers {
-		ep.secrets = append(ep.secrets, agent.URLSecrets(serverURL(spec))...)
+		ep.secrets = append(ep.secrets, redact.URLSecrets(serverURL(spec))...)
 	}
 	// --model-timeout bounds each attempt; retries come on top, within
 	// the rollout's deadline. The base URL's query goes with every request.
@@ -120,10 +121,10 @@ func openFleet(ep *modelEndpoint, f runFlags, eps []fleet.Endpoint, transport ht
 	}
 	for _, e := range eps {
 		ep.secrets = append(ep.secrets, e.APIKey)
-		ep.secrets = append(ep.secrets, agent.URLSecrets(e.URL)...)
+		ep.secrets = append(ep.secrets, redact.URLSecrets(e.URL)...)
 	}
 	for _, spec := range f.servers {
-		ep.secrets = append(ep.secrets, agent.URLSecrets(serverURL(spec))...)
+		ep.secrets = append(ep.secrets, redact.URLSecrets(serverURL(spec))...)
 	}
 	pool, model, err := openPool(f, eps, transport, policy)
 	if err != nil {

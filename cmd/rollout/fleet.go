@@ -214,7 +214,7 @@ func configEndpoints(path string, getenv func(string) string) (eps []fleet.Endpo
 				return nil, nil, at(item, "an endpoint needs a url")
 			}
 			if err := checkModelURL(ep.URL); err != nil || strings.Contains(ep.URL, ":") && !strings.Contains(ep.URL, "://") {
-				return nil, nil, at(item, "url %s: want an http:// or https:// URL such as http://localhost:8000/v1", agent.RedactURL(ep.URL))
+				return nil, nil, at(item, "url %s: want an http:// or https:// URL such as http://localhost:8000/v1", redact.URL(ep.URL))
 			}
 			eps = append(eps, ep)
 			keyEnvs = append(keyEnvs, keyEnv)
@@ -374,11 +374,11 @@ func startReplicas(n int, h http.Handler, cfg serving.Config) (urls []string, fl
 	return urls, fl, stop, nil
 }
 
-// redactURLs is a --model-url list with each URL's credentials redacted (agent.RedactURL).
+// redactURLs is a --model-url list with each URL's credentials redacted (redact.URL).
 func redactURLs(list string) string {
 	urls := strings.Split(list, ",")
 	for i, u := range urls {
-		urls[i] = agent.RedactURL(u)
+		urls[i] = redact.URL(u)
 	}
 	return strings.Join(urls, ",")
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/sim"
@@ -53,7 +54,7 @@ type runConfig struct {
 func redactServers(specs []string) []string {
 	out := make([]string, len(specs))
 	for i, s := range specs {
-		out[i] = strings.TrimSuffix(s, serverURL(s)) + agent.RedactURL(serverURL(s))
+		out[i] = strings.TrimSuffix(s, serverURL(s)) + redact.URL(serverURL(s))
 	}
 	return out
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/redact"
-	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/runner"
 )
@@ -94,7 +93,7 @@ func waitReady(ctx context.Context, w io.Writer, waitFor time.Duration, check fu
 
 func checkModel(ctx context.Context, client *http.Client, rawBase, apiKey, model string) error {
 	u := strings.TrimRight(rawBase, "/") + "/models"
-	base, shown := agent.RedactURL(rawBase), agent.RedactURL(u)
+	base, shown := redact.URL(rawBase), redact.URL(u)
 	body, resp, err := preflightGet(ctx, client, u, apiKey)
 	u = shown
 	if ctx.Err() != nil {
@@ -156,13 +155,13 @@ func preflightServers(ctx context.Context, client *http.Client, routes runner.Se
 		return nil
 	}
 	if routes.Default != nil {
-		if err := check(agent.RedactURL(routes.Default.Base()), routes.Default.Base()); err != nil {
+		if err := check(redact.URL(routes.Default.Base()), routes.Default.Base()); err != nil {
 			return err
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(routes.ByName)) {
 		srv := routes.ByName[name]
-		if err := check(name+"="+agent.RedactURL(srv.Base()), srv.Base()); err != nil {
+		if err := check(name+"="+redact.URL(srv.Base()), srv.Base()); err != nil {
 			return err
 		}
 	}

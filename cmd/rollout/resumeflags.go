@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 	"github.com/rollout-dev/rollout/pkg/runner"
@@ -54,7 +55,7 @@ func resumeDefaults(fs *flag.FlagSet, out string) (arms []runner.Arm, steps *age
 		set("shard", mf.Shard.String())
 	}
 	// A URL whose secrets the manifest does not keep must be given again.
-	if u := cfg.ModelURL; u != agent.RedactURL(u) || strings.Contains(u, "REDACTED") {
+	if u := cfg.ModelURL; u != redact.URL(u) || strings.Contains(u, "REDACTED") {
 		if !given["model-url"] {
 			return nil, nil, badUsage("--resume: the run's --model-url held a password or query values, which %s does not keep: give --model-url again", rundir.ManifestFile)
 		}

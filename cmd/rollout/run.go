@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/plan"
@@ -669,7 +670,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 			}
 		}
 		if label == "" {
-			label = agent.RedactURL(url) // the records' agent column: no credentials
+			label = redact.URL(url) // the records' agent column: no credentials
 		}
 		srv, err := toolclient.New(label, url, c.transport)
 		if err != nil {

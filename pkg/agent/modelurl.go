@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/rollout-dev/rollout/internal/redact"
 )
 
 // Endpoint is a model base URL taken apart: Base (without its query) is what the client joins
@@ -24,56 +26,12 @@ func ParseEndpoint(raw string) (Endpoint, error) {
 		return Endpoint{}, err
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return Endpoint{}, fmt.Errorf("%s: not an http(s) URL", RedactURL(raw))
+		return Endpoint{}, fmt.Errorf("%s: not an http(s) URL", redact.URL(raw))
 	}
-	e := Endpoint{Query: u.Query(), Secrets: URLSecrets(raw)}
+	e := Endpoint{Query: u.Query(), Secrets: redact.URLSecrets(raw)}
 	u.RawQuery, u.ForceQuery, u.Fragment = "", false, ""
 	e.Base = strings.TrimRight(u.String(), "/")
 	return e, nil
-}
-
-// URLSecrets are the credentials a URL carries: its password and its query values (none when
-// raw is not a URL).
-func URLSecrets(raw string) []string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil
-	}
-	var s []string
-	if p, ok := u.User.Password(); ok {
-		s = append(s, p)
-	}
-	for _, vs := range u.Query() {
-		s = append(s, vs...)
-	}
-	return s
-}
-
-// redactedPart stands for a secret in a URL (no characters a URL escapes).
-const redactedPart = "REDACTED"
-
-// RedactURL is raw with its userinfo and every query value replaced by REDACTED, for storing
-// (the manifest) and printing; a URL without either is returned as it is, and text that is not
-// a URL too.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil && u.RawQuery == "" {
-		return raw
-	}
-	if u.User != nil {
-		u.User = url.User(redactedPart)
-	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k, vs := range q {
-			for i := range vs {
-				vs[i] = redactedPart
-			}
-			q[k] = vs
-		}
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
 }
 
 // QueryTransport sends every request through next with query's parameters added to its URL

@@ -9,17 +9,10 @@ import (
 	"github.com/rollout-dev/rollout/internal/redact"
 )
 
-// Redacted is the placeholder of a secret.
-const Redacted = redact.Placeholder
-
-// MinSecretLength: shorter "keys" (EMPTY, x, none: what local servers are given) are not
-// redacted, since replacing them would mangle ordinary text.
-const MinSecretLength = redact.MinLength
-
 // RedactModel wraps m so that none of secrets ever comes out of it: an endpoint that echoes the
 // Authorization header, in an error message or in its answer, cannot make rollout write the key
 // into a record, a trajectory, the NeMo Gym JSONL or a verify request. Each secret is replaced
-// by Redacted in the text of the errors and in the answers' content, reasoning and tool calls.
+// by redact.Placeholder in the text of the errors and in the answers' content, reasoning and tool calls.
 func RedactModel(m Model, secrets ...string) Model {
 	r := redact.Replacer(secrets)
 	if r == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 )
 
@@ -320,7 +321,7 @@ func TestEndpointErrorPartsRedacted(t *testing.T) {
 		cfg := m.config(nil)
 		cfg.Model = agent.RedactModel(cfg.Model, key)
 		tr := cfg.Run(context.Background(), task, res.session(t, task), 1)
-		if tr.Error == "" || strings.Contains(tr.Error, key) || !strings.Contains(tr.Error, agent.Redacted) {
+		if tr.Error == "" || strings.Contains(tr.Error, key) || !strings.Contains(tr.Error, redact.Placeholder) {
 			t.Errorf("HTTP %d %s: error %q", b.status, b.body, tr.Error)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
 )
@@ -149,16 +150,16 @@ func New(eps []Endpoint, opts Options) (*Pool, error) {
 	for i, e := range eps {
 		u, err := url.Parse(e.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("fleet: endpoint %d: %s: want an http:// or https:// URL", i+1, agent.RedactURL(e.URL))
+			return nil, fmt.Errorf("fleet: endpoint %d: %s: want an http:// or https:// URL", i+1, redact.URL(e.URL))
 		}
 		if e.Weight == 0 {
 			e.Weight = 1
 		}
 		if e.Weight < 0 || math.IsNaN(e.Weight) || math.IsInf(e.Weight, 0) {
-			return nil, fmt.Errorf("fleet: endpoint %s: weight %g: want a positive number", agent.RedactURL(e.URL), e.Weight)
+			return nil, fmt.Errorf("fleet: endpoint %s: weight %g: want a positive number", redact.URL(e.URL), e.Weight)
 		}
 		if e.MaxConcurrency < 0 {
-			return nil, fmt.Errorf("fleet: endpoint %s: max concurrency %d: want 0 (no bound) or more", agent.RedactURL(e.URL), e.MaxConcurrency)
+			return nil, fmt.Errorf("fleet: endpoint %s: max concurrency %d: want 0 (no bound) or more", redact.URL(e.URL), e.MaxConcurrency)
 		}
 		if e.Name == "" {
 			e.Name = u.Host

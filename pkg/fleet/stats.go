@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
@@ -54,7 +54,7 @@ func (p *Pool) Stats() []EndpointStats {
 	out := make([]EndpointStats, len(p.eps))
 	for i, ep := range p.eps {
 		s := ep.stats.snapshot()
-		s.Name, s.URL, s.Model = ep.Name, agent.RedactURL(ep.URL), ep.Endpoint.Model
+		s.Name, s.URL, s.Model = ep.Name, redact.URL(ep.URL), ep.Endpoint.Model
 		s.Ejections = ep.stats.ejections.Load()
 		out[i] = s
 	}
