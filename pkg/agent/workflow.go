@@ -15,6 +15,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/plan"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
 )
@@ -34,29 +35,11 @@ const (
 
 // Workflow is the ordered steps of the workflow policy.
 type Workflow struct {
-	Steps []Step `json:"steps"`
+	Steps []plan.Step `json:"steps"`
 }
 
-// Step is one step of a workflow.
-type Step struct {
-	// Name names the step in messages and records ("discovery").
-	Name string `json:"name"`
-	// Prompt is the step's instructions, sent as a user message when the step starts.
-	Prompt string `json:"prompt"`
-	// Tools are the only tools offered in the step; each must be one of the task's tools.
-	Tools []string `json:"tools"`
-	// ValidationTools are tools of the step that must have been called in the step attempt,
-	// and whose last answers passed ({"valid": true}), before its final answer is accepted.
-	ValidationTools []string `json:"validation_tools"`
-	// MaxIterations bounds the model calls of one attempt of the step (0: DefaultStepIterations).
-	MaxIterations int `json:"max_iterations"`
-	// MaxRetries is how many times a failed attempt is retried from the step's start: a step
-	// gets 1+MaxRetries attempts. LoadWorkflow fills DefaultStepRetries when the file leaves it
-	// out.
-	MaxRetries int `json:"max_retries"`
-}
-
-func (st *Step) iterations() int {
+// stepIterations is st.MaxIterations, or DefaultStepIterations when it is not set.
+func stepIterations(st *plan.Step) int {
 	if st.MaxIterations <= 0 {
 		return DefaultStepIterations
 	}
@@ -118,8 +101,8 @@ func quotedName(raw json.RawMessage) string {
 	return ""
 }
 
-func parseStep(raw json.RawMessage) (Step, error) {
-	st := Step{MaxIterations: DefaultStepIterations, MaxRetries: DefaultStepRetries}
+func parseStep(raw json.RawMessage) (plan.Step, error) {
+	st := plan.Step{MaxIterations: DefaultStepIterations, MaxRetries: DefaultStepRetries}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return st, fmt.Errorf("want a JSON object, got %s", record.Clip(string(t), 40))
 	}
@@ -364,7 +347,7 @@ func (c *Config) runSteps(ctx context.Context, task *dataset.Task, tools Tools, 
 	for i, t := range p.Tools {
 		offered[i] = t.Name
 	}
-	var steps []Step
+	var steps []plan.Step
 	if r.workflow {
 		if err := c.Workflow.Check(offered); err != nil {
 			tr.FailureClass, tr.Error = record.FailBadTask, err.Error()
@@ -376,7 +359,7 @@ func (c *Config) runSteps(ctx context.Context, task *dataset.Task, tools Tools, 
 		if rounds <= 0 {
 			rounds = DefaultMaxRounds
 		}
-		steps = []Step{{Tools: offered, MaxIterations: rounds}}
+		steps = []plan.Step{{Tools: offered, MaxIterations: rounds}}
 	}
 	if r.json {
 		r.addSystem(jsonModeInstructions(p.Tools, r.workflow))
@@ -425,7 +408,7 @@ func (c *Config) runSteps(ctx context.Context, task *dataset.Task, tools Tools, 
 				if reason == InvalidOutput {
 					last = fmt.Sprintf("%d invalid answers in a row", DefaultMaxInvalidAnswers)
 				}
-				tr.Error = fmt.Sprintf("workflow step %q: all %d attempts failed (at most %d model calls each); the last: %s", st.Name, attempts, st.iterations(), last)
+				tr.Error = fmt.Sprintf("workflow step %q: all %d attempts failed (at most %d model calls each); the last: %s", st.Name, attempts, stepIterations(st), last)
 			} else if reason == InvalidOutput {
 				tr.Error = fmt.Sprintf("%d invalid JSON-mode answers in a row", DefaultMaxInvalidAnswers)
 			}
@@ -452,7 +435,7 @@ func (r *stepRun) addSystem(text string) {
 
 // stepMessage starts a step: the previous steps' results, the step's prompt and, in JSON
 // mode, the step's tools.
-func (r *stepRun) stepMessage(done []Step, results []string, st *Step) string {
+func (r *stepRun) stepMessage(done []plan.Step, results []string, st *plan.Step) string {
 	var b strings.Builder
 	for i := range done {
 		fmt.Fprintf(&b, "Result of step %s: %s\n", done[i].Name, results[i])
@@ -469,7 +452,7 @@ func (r *stepRun) stepMessage(done []Step, results []string, st *Step) string {
 }
 
 // stepTools are the task's tools the step offers, in the step's order.
-func (r *stepRun) stepTools(st *Step) []dataset.Tool {
+func (r *stepRun) stepTools(st *plan.Step) []dataset.Tool {
 	out := make([]dataset.Tool, 0, len(st.Tools))
 	for _, name := range st.Tools {
 		for _, t := range r.p.Tools {
@@ -483,7 +466,7 @@ func (r *stepRun) stepTools(st *Step) []dataset.Tool {
 }
 
 // offer sets the request's tools for a step: its own (none in JSON mode).
-func (r *stepRun) offer(st *Step) {
+func (r *stepRun) offer(st *plan.Step) {
 	r.req.Tools, r.req.ToolChoice, r.req.ParallelToolCalls = nil, nil, nil
 	if r.json {
 		r.req.ResponseFormat = jsonModeFormat(r.stepTools(st))
@@ -505,7 +488,7 @@ func (r *stepRun) offer(st *Step) {
 
 // attempt runs one attempt of a step; on attemptAccepted it returns the final answer's text,
 // on attemptFailed why.
-func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (attemptEnd, Termination, string) {
+func (r *stepRun) attempt(ctx context.Context, st *plan.Step, trace *StepTrace) (attemptEnd, Termination, string) {
 	tr := r.tr
 	allowed := make(map[string]bool, len(st.Tools))
 	for _, t := range st.Tools {
@@ -517,7 +500,7 @@ func (r *stepRun) attempt(ctx context.Context, st *Step, trace *StepTrace) (atte
 	}
 	lastValidation := map[string][]validationAnswer{} // the last round of answers of each validation tool
 	invalidRun := 0
-	for range st.iterations() {
+	for range stepIterations(st) {
 		trace.Iterations++
 		idx := len(tr.Rounds)
 		r.req.Messages = tr.Messages
@@ -701,7 +684,7 @@ func (r *stepRun) streaks(rd *Round, allFailed, allUnreachable, allTimedOut bool
 }
 
 // checkNames refuses a JSON-mode answer calling a tool the step does not offer.
-func (r *stepRun) checkNames(ans *JSONAnswer, st *Step, allowed map[string]bool) error {
+func (r *stepRun) checkNames(ans *JSONAnswer, st *plan.Step, allowed map[string]bool) error {
 	var bad []string
 	for i, c := range ans.ToolCalls {
 		if !allowed[c.Name] {
@@ -715,7 +698,7 @@ func (r *stepRun) checkNames(ans *JSONAnswer, st *Step, allowed map[string]bool)
 }
 
 // notInStep is what the model is told when it calls a tool the step does not offer.
-func notInStep(name string, st *Step, workflow bool, offered []dataset.Tool) string {
+func notInStep(name string, st *plan.Step, workflow bool, offered []dataset.Tool) string {
 	if !workflow {
 		return unknownTool(name, offered)
 	}
@@ -797,7 +780,7 @@ func firstText(obj map[string]json.RawMessage, keys ...string) string {
 //
 // The errors are those of the last round of answers of each validation tool; an answer that
 // failed without listing errors is shown as "N. Tool: NAME" with its answer.
-func validationProblems(st *Step, last map[string][]validationAnswer) string {
+func validationProblems(st *plan.Step, last map[string][]validationAnswer) string {
 	var issues []string
 	var notCalled []string
 	for _, name := range st.ValidationTools {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/dataset"
+	"github.com/rollout-dev/rollout/pkg/plan"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/sim"
@@ -44,7 +45,7 @@ const (
 )
 
 func testWorkflow() *agent.Workflow {
-	return &agent.Workflow{Steps: []agent.Step{
+	return &agent.Workflow{Steps: []plan.Step{
 		{Name: "discover", Prompt: prompt1, Tools: []string{"lookup", "fail"}, MaxIterations: 5, MaxRetries: 0},
 		{Name: "configure", Prompt: prompt2, Tools: []string{"configure", "check"}, ValidationTools: []string{"check"}, MaxIterations: 6, MaxRetries: 0},
 	}}
@@ -363,7 +364,7 @@ func TestWorkflowConfigValidate(t *testing.T) {
 	}{
 		{agent.PolicyWorkflow, "", nil, "needs its steps"},
 		{agent.PolicyWorkflow, "", &agent.Workflow{}, "no steps"},
-		{agent.PolicyWorkflow, "", &agent.Workflow{Steps: []agent.Step{{Name: "a", Prompt: "p"}}}, `step 1 ("a"): tools: empty`},
+		{agent.PolicyWorkflow, "", &agent.Workflow{Steps: []plan.Step{{Name: "a", Prompt: "p"}}}, `step 1 ("a"): tools: empty`},
 		{agent.PolicyMulti, "xml", nil, `unknown tool mode "xml"`},
 		{agent.PolicySingle, agent.ToolModeJSON, nil, "not single"},
 		{agent.PolicyWorkflow, agent.ToolModeJSON, testWorkflow(), ""},
@@ -389,7 +390,7 @@ func TestLoadWorkflow(t *testing.T) {
 	if len(wf.Steps) != 3 {
 		t.Fatalf("steps %+v", wf.Steps)
 	}
-	want := []agent.Step{
+	want := []plan.Step{
 		{Name: "discovery", Tools: []string{"search_components", "list_components", "get_component_info"}, ValidationTools: []string{}, MaxIterations: 10, MaxRetries: 3},
 		{Name: "configuration", Tools: []string{"get_config_schema", "validate_config"}, ValidationTools: []string{"validate_config"}, MaxIterations: 10, MaxRetries: 3},
 		{Name: "assembly", Tools: []string{"assemble_pipeline", "validate_pipeline", "deploy_pipeline"}, ValidationTools: []string{"validate_pipeline"}, MaxIterations: 10, MaxRetries: 3},

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/plan"
 	"github.com/rollout-dev/rollout/pkg/servers/gym"
 )
 
@@ -770,12 +770,9 @@ var workflowToolsJSON = func() []workflowObj {
 	return out
 }()
 
-// Step is one step of the workflow arm for the workflow server's tasks, in
-// the steps-file format the workflow policy reads (agent.Step).
-type Step = agent.Step
-
-// Steps are the workflow server's steps: discovery, configuration, assembly.
-var Steps = []Step{
+// Steps are the workflow server's steps for the workflow arm, in the steps-file format the
+// workflow policy reads: discovery, configuration, assembly.
+var Steps = []plan.Step{
 	{
 		Name: "discovery",
 		Prompt: "Step 1 of 3: discovery. Follow this workflow in order. Do NOT skip steps or go back.\n" +

@@ -267,7 +267,7 @@ func TestWorkflowStepsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var steps []Step
+	var steps []plan.Step
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&steps); err != nil {
