@@ -21,6 +21,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/rundir"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // The attack table: hostile inputs, one row each, and what the command given them must do. Every
@@ -935,7 +936,7 @@ func usageAttack(name, usage string, metrics bool) attack {
 					t.Fatalf("%s: summary.json without token counts (%v):\n%s", what, err, text)
 				}
 				for _, v := range []int64{*sum.Prompt, *sum.Completion} {
-					if v < 0 || v > 6*agent.MaxUsageTokens {
+					if v < 0 || v > 6*wire.MaxUsageTokens {
 						t.Errorf("%s: summary.json tokens %d/%d", what, *sum.Prompt, *sum.Completion)
 					}
 				}

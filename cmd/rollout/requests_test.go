@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // recordingModel is a loopback Chat Completions endpoint that keeps every request body it
@@ -40,7 +40,7 @@ func newRecordingModel(t *testing.T, reasoningKey string) *recordingModel {
 		if err := json.Unmarshal(raw, &body); err != nil {
 			t.Errorf("request body is not a JSON object: %v: %s", err, raw)
 		}
-		arm, _, _ := strings.Cut(r.Header.Get(agent.RolloutIDHeader), "/")
+		arm, _, _ := strings.Cut(r.Header.Get(wire.RolloutIDHeader), "/")
 		m.mu.Lock()
 		m.bodies[arm] = append(m.bodies[arm], body)
 		fail := m.fail != nil && m.fail(body)

@@ -19,6 +19,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // Termination is how the agent loop ended (docs/ARCHITECTURE.md, "Terminations and failure classes").
@@ -118,7 +119,7 @@ type Round struct {
 	Reasoning string     `json:"reasoning,omitempty"`
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 
-	// Endpoint names the endpoint of a pool that answered (EndpointHeader); "" with one endpoint.
+	// Endpoint names the endpoint of a pool that answered (wire.EndpointHeader); "" with one endpoint.
 	Endpoint string `json:"endpoint,omitempty"`
 	// The call's tokens, with --capture-tokens (tokens.go): the prompt's ids, the generated
 	// ids and their log-probabilities under the sampling policy, NeMo Gym's names. TokenNote
@@ -482,7 +483,7 @@ func newRound(resp *openai.ChatCompletionResponse, idx int, latency time.Duratio
 	choice := &resp.Choices[0]
 	return Round{Index: idx, ModelLatencyMs: ms(latency), Usage: usageOf(resp.Usage),
 		FinishReason: string(choice.FinishReason), Content: choice.Message.Content, Reasoning: choice.Message.ReasoningContent,
-		Endpoint: resp.Header().Get(EndpointHeader)}
+		Endpoint: resp.Header().Get(wire.EndpointHeader)}
 }
 
 // finishLength is the finish reason of an answer cut off by max_tokens.
@@ -610,53 +611,9 @@ func (c *Config) callInto(ctx context.Context, req *openai.ChatCompletionRequest
 		err = fmt.Errorf("no answer within the model timeout of %v: %w", c.ModelTimeout, err)
 	}
 	if err == nil {
-		err = CheckUsage(resp.Usage)
+		err = wire.CheckUsage(resp.Usage)
 	}
 	return time.Since(start), tap, err
-}
-
-// MaxUsageTokens bounds each token count of one answer's usage: 10^9, a thousand times the
-// longest context any model serves. A count outside [0, MaxUsageTokens] is not a count.
-const MaxUsageTokens = 1_000_000_000
-
-// UsageError is an answer whose usage holds a token count that is negative or over
-// MaxUsageTokens. The rollout ends with termination invalid_output (class model_error): its
-// token counts would be wrong in every sum (a run's totals, the metrics), so the answer is not
-// taken.
-type UsageError struct {
-	Field string // "prompt_tokens", "completion_tokens", ...
-	Value int
-}
-
-func (e *UsageError) Error() string {
-	return fmt.Sprintf("the answer's usage has %s %d: want 0 to %d", e.Field, e.Value, MaxUsageTokens)
-}
-
-// CheckUsage is nil when every token count of u is in [0, MaxUsageTokens], else a *UsageError
-// naming the first that is not.
-func CheckUsage(u openai.Usage) error {
-	fields := []struct {
-		name string
-		v    int
-	}{{"prompt_tokens", u.PromptTokens}, {"completion_tokens", u.CompletionTokens}, {"total_tokens", u.TotalTokens}}
-	if d := u.PromptTokensDetails; d != nil {
-		fields = append(fields, struct {
-			name string
-			v    int
-		}{"prompt_tokens_details.cached_tokens", d.CachedTokens})
-	}
-	if d := u.CompletionTokensDetails; d != nil {
-		fields = append(fields, struct {
-			name string
-			v    int
-		}{"completion_tokens_details.reasoning_tokens", d.ReasoningTokens})
-	}
-	for _, f := range fields {
-		if f.v < 0 || f.v > MaxUsageTokens {
-			return &UsageError{Field: f.name, Value: f.v}
-		}
-	}
-	return nil
 }
 
 // emptyContent is what an empty message content is sent as: go-openai omits an empty

@@ -20,6 +20,7 @@ import (
 	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // Model is a Chat Completions endpoint. *openai.Client implements it.
@@ -97,7 +98,7 @@ type answerDoer struct {
 
 func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	if id, ok := req.Context().Value(rolloutIDKey{}).(string); ok {
-		req.Header.Set(RolloutIDHeader, id)
+		req.Header.Set(wire.RolloutIDHeader, id)
 	}
 	t, _ := req.Context().Value(tapKey{}).(*answerTap)
 	if t != nil && (t.zeros || t.capture || len(t.patches) > 0) {
@@ -148,18 +149,9 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// RolloutIDHeader is the header of every model request that names its rollout (see
-// WithRolloutID). Servers ignore it; rollout's simulator numbers the retries of a request per
-// rollout with it, so that which rollout an injected error hits does not depend on timing.
-const RolloutIDHeader = "X-Rollout-Id"
-
-// EndpointHeader names, in a model answer, the endpoint of a pool that gave it (pkg/fleet sets
-// it); the rollout records it per round.
-const EndpointHeader = "X-Rollout-Endpoint"
-
 type rolloutIDKey struct{}
 
-// WithRolloutID returns a context whose model requests carry id in RolloutIDHeader. id must
+// WithRolloutID returns a context whose model requests carry id in wire.RolloutIDHeader. id must
 // be a valid header value (no control characters).
 func WithRolloutID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, rolloutIDKey{}, id)
@@ -340,7 +332,7 @@ func modelFailure(ctx context.Context, err error) (Termination, record.FailureCl
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Timeout, record.FailTimeout
 	}
-	var usage *UsageError
+	var usage *wire.UsageError
 	if errors.As(err, &usage) {
 		return InvalidOutput, record.FailModelError
 	}
@@ -547,7 +539,7 @@ func failureText(err error, term Termination, tap *answerTap) string {
 	if errors.As(err, &tooLarge) {
 		return "model " + tooLarge.Error()
 	}
-	var usage *UsageError
+	var usage *wire.UsageError
 	if errors.As(err, &usage) {
 		return usage.Error()
 	}

@@ -5,8 +5,8 @@
 //
 // A Pool is an http.RoundTripper under the model client's retries: every attempt of a model
 // request picks its endpoint, so that a retry may move to another one. The rollout a request
-// belongs to is read from its X-Rollout-Id header (agent.RolloutIDHeader); the endpoint that
-// answered is named in the answer's X-Rollout-Endpoint header (agent.EndpointHeader), which the
+// belongs to is read from its X-Rollout-Id header (wire.RolloutIDHeader); the endpoint that
+// answered is named in the answer's X-Rollout-Endpoint header (wire.EndpointHeader), which the
 // agent records per round.
 package fleet
 
@@ -27,8 +27,8 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/internal/redact"
-	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // Endpoint is one model endpoint of a pool.
@@ -356,7 +356,7 @@ func (p *Pool) finish(e int, id string, o outcome, admitted bool) {
 
 // RoundTrip sends one attempt of a model request to the endpoint the route picks.
 func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	id := req.Header.Get(agent.RolloutIDHeader)
+	id := req.Header.Get(wire.RolloutIDHeader)
 	e, err := p.pick(id)
 	if err != nil {
 		if req.Body != nil {
@@ -384,7 +384,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.finish(e, id, failed(ctx, err, p.now().Sub(start)), true)
 		return nil, err
 	}
-	resp.Header.Set(agent.EndpointHeader, ep.Name)
+	resp.Header.Set(wire.EndpointHeader, ep.Name)
 	o := statusOutcome(resp.StatusCode)
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		// A redirect is never followed: the endpoint failed, not the request. The client gets
@@ -395,7 +395,7 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		msg := fmt.Sprintf("fleet: endpoint %s answered HTTP %d, a redirect (not followed)", ep.Name, resp.StatusCode)
 		body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": "bad_gateway"}})
 		return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
-			Header: http.Header{"Content-Type": {"application/json"}, agent.EndpointHeader: {ep.Name}}, Body: io.NopCloser(bytes.NewReader(body)),
+			Header: http.Header{"Content-Type": {"application/json"}, wire.EndpointHeader: {ep.Name}}, Body: io.NopCloser(bytes.NewReader(body)),
 			ContentLength: int64(len(body)), Request: out}, nil
 	}
 	resp.Body = &doneBody{ReadCloser: resp.Body, empty: resp.ContentLength == 0, done: func(readErr error) {
@@ -504,7 +504,7 @@ func (p *Pool) rewrite(req *http.Request, ep *endpoint) (*http.Request, error) {
 		u.RawQuery = q.Encode()
 	}
 	out.URL, out.Host = &u, ""
-	out.Header.Del(agent.EndpointHeader)
+	out.Header.Del(wire.EndpointHeader)
 	if ep.APIKey != "" {
 		out.Header.Set("Authorization", "Bearer "+ep.APIKey)
 	} else {
@@ -539,8 +539,11 @@ func setModel(body []byte, name string) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// Model is a Chat Completions client (agent.Model).
-type Model = agent.Model
+// Model is a Chat Completions client: the method of the model client (agent.Model), which the
+// pool's Model wraps.
+type Model interface {
+	CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error)
+}
 
 // Model wraps m, a client that sends through the pool, so that each answer's tokens are counted
 // for the endpoint that gave it.
@@ -553,8 +556,8 @@ type countingModel struct {
 
 func (c *countingModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
 	resp, err := c.Model.CreateChatCompletion(ctx, req)
-	if err == nil && agent.CheckUsage(resp.Usage) == nil { // usage out of range is no count (the agent refuses the answer)
-		if e, ok := c.p.byName[resp.Header().Get(agent.EndpointHeader)]; ok {
+	if err == nil && wire.CheckUsage(resp.Usage) == nil { // usage out of range is no count (the agent refuses the answer)
+		if e, ok := c.p.byName[resp.Header().Get(wire.EndpointHeader)]; ok {
 			c.p.eps[e].stats.tokens(int64(resp.Usage.PromptTokens), int64(resp.Usage.CompletionTokens))
 		}
 	}

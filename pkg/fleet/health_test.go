@@ -17,6 +17,7 @@ import (
 	"github.com/rollout-dev/rollout/internal/testnet"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 func sleepBriefly() { time.Sleep(time.Millisecond) }
@@ -121,7 +122,7 @@ func TestRetryMovesAndRehomes(t *testing.T) {
 	doer := &retry.Doer{Client: &http.Client{Transport: p}, Policy: retry.Policy{MaxAttempts: 3}, Sleep: func(context.Context, time.Duration) error { return nil }}
 	for round := range 3 {
 		req, _ := http.NewRequest(http.MethodPost, BaseURL+"/chat/completions", strings.NewReader(`{}`))
-		req.Header.Set(agent.RolloutIDHeader, id)
+		req.Header.Set(wire.RolloutIDHeader, id)
 		resp, err := doer.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +132,7 @@ func TestRetryMovesAndRehomes(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("round %d: status %d: the retry did not move", round, resp.StatusCode)
 		}
-		if got := resp.Header.Get(agent.EndpointHeader); got == first {
+		if got := resp.Header.Get(wire.EndpointHeader); got == first {
 			t.Fatalf("round %d answered by the failing home %s", round, got)
 		}
 	}

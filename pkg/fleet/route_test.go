@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // replica is a loopback HTTP server standing for one model endpoint: it answers every POST with
@@ -87,14 +87,14 @@ func replicas(t *testing.T, n int) ([]*replica, []Endpoint) {
 func send(t *testing.T, ctx context.Context, p *Pool, id string) (string, int) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, BaseURL+"/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
-	req.Header.Set(agent.RolloutIDHeader, id)
+	req.Header.Set(wire.RolloutIDHeader, id)
 	resp, err := p.RoundTrip(req)
 	if err != nil {
 		return "", 0
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.Header.Get(agent.EndpointHeader), resp.StatusCode
+	return resp.Header.Get(wire.EndpointHeader), resp.StatusCode
 }
 
 func rolloutID(task, repeat int) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // vllmModel is a Chat Completions endpoint with a context of limit bytes of messages: a request
@@ -44,7 +45,7 @@ func (m *vllmModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad request", 400)
 		return
 	}
-	id := r.Header.Get(agent.RolloutIDHeader)
+	id := r.Header.Get(wire.RolloutIDHeader)
 	m.mu.Lock()
 	m.requests[id]++
 	m.mu.Unlock()

@@ -702,7 +702,7 @@ func rowHash(raw []byte) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// rolloutID names rollout (arm, task, k) in its model requests' agent.RolloutIDHeader:
+// rolloutID names rollout (arm, task, k) in its model requests' wire.RolloutIDHeader:
 // "ARM/FILE/TASK/K", the arm's name and the task file's path query-escaped (a valid header
 // value whatever they hold).
 func rolloutID(arm, file string, task, k int) string {

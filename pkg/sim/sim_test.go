@@ -25,6 +25,7 @@ import (
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/retry"
 	"github.com/rollout-dev/rollout/pkg/toolclient"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // ---- fixtures ----
@@ -1531,8 +1532,8 @@ func TestProfiles(t *testing.T) {
 // request (two arms' first requests) each see the statuses they would see alone, whichever
 // comes first. Without the header they share one count.
 func TestAttemptsCountedPerRollout(t *testing.T) {
-	if RolloutHeader != agent.RolloutIDHeader {
-		t.Fatalf("the simulator reads %q, the agent sends %q", RolloutHeader, agent.RolloutIDHeader)
+	if RolloutHeader != wire.RolloutIDHeader {
+		t.Fatalf("the simulator reads %q, the agent sends %q", RolloutHeader, wire.RolloutIDHeader)
 	}
 	tasks, rows := mustTasks(t, knobRow)
 	body, err := json.Marshal(baseRequest(rows[0], 7))
