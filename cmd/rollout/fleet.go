@@ -319,11 +319,11 @@ func printPool(w io.Writer, dir string, pool *fleet.Pool, sims *serving.Fleet, s
 	return durable.WriteFileAtomic(filepath.Join(dir, EndpointsFile), append(data, '\n'), 0o644)
 }
 
-// summaryEndpoints is the pool's per-endpoint table for summary.json, its names, URLs and
-// model names redacted as printPool redacts them (nil without a pool).
-func summaryEndpoints(f fleetFlags) []fleet.EndpointStats {
+// summaryEndpoints is the pool's per-endpoint table for summary.json, as a JSON array, its
+// names, URLs and model names redacted as printPool redacts them (nil without a pool).
+func summaryEndpoints(f fleetFlags) (json.RawMessage, error) {
 	if f.pool == nil {
-		return nil
+		return nil, nil
 	}
 	stats := f.pool.Stats()
 	if r := redact.Replacer(f.secrets); r != nil {
@@ -332,7 +332,11 @@ func summaryEndpoints(f fleetFlags) []fleet.EndpointStats {
 			s.Name, s.URL, s.Model = r.Replace(s.Name), r.Replace(s.URL), r.Replace(s.Model)
 		}
 	}
-	return stats
+	data, err := json.Marshal(stats)
+	if err != nil {
+		return nil, fmt.Errorf("the endpoints' counters: %w", err)
+	}
+	return data, nil
 }
 
 // servingKnobs defines the serving simulator's flags on fs, each named prefix+knob, with the

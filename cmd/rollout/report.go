@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -204,7 +205,11 @@ func printEndpoints(w io.Writer, paths []string, format string) error {
 			fence = "```\n"
 		}
 		fmt.Fprintf(w, "\nEndpoints of %s (summary.json: the counts of the process that finished the run):\n%s", p, fence)
-		if err := fleet.WriteTable(w, sum.Endpoints, nil); err != nil {
+		var eps []fleet.EndpointStats
+		if err := json.Unmarshal(sum.Endpoints, &eps); err != nil {
+			return fmt.Errorf("%s: the endpoints of summary.json: %w", p, err)
+		}
+		if err := fleet.WriteTable(w, eps, nil); err != nil {
 			return err
 		}
 		if _, err := io.WriteString(w, fence); err != nil {

@@ -228,7 +228,11 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 	// The journal is the truth: the Parquet file, the summary, evaluation.json and the NeMo Gym
 	// file are derived from it, over every record of the run, resumed ones included.
 	complete := ctx.Err() == nil && rep.Stop == runner.StopCompleted && !watch.stopped
-	fin, err := rundir.Finish(f.out, rundir.FinishOptions{NemoGym: f.jsonlOut, Complete: complete, Endpoints: summaryEndpoints(f.fleet)})
+	endpoints, err := summaryEndpoints(f.fleet)
+	if err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	fin, err := rundir.Finish(f.out, rundir.FinishOptions{NemoGym: f.jsonlOut, Complete: complete, Endpoints: endpoints})
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}

@@ -134,8 +134,9 @@ type Summary struct {
 	ToolErrors       int64 `json:"tool_errors"`
 	// Endpoints is the per-endpoint table of a run through a pool of model endpoints (nil
 	// otherwise): the counters of the process that finished the run, not computed from the
-	// records.
-	Endpoints []EndpointStats `json:"endpoints,omitempty"`
+	// records, kept as the JSON array the run gave (fleet.EndpointStats each; report does not
+	// read it).
+	Endpoints json.RawMessage `json:"endpoints,omitempty"`
 }
 
 // Progress is the few numbers a progress display needs, without the

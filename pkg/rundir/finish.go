@@ -2,6 +2,7 @@ package rundir
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"time"
@@ -19,8 +20,9 @@ type FinishOptions struct {
 	// Complete marks the run complete in its manifest (Manifest.Complete): it ended without an
 	// interrupt, every rollout has a record. Merging shards needs every shard complete.
 	Complete bool
-	// Endpoints is the per-endpoint table summary.json keeps (Summary.Endpoints; nil: none).
-	Endpoints []report.EndpointStats
+	// Endpoints is the per-endpoint table summary.json keeps, a JSON array (Summary.Endpoints;
+	// nil: none).
+	Endpoints json.RawMessage
 }
 
 // Finished is what Finish wrote.
@@ -86,7 +88,7 @@ type finalizeOptions struct {
 	// are its overall ones.
 	Stats report.StatsOptions
 	// Endpoints go to the summary as they are (Summary.Endpoints).
-	Endpoints []report.EndpointStats
+	Endpoints json.RawMessage
 }
 
 // finalize derives the run's Parquet file, its summary and the report.Evaluation of its
