@@ -33,7 +33,7 @@ type goPackage struct {
 var fixtures = map[string]bool{
 	"internal/testnet":        true,
 	"internal/redistest":      true,
-	"internal/recordtest":     true,
+	"pkg/record/recordtest":   true,
 	"internal/hfrender":       true,
 	"internal/benchutil":      true,
 	"pkg/servers/gym/gymtest": true,
@@ -42,7 +42,6 @@ var fixtures = map[string]bool{
 // notYetSorted are packages of internal/ that import pkg/ until they move out of it; the
 // bottom-layer rule skips them.
 var notYetSorted = map[string]bool{
-	"internal/recordtest":                true,
 	"internal/loadbench":                 true,
 	"internal/fleetbench":                true,
 	"internal/fleetbench/cmd/fleetbench": true,
@@ -236,7 +235,7 @@ func TestImportRulesCatch(t *testing.T) {
 		{ImportPath: m("pkg/report"), Imports: []string{m("pkg/record"), m("bench/loadbench")}},
 		{ImportPath: m("pkg/fleet"), Imports: []string{m("pkg/record"), m("pkg/agent")}, TestImports: []string{m("pkg/agent"), m("internal/testnet")}},
 		{ImportPath: m("pkg/servers/workflow"), Imports: []string{m("pkg/plan")}, Deps: []string{"github.com/sashabaranov/go-openai"}},
-		{ImportPath: m("pkg/view"), Imports: []string{m("internal/recordtest")}},
+		{ImportPath: m("pkg/view"), Imports: []string{m("pkg/record/recordtest")}},
 		{ImportPath: m("pkg/servers/gym/gymtest"), Imports: []string{"testing", m("internal/redistest")}},
 		{ImportPath: m("pkg/claim"), Imports: []string{"testing"}},
 		{ImportPath: m("cmd/rollout"), Name: "main", Imports: []string{m("pkg/runner"), m("bench/fleetbench")}, Deps: []string{"testing"}},
@@ -251,7 +250,7 @@ func TestImportRulesCatch(t *testing.T) {
 		"pkg/report imports bench/loadbench: pkg/ is the library",
 		"pkg/fleet imports pkg/agent: the pool is under the model client",
 		"pkg/servers/workflow links github.com/sashabaranov/go-openai",
-		"pkg/view imports the test fixture internal/recordtest in a non-test file",
+		"pkg/view imports the test fixture pkg/record/recordtest in a non-test file",
 		"pkg/claim imports \"testing\" in a non-test file",
 		"command cmd/rollout links testing",
 		"cmd/rollout imports bench/fleetbench: only cmd/rollout-bench",

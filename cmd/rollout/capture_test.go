@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/recordtest"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 )
 
 // trajectoryRounds reads every round of every trajectory in dir's trajectories.jsonl.

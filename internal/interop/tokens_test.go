@@ -18,7 +18,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/recordtest"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 )
 
 // pathCall is one request a pathProxy passed on: its path, body and the answer.

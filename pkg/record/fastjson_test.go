@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
-	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 )
 
 // A line of each kind the journal holds, as the Sink writes it.

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/benchutil"
-	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 	"github.com/rollout-dev/rollout/pkg/report"
 )
 

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 )
 
 // readLines parses every line of a JSONL file into a map.

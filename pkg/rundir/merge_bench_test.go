@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/rollout-dev/rollout/internal/benchutil"
-	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 )
 
 // BenchmarkMerge times rollout merge of 4 complete shards holding ROLLOUT_BENCH_N realistic

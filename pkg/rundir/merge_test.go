@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/recordtest"
 	"github.com/rollout-dev/rollout/pkg/record"
+	"github.com/rollout-dev/rollout/pkg/record/recordtest"
 )
 
 func TestNemoGymSplice(t *testing.T) {
