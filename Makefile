@@ -146,7 +146,7 @@ fuzz:
 # (the second refused), a Redis restart mid-run, a model echoing the API key into every field:
 # 0 lost, 0 duplicated, 0 leaked. 300-rollout versions of both run in `make test`. See RELIABILITY.md.
 soak:
-	ROLLOUT_SOAK_ROLLOUTS=10000 $(GO) test -run TestSoak -v -count=1 -timeout 30m ./internal/soak
+	ROLLOUT_SOAK_ROLLOUTS=10000 $(GO) test -run TestSoak -v -count=1 -timeout 30m ./test/soak
 
 # rollout against a real inference server: llama.cpp's llama-server, built from the llama.cpp
 # source in the npm package node-llama-cpp (pinned) with cmake and g++ (about 10 minutes on 2

@@ -45,7 +45,6 @@ var notYetSorted = map[string]bool{
 	"internal/loadbench":                 true,
 	"internal/fleetbench":                true,
 	"internal/fleetbench/cmd/fleetbench": true,
-	"internal/soak":                      true,
 	"internal/interop":                   true,
 }
 

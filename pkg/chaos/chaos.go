@@ -1,7 +1,7 @@
 // Package chaos is an http.Handler middleware that makes a resource server fail on purpose:
 // answers 500, connections reset without an answer, requests that hang until the client gives
 // up, and added latency. It exists to test rollout's handling of a flaky resource server
-// (`rollout serve NAME --chaos-fail-rate 0.05 …`, and the soak test in internal/soak).
+// (`rollout serve NAME --chaos-fail-rate 0.05 …`, and the soak test in test/soak).
 //
 // # Which requests
 //

@@ -367,7 +367,7 @@ func wantReward(t *testing.T, c *counterClient, row string, reward float64) {
 // first or the second read of the session) never makes it score 0 with a 200. The verify used to
 // check that the state exists with one read and score it with another: a restart in between
 // scored a rollout that did everything right 0, reason session_not_found, with no failure class
-// (internal/soak TestSoakMixed, about 1 run in 10). The extraction and workflow servers have the
+// (test/soak TestSoakMixed, about 1 run in 10). The extraction and workflow servers have the
 // same test in their packages.
 func TestSharedStoreRestartDuringVerify(t *testing.T) {
 	counterPlay := func(t *testing.T, s *gymtest.Session) []byte {

@@ -5,8 +5,8 @@
 // (mixed_test.go) runs a second writer of one --out, a Redis restart and a model echoing the API
 // key at once, and checks that nothing is lost, duplicated or leaked.
 //
-//	go test ./internal/soak                                  # short: 300 rollouts
-//	ROLLOUT_SOAK_ROLLOUTS=10000 go test -run TestSoak -v -timeout 30m ./internal/soak
+//	go test ./test/soak                                      # short: 300 rollouts
+//	ROLLOUT_SOAK_ROLLOUTS=10000 go test -run TestSoak -v -timeout 30m ./test/soak
 //
 // The figures of the long run are in RELIABILITY.md.
 package soak
