@@ -166,12 +166,12 @@ interop:
 	  echo "================================================================" >&2; \
 	  [ "$$CI" != true ] || exit 1; exit 0; \
 	fi; \
-	dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) internal/interop/build-llama-server.sh) || exit 1; \
+	dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) test/interop/build-llama-server.sh) || exit 1; \
 	echo "make interop: llama-server from $$dir ($$(cat $$dir/VERSION))" >&2; \
-	ROLLOUT_INTEROP_DIR=$$dir $(GO) test -count=1 -v -timeout 30m ./internal/interop
+	ROLLOUT_INTEROP_DIR=$$dir $(GO) test -count=1 -v -timeout 30m ./test/interop
 
 # Fleet routing against real prefix caches (BENCHMARKS.md, docs/tiny-agent.md): three
-# llama-server replicas of the tiny agent (internal/interop/testdata/tiny-agent) behind rollout's
+# llama-server replicas of the tiny agent (test/interop/testdata/tiny-agent) behind rollout's
 # pool, routes x slots a server (1, 2, 4) x concurrency (3, 6, 12) on 12 held-out extraction
 # tasks (short context), the same tasks with a 600-word note of their own (long context: the
 # rollouts run 6 rounds whatever their calls return), and the short ones without the host
@@ -184,9 +184,9 @@ interop:
 FLEET_REAL_CASES ?=
 bench-fleet-real:
 	@mkdir -p out/bench
-	@dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) internal/interop/build-llama-server.sh) || exit 1; \
+	@dir=$$(ROLLOUT_INTEROP_CACHE=$(INTEROP_CACHE) test/interop/build-llama-server.sh) || exit 1; \
 	ROLLOUT_INTEROP_DIR=$$dir ROLLOUT_FLEET_REAL=1 ROLLOUT_FLEET_REAL_OUT=$(CURDIR)/out/bench/fleet-real.md \
-	ROLLOUT_FLEET_REAL_CASES='$(FLEET_REAL_CASES)' $(GO) test -count=1 -v -timeout 180m -run '^TestFleetRoutingRealGrid$$' ./internal/interop
+	ROLLOUT_FLEET_REAL_CASES='$(FLEET_REAL_CASES)' $(GO) test -count=1 -v -timeout 180m -run '^TestFleetRoutingRealGrid$$' ./test/interop
 
 # On one machine, what deploy/kubernetes/ does on a cluster: 2 `rollout serve extraction`
 # processes sharing their sessions in a real redis-server (behind a round-robin proxy, as a

@@ -45,7 +45,6 @@ var notYetSorted = map[string]bool{
 	"internal/loadbench":                 true,
 	"internal/fleetbench":                true,
 	"internal/fleetbench/cmd/fleetbench": true,
-	"internal/interop":                   true,
 }
 
 // pkgRules are the rules among the packages of pkg/, on their non-test files: the package (or

@@ -82,7 +82,7 @@ var Default = Config{
 	Speed:           1,
 }
 
-// TinyCPU is the step costs of the tiny agent (a 7M Qwen2 model, internal/interop) as
+// TinyCPU is the step costs of the tiny agent (a 7M Qwen2 model, test/interop) as
 // llama-server serves it on one CPU thread: about 8 ms a generated token on an idle 2-core
 // machine (its README), and about 1 ms a prompt token (the servers' logs, scaled from a loaded
 // machine's 5-13 ms to idle by the same factor as decode's 70-90 ms), with a CPU batch adding

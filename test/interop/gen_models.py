@@ -2,7 +2,7 @@
 """Writes the interop suite's test models: tiny Qwen2-architecture GGUF files with seeded random
 weights and the real Qwen2 tokenizer and Qwen2.5 chat template, for llama.cpp's llama-server.
 
-    /usr/bin/python3 internal/interop/gen_models.py CACHE_DIR OUT_DIR
+    /usr/bin/python3 test/interop/gen_models.py CACHE_DIR OUT_DIR
 
 CACHE_DIR is what build-llama-server.sh prints (it holds gguf-py, the Qwen2 vocab and the
 chat template from the same llama.cpp source as the server). Three models are written:

@@ -4,7 +4,7 @@
 # interop suite needs from the same source: the Qwen2 tokenizer vocab, the Qwen2.5
 # chat template and the gguf-py package that writes the test models.
 #
-#   internal/interop/build-llama-server.sh            # prints the cache directory
+#   test/interop/build-llama-server.sh            # prints the cache directory
 #
 # The cache is $ROLLOUT_INTEROP_CACHE (default $HOME/.cache/rollout-interop)/node-llama-cpp-<version>,
 # keyed by the package version; a complete cache is reused as is. The build takes

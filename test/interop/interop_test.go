@@ -75,7 +75,7 @@ func env(t *testing.T) suite {
 func prepare(dir string) (suite, error) {
 	s := suite{llama: filepath.Join(dir, "bin", "llama-server")}
 	if _, err := os.Stat(s.llama); err != nil {
-		return s, fmt.Errorf("%s=%s has no bin/llama-server (run internal/interop/build-llama-server.sh): %w", DirEnv, dir, err)
+		return s, fmt.Errorf("%s=%s has no bin/llama-server (run test/interop/build-llama-server.sh): %w", DirEnv, dir, err)
 	}
 	var err error
 	if tmpRoot, err = os.MkdirTemp("", "rollout-interop-"); err != nil {
