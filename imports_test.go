@@ -42,9 +42,7 @@ var fixtures = map[string]bool{
 // notYetSorted are packages of internal/ that import pkg/ until they move out of it; the
 // bottom-layer rule skips them.
 var notYetSorted = map[string]bool{
-	"internal/loadbench":                 true,
-	"internal/fleetbench":                true,
-	"internal/fleetbench/cmd/fleetbench": true,
+	"internal/loadbench": true,
 }
 
 // pkgRules are the rules among the packages of pkg/, on their non-test files: the package (or

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollout-dev/rollout/internal/fleetbench"
+	"github.com/rollout-dev/rollout/bench/fleetbench"
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rollout-dev/rollout/internal/fleetbench"
+	"github.com/rollout-dev/rollout/bench/fleetbench"
 	"github.com/rollout-dev/rollout/pkg/fleet"
 	"github.com/rollout-dev/rollout/pkg/sim/serving"
 )
