@@ -39,12 +39,6 @@ var fixtures = map[string]bool{
 	"pkg/servers/gym/gymtest": true,
 }
 
-// notYetSorted are packages of internal/ that import pkg/ until they move out of it; the
-// bottom-layer rule skips them.
-var notYetSorted = map[string]bool{
-	"internal/loadbench": true,
-}
-
 // pkgRules are the rules among the packages of pkg/, on their non-test files: the package (or
 // every package under it, for a prefix ending in "/") must not import any of the packages
 // (or trees, for a "/" suffix) listed. "*" forbids every package of pkg/ but those in allow.
@@ -147,7 +141,7 @@ func violations(pkgs []goPackage) []string {
 					continue
 				}
 				toLayer := layer(to)
-				if slices.Contains(forbiddenLayers[fromLayer], toLayer) && !(fromLayer == "internal" && notYetSorted[from]) {
+				if slices.Contains(forbiddenLayers[fromLayer], toLayer) {
 					bad("%s imports %s: %s", from, to, layerWhy[fromLayer])
 				}
 				if toLayer == "bench" && fromLayer == "cmd" && !under(from, "cmd/rollout-bench") {

@@ -20,7 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/rollout-dev/rollout/internal/loadbench"
+	"github.com/rollout-dev/rollout/bench/loadbench"
 )
 
 func main() {

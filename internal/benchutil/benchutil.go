@@ -1,6 +1,6 @@
 // Package benchutil is what the Go benchmarks of several packages share: the CPU time of the
 // process, steadier than wall time on a shared machine, and the counter task that the load
-// benchmark runs (internal/loadbench), as fixed bytes for the benchmarks of one piece of it.
+// benchmark runs (bench/loadbench), as fixed bytes for the benchmarks of one piece of it.
 package benchutil
 
 // CounterTools is the counter task's tools, which the runner's response repeats.
