@@ -323,8 +323,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		var resp openai.ChatCompletionResponse
 		latency, tap, err := c.callInto(ctx, &req, lastRound(tr), &resp)
 		if err != nil {
-			term, class := modelFailure(ctx, err)
-			tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, modelErrorText(err, term, tap))
+			modelCallFailed(ctx, tr, err, tap, round)
 			return tr
 		}
 		if len(resp.Choices) == 0 {
@@ -341,7 +340,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 		msg := &resp.Choices[0].Message
 		hist := historyMessage(msg, round)
 		if rd.FinishReason == finishLength {
-			cutOff(tr, rd, hist)
+			cutOffAt(tr, &rd, &hist)
 			return tr
 		}
 		if toolsRemoved && len(hist.ToolCalls) > 0 {
@@ -371,28 +370,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			tr.Termination = Completed
 			return tr
 		}
-		allFailed, allUnreachable, allTimedOut := true, true, true
-		rd.ToolCalls = make([]ToolCall, 0, len(hist.ToolCalls))
-		for _, tc := range hist.ToolCalls {
-			call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
-			start := time.Now()
-			var res toolclient.Result
-			if !offered[call.Name] {
-				// Never sent: the server would not know it, or worse, would.
-				res = toolclient.Result{Output: unknownTool(call.Name, p.Tools), Failed: true}
-			} else {
-				res = tools.CallTool(ctx, call.Name, call.Arguments)
-			}
-			res = budget.take(call.Name, res)
-			call.LatencyMs = ms(time.Since(start))
-			call.Output, call.Status, call.Failed, call.Unreachable, call.TimedOut = res.Output, res.Status, res.Failed, res.Unreachable, res.TimedOut
-			call.OriginalBytes = res.OriginalBytes
-			allFailed = allFailed && res.Failed
-			allUnreachable = allUnreachable && res.Unreachable
-			allTimedOut = allTimedOut && res.TimedOut
-			rd.ToolCalls = append(rd.ToolCalls, call)
-			tr.Messages = append(tr.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: call.CallID, Content: res.Output})
-		}
+		allFailed, allUnreachable, allTimedOut := callTools(ctx, tools, p, offered, budget, hist.ToolCalls, &rd, tr)
 		tr.Rounds = append(tr.Rounds, rd)
 		if ctx.Err() != nil {
 			tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
@@ -422,18 +400,7 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			return tr
 		}
 		if failedRounds >= c.MaxFailedRounds {
-			tr.Termination = ToolError
-			tr.Error = fmt.Sprintf("every tool call failed in %d consecutive rounds", failedRounds)
-			switch {
-			case timedOutRounds >= c.MaxFailedRounds:
-				// The server takes the calls and never answers in time.
-				tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
-				tr.Error = fmt.Sprintf("every tool call timed out in %d consecutive rounds: %s", timedOutRounds, errClip(rd.ToolCalls[0].Output))
-			case unreachableRounds >= c.MaxFailedRounds:
-				// The server is down: that is infrastructure, not the model.
-				tr.FailureClass = record.FailResourceServer
-				tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", unreachableRounds, errClip(rd.ToolCalls[0].Output))
-			}
+			toolRoundsFailed(tr, rd.ToolCalls[0].Output, failedRounds, timedOutRounds, unreachableRounds, c.MaxFailedRounds)
 			return tr
 		}
 		if round+1 >= c.MaxRounds {
@@ -453,6 +420,66 @@ func (c *Config) Run(ctx context.Context, task *dataset.Task, tools Tools, seed 
 			toolsRemoved = true
 		}
 	}
+}
+
+// modelCallFailed ends tr on the failed model call of a round. Not inlined, as callTools.
+//
+//go:noinline
+func modelCallFailed(ctx context.Context, tr *Trajectory, err error, tap *answerTap, round int) {
+	term, class := modelFailure(ctx, err)
+	tr.Termination, tr.FailureClass, tr.Error = term, class, fmt.Sprintf("model call in round %d: %s", round, modelErrorText(err, term, tap))
+}
+
+// toolRoundsFailed ends tr after failed consecutive rounds whose every tool call failed
+// (timedOut of them timed out, unreachable found the server down; limit is MaxFailedRounds);
+// output is the last round's first answer. Not inlined, as callTools.
+//
+//go:noinline
+func toolRoundsFailed(tr *Trajectory, output string, failed, timedOut, unreachable, limit int) {
+	tr.Termination = ToolError
+	tr.Error = fmt.Sprintf("every tool call failed in %d consecutive rounds", failed)
+	switch {
+	case timedOut >= limit:
+		// The server takes the calls and never answers in time.
+		tr.Termination, tr.FailureClass = Timeout, record.FailTimeout
+		tr.Error = fmt.Sprintf("every tool call timed out in %d consecutive rounds: %s", timedOut, errClip(output))
+	case unreachable >= limit:
+		// The server is down: that is infrastructure, not the model.
+		tr.FailureClass = record.FailResourceServer
+		tr.Error = fmt.Sprintf("resource server unreachable in %d consecutive rounds: %s", unreachable, errClip(output))
+	}
+}
+
+// callTools makes a round's tool calls in order, each recorded in rd and answered in tr's
+// messages; a tool that was not offered is not called. It reports whether every call failed,
+// was unreachable, timed out. Not inlined, so that its locals are not in Run's frame while
+// Run waits for the model.
+//
+//go:noinline
+func callTools(ctx context.Context, tools Tools, p *dataset.Params, offered map[string]bool, budget *toolBudget, calls []openai.ToolCall, rd *Round, tr *Trajectory) (allFailed, allUnreachable, allTimedOut bool) {
+	allFailed, allUnreachable, allTimedOut = true, true, true
+	rd.ToolCalls = make([]ToolCall, 0, len(calls))
+	for _, tc := range calls {
+		call := ToolCall{CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
+		start := time.Now()
+		var res toolclient.Result
+		if !offered[call.Name] {
+			// Never sent: the server would not know it, or worse, would.
+			res = toolclient.Result{Output: unknownTool(call.Name, p.Tools), Failed: true}
+		} else {
+			res = tools.CallTool(ctx, call.Name, call.Arguments)
+		}
+		res = budget.take(call.Name, res)
+		call.LatencyMs = ms(time.Since(start))
+		call.Output, call.Status, call.Failed, call.Unreachable, call.TimedOut = res.Output, res.Status, res.Failed, res.Unreachable, res.TimedOut
+		call.OriginalBytes = res.OriginalBytes
+		allFailed = allFailed && res.Failed
+		allUnreachable = allUnreachable && res.Unreachable
+		allTimedOut = allTimedOut && res.TimedOut
+		rd.ToolCalls = append(rd.ToolCalls, call)
+		tr.Messages = append(tr.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: call.CallID, Content: res.Output})
+	}
+	return allFailed, allUnreachable, allTimedOut
 }
 
 // maxToolBytes is MaxToolBytes, or its default when unset.
@@ -492,6 +519,12 @@ const finishLength = string(openai.FinishReasonLength)
 // cutOff ends a rollout whose round rd was cut off by max_tokens: the answer is kept in the
 // history as the model's last message without its tool calls (their arguments are cut too:
 // never made, never sent back), and the termination is Length.
+// cutOffAt is cutOff of the round and the message by pointer, so that Run's frame holds no
+// copies of them for the call.
+//
+//go:noinline
+func cutOffAt(tr *Trajectory, rd *Round, hist *openai.ChatCompletionMessage) { cutOff(tr, *rd, *hist) }
+
 func cutOff(tr *Trajectory, rd Round, hist openai.ChatCompletionMessage) {
 	tr.Termination = Length
 	tr.FinalText = rd.Content
@@ -593,13 +626,13 @@ func (c *Config) callInto(ctx context.Context, req *openai.ChatCompletionRequest
 	}
 	start := time.Now()
 	var err error
-	*resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), *req)
+	err = c.create(context.WithValue(ctx, tapKey{}, tap), req, resp)
 	if err != nil && tap.vllm && refusesTokenOptions(err) {
 		// The endpoint (OpenAI's) refuses vLLM's options: ask again, and from now on, for
 		// log-probs only (tokens.go).
 		c.CaptureTokens.refused(err)
 		tap = &answerTap{zeros: tap.zeros, capture: true, prev: tap.prev, patches: tap.patches, keep: true, tc: tap.tc}
-		*resp, err = c.Model.CreateChatCompletion(context.WithValue(ctx, tapKey{}, tap), *req)
+		err = c.create(context.WithValue(ctx, tapKey{}, tap), req, resp)
 	}
 	if err == nil {
 		answerReasoning(resp, tap.body)
@@ -614,6 +647,23 @@ func (c *Config) callInto(ctx context.Context, req *openai.ChatCompletionRequest
 		err = wire.CheckUsage(resp.Usage)
 	}
 	return time.Since(start), tap, err
+}
+
+// create asks the model for req's answer, into resp: by pointer when the model is an
+// *OpenAIModel, else through its CreateChatCompletion, called from a function of its own so
+// that the request's copy is not in callInto's frame.
+func (c *Config) create(ctx context.Context, req *openai.ChatCompletionRequest, resp *openai.ChatCompletionResponse) error {
+	*resp = openai.ChatCompletionResponse{} // an answer is decoded into a zero one
+	if m, ok := c.Model.(*OpenAIModel); ok {
+		return m.chatInto(ctx, req, resp)
+	}
+	return createByValue(ctx, c.Model, req, resp)
+}
+
+//go:noinline
+func createByValue(ctx context.Context, m Model, req *openai.ChatCompletionRequest, resp *openai.ChatCompletionResponse) (err error) {
+	*resp, err = m.CreateChatCompletion(ctx, *req)
+	return err
 }
 
 // emptyContent is what an empty message content is sent as: go-openai omits an empty

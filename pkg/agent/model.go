@@ -613,23 +613,55 @@ type pooledAnswerKey struct{}
 
 // CreateChatCompletion is the client's, with the answer decoded on the pool.
 func (m *OpenAIModel) CreateChatCompletion(ctx context.Context, req openai.ChatCompletionRequest) (openai.ChatCompletionResponse, error) {
-	if m.doer != nil && sendsItself(&req) {
-		if body, ok := appendChatRequest(make([]byte, 0, requestSizeHint(&req)), &req); ok {
-			return m.send(ctx, body)
-		}
+	var resp openai.ChatCompletionResponse
+	err := m.chatInto(ctx, &req, &resp)
+	return resp, err
+}
+
+// chatInto is CreateChatCompletion with the request and the answer passed by pointer, for the
+// agent loop (callInto): a rollout's goroutine waits in it, and a request passed by value is
+// copied into every frame on the way. What needs the request by value (go-openai's own
+// client, its validator) is called from functions of their own, whose frames are gone by
+// the time the request is sent.
+func (m *OpenAIModel) chatInto(ctx context.Context, req *openai.ChatCompletionRequest, resp *openai.ChatCompletionResponse) (err error) {
+	if body, ok := m.requestBody(req); ok {
+		return m.send(ctx, body, resp)
 	}
+	return m.viaClient(ctx, req, resp)
+}
+
+// requestBody is req's body when CreateChatCompletion sends req itself (ok false: go-openai
+// sends it). Not inlined: the encoder's locals are not in the frames the call waits in.
+//
+//go:noinline
+func (m *OpenAIModel) requestBody(req *openai.ChatCompletionRequest) ([]byte, bool) {
+	if m.doer == nil || !sendsItself(req) {
+		return nil, false
+	}
+	return appendChatRequest(make([]byte, 0, requestSizeHint(req)), req)
+}
+
+// viaClient sends req through go-openai's CreateChatCompletion, the answer decoded on the pool.
+//
+//go:noinline
+func (m *OpenAIModel) viaClient(ctx context.Context, req *openai.ChatCompletionRequest, resp *openai.ChatCompletionResponse) error {
 	slot := new(pooledAnswer)
-	resp, err := m.Client.CreateChatCompletion(context.WithValue(ctx, pooledAnswerKey{}, slot), req)
+	r, err := m.Client.CreateChatCompletion(context.WithValue(ctx, pooledAnswerKey{}, slot), *req)
 	if err != nil || !slot.ok {
-		return resp, err
+		*resp = r
+		return err
 	}
-	slot.resp.SetHeader(resp.Header())
-	return slot.resp, nil
+	slot.resp.SetHeader(r.Header())
+	*resp = slot.resp
+	return nil
 }
 
 // sendsItself reports whether CreateChatCompletion sends req itself: not a stream, and not a
 // request that go-openai refuses before sending it (a reasoning model's limits, the legacy
-// completion models, whose names all have one of these words in them).
+// completion models, whose names all have one of these words in them). Not inlined: the
+// validator takes the request by value.
+//
+//go:noinline
 func sendsItself(req *openai.ChatCompletionRequest) bool {
 	if req.Stream || openai.NewReasoningValidator().Validate(*req) != nil {
 		return false
@@ -668,10 +700,10 @@ func requestSizeHint(req *openai.ChatCompletionRequest) int {
 // header, an *openai.APIError or *openai.RequestError for a failure status, the doer's or the
 // decoder's error as it is. The answer is read whole and decoded by decodeAnswer, or where
 // that is not sure to read it as encoding/json does, by encoding/json on the decoders' pool.
-func (m *OpenAIModel) send(ctx context.Context, body []byte) (resp openai.ChatCompletionResponse, err error) {
+func (m *OpenAIModel) send(ctx context.Context, body []byte, resp *openai.ChatCompletionResponse) error {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(body))
 	if err != nil {
-		return resp, err
+		return err
 	}
 	if m.auth != "" {
 		hreq.Header.Set("Authorization", m.auth)
@@ -680,12 +712,12 @@ func (m *OpenAIModel) send(ctx context.Context, body []byte) (resp openai.ChatCo
 	hreq.Header.Set("Content-Type", "application/json")
 	res, err := m.doer.Do(hreq)
 	if err != nil {
-		return resp, err
+		return err
 	}
 	defer res.Body.Close()
 	if res.StatusCode < http.StatusOK || res.StatusCode >= http.StatusBadRequest {
 		resp.SetHeader(res.Header)
-		return resp, errorAnswer(res)
+		return errorAnswer(res)
 	}
 	resp.SetHeader(res.Header)
 	bp := answerBuffers.Get().(*[]byte)
@@ -698,13 +730,13 @@ func (m *OpenAIModel) send(ctx context.Context, body []byte) (resp openai.ChatCo
 	}()
 	if err != nil {
 		// What json.Decoder makes of the bytes read and then the error, as go-openai reads the body.
-		return resp, json.NewDecoder(io.MultiReader(bytes.NewReader(data), errReader{err})).Decode(&resp)
+		return json.NewDecoder(io.MultiReader(bytes.NewReader(data), errReader{err})).Decode(resp)
 	}
-	if decodeAnswer(data, &resp) {
-		return resp, nil
+	if decodeAnswer(data, resp) {
+		return nil
 	}
-	onDecoder(func() { err = json.NewDecoder(bytes.NewReader(data)).Decode(&resp) })
-	return resp, err
+	onDecoder(func() { err = json.NewDecoder(bytes.NewReader(data)).Decode(resp) })
+	return err
 }
 
 // answerBuffers holds the buffers answers are read into (decodeAnswer copies what it keeps),
