@@ -33,3 +33,7 @@ var ZeroSampling = zeroSampling
 
 // DecodeAnswer is the direct decoder of a chat completion answer.
 var DecodeAnswer = decodeAnswer
+
+// PlainResponseJSON is encoding/json's encoding of r by reflection, without its MarshalJSON
+// method.
+func PlainResponseJSON(r *Response) ([]byte, error) { return json.Marshal((*plainResponse)(r)) }

@@ -555,7 +555,8 @@ func (r *run) score(ctx context.Context, t *dataset.Task, k int, arm *Arm, cfg *
 	}
 
 	resp := agent.BuildResponse(responseID(t.Index, k, arm.Name), float64(rec.StartedAt.Unix()), o.Agent.ModelName, t.Params, tr)
-	rb, err := json.Marshal(resp)
+	// The direct encoder: json.Marshal's bytes, without reflection or its compaction pass.
+	rb, err := resp.MarshalJSON()
 	if err != nil { // cannot happen: the response is plain data
 		rec.FailureClass, rec.Error = record.FailVerify, err.Error()
 		return
