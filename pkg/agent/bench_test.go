@@ -169,19 +169,55 @@ func BenchmarkAnswer(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeAnswer is go-openai's decoding of the answer with one tool call (its
-// json.Decoder on the body), for scale: it happens once per model call, before the answer
-// reaches the loop.
+// BenchmarkDecodeAnswer decodes the answer with one tool call once per model call, before the
+// answer reaches the loop: "encoding-json" as go-openai does (its json.Decoder on the body),
+// "direct" as the model client does (decodeAnswer, the same result).
 func BenchmarkDecodeAnswer(b *testing.B) {
 	body, _ := json.Marshal(benchAnswer(0))
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		var resp openai.ChatCompletionResponse
-		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&resp); err != nil {
-			b.Fatal(err)
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var resp openai.ChatCompletionResponse
+			if err := json.NewDecoder(bytes.NewReader(body)).Decode(&resp); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("direct", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var resp openai.ChatCompletionResponse
+			if !agent.DecodeAnswer(body, &resp) {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+}
+
+// BenchmarkVerifyResponse encodes the Responses object of a 3-round rollout, once per rollout
+// for /verify: "encoding-json" by reflection, "direct" by Response.MarshalJSON (the same bytes).
+func BenchmarkVerifyResponse(b *testing.B) {
+	task, tr := conversation(b, benchRow, 2)
+	recordRound(tr, 2, benchAnswer(2))
+	r := agent.BuildResponse("resp_1", 1764200000, "bench-model", task.Params, tr)
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := agent.PlainResponseJSON(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := r.MarshalJSON(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 var (
