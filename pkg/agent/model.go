@@ -676,14 +676,7 @@ func sendsItself(req *openai.ChatCompletionRequest) bool {
 
 // requestSizeHint is about the size of req's encoding, so that it is written into one buffer.
 func requestSizeHint(req *openai.ChatCompletionRequest) int {
-	n := 256 + len(req.Model)
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		n += 48 + len(m.Content) + len(m.ReasoningContent) + len(m.ToolCallID)
-		for j := range m.ToolCalls {
-			n += 64 + len(m.ToolCalls[j].ID) + len(m.ToolCalls[j].Function.Name) + len(m.ToolCalls[j].Function.Arguments)
-		}
-	}
+	n := 256 + len(req.Model) + messagesSize(req.Messages)
 	for i := range req.Tools {
 		if f := req.Tools[i].Function; f != nil {
 			n += 64 + len(f.Name) + len(f.Description)

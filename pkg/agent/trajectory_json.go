@@ -39,14 +39,7 @@ func (t *Trajectory) AppendJSON(dst []byte) ([]byte, error) {
 
 // sizeHint is about the size of the encoding, so that it is written into one buffer.
 func (t *Trajectory) sizeHint() int {
-	n := 256 + len(t.Error)
-	for i := range t.Messages {
-		m := &t.Messages[i]
-		n += 64 + len(m.Content) + len(m.ReasoningContent) + len(m.ToolCallID)
-		for j := range m.ToolCalls {
-			n += 64 + len(m.ToolCalls[j].ID) + len(m.ToolCalls[j].Function.Name) + len(m.ToolCalls[j].Function.Arguments)
-		}
-	}
+	n := 256 + len(t.Error) + messagesSize(t.Messages)
 	for i := range t.Rounds {
 		n += 160 + len(t.Rounds[i].FinishReason) + len(t.Rounds[i].Reasoning) + 8*len(t.Rounds[i].PromptTokenIDs) + 8*len(t.Rounds[i].GenerationTokenIDs) + 24*len(t.Rounds[i].GenerationLogProbs) + len(t.Rounds[i].TokenNote)
 		for j := range t.Rounds[i].ToolCalls {
@@ -54,6 +47,19 @@ func (t *Trajectory) sizeHint() int {
 		}
 	}
 	return n + n/16 // escapes
+}
+
+// messagesSize is about the size of the messages' encoding.
+func messagesSize(msgs []openai.ChatCompletionMessage) int {
+	n := 0
+	for i := range msgs {
+		m := &msgs[i]
+		n += 64 + len(m.Content) + len(m.ReasoningContent) + len(m.ToolCallID)
+		for j := range m.ToolCalls {
+			n += 64 + len(m.ToolCalls[j].ID) + len(m.ToolCalls[j].Function.Name) + len(m.ToolCalls[j].Function.Arguments)
+		}
+	}
+	return n
 }
 
 // appendJSON is the fast encoder; ok is false when it cannot take the trajectory on.
