@@ -115,7 +115,7 @@ bench-quick: build bench-tools
 FLEET_FLAGS ?= -limit 40 -repeats 8 -speed 2 -max-num-seqs 16
 bench-fleet:
 	@mkdir -p out/bench
-	$(GO) run ./bench/fleetbench/cmd/fleetbench $(FLEET_FLAGS) | tee out/bench/fleet.md
+	$(GO) run ./cmd/rollout-bench fleet $(FLEET_FLAGS) | tee out/bench/fleet.md
 
 # Peak RSS of show, report --html, export and a view request on a run whose one trajectory line
 # is 210 MB, then the compaction of a --resume (BENCHMARKS.md "One huge trajectory line"); about

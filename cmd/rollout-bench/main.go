@@ -6,6 +6,11 @@
 //
 //	go build -o bin/rollout ./cmd/rollout
 //	go run ./cmd/rollout-bench --bin bin/rollout [--scale 0.01] [--phases load,zero] [--md BENCHMARKS.md]
+//
+// `rollout-bench fleet` is the fleet benchmark (make bench-fleet): routes and concurrency of a
+// pool against simulated inference servers, in this process (see fleet.go).
+//
+//	go run ./cmd/rollout-bench fleet -limit 40 -repeats 8 -speed 2 -max-num-seqs 16
 package main
 
 import (
@@ -31,6 +36,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "fleet" {
+		return runFleet(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("rollout-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "bin/rollout", "the rollout `BINARY` to load")
