@@ -121,7 +121,7 @@ bench-fleet:
 # is 210 MB, then the compaction of a --resume (BENCHMARKS.md "One huge trajectory line"); about
 # a minute on 2 cores.
 bench-hugeline: build
-	internal/benchutil/hugeline.sh $(BIN) 210
+	bench/hugeline.sh $(BIN) 210
 
 # A load generator for the simulator's ceiling: wrk from Debian when we may install it, else hey.
 bench-tools:

@@ -3,7 +3,7 @@
 # the compaction of a --resume)
 # on a run whose one trajectory line holds a message of SIZE_MB megabytes (default 210): a run of
 # two extraction tasks against the simulator, one line rewritten. Usage:
-#   internal/benchutil/hugeline.sh [ROLLOUT_BINARY] [SIZE_MB]
+#   bench/hugeline.sh [ROLLOUT_BINARY] [SIZE_MB]
 # Prints one line per reader: its exit status and its peak RSS (GNU time's maximum; VmHWM for view).
 set -eu
 BIN=${1:-bin/rollout}
