@@ -229,3 +229,24 @@ func configArms(v *yaml.Node, at func(*yaml.Node, string, ...any) error) ([]runn
 	}
 	return arms, nil
 }
+
+// envName is the environment variable of a rollout run flag: --num-repeats is ROLLOUT_NUM_REPEATS.
+func envName(flagName string) string {
+	return "ROLLOUT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets each flag of fs (but --config) whose ROLLOUT_ variable is set and not empty.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || f.Name == "config" {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = badUsage("$%s: %v", envName(f.Name), e)
+			}
+		}
+	})
+	return err
+}
