@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
@@ -162,4 +164,42 @@ func parseArmName(s string) (runner.Arm, error) {
 		}
 	}
 	return a, nil
+}
+
+// flagDiff names a manifest difference ("num_repeats was 1, now 2", "sim.Seed was "1", now
+// "2"") by the flag that sets it ("--num-repeats was 1, now 2", "--sim-seed was 1, now 2").
+func flagDiff(d string) string {
+	key, rest, ok := strings.Cut(d, " was ")
+	if !ok || !configKey.MatchString(key) {
+		return d // "the input differs: ...", "--jsonl-out was ...": already in a person's words
+	}
+	name := ""
+	if knob, isSim := strings.CutPrefix(key, "sim."); isSim {
+		name = "sim-" + kebab(knob)
+	} else {
+		name = map[string]string{"servers": "server", "tool_mode": "tool-mode", "model_url": "model-url"}[key]
+		if name == "" {
+			name = strings.ReplaceAll(key, "_", "-")
+		}
+	}
+	return "--" + name + " was " + strings.ReplaceAll(rest, `"`, "")
+}
+
+// configKey is a runConfig member's name, or sim.Knob.
+var configKey = regexp.MustCompile(`^[a-z_]+(\.[A-Za-z0-9]+)?$`)
+
+// kebab turns a Go field name into a flag name: HTTP429 → http-429, WrongArgument → wrong-argument.
+func kebab(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		prevLower := i > 0 && (unicode.IsLower(rune(s[i-1])) || unicode.IsDigit(rune(s[i-1])))
+		switch {
+		case unicode.IsUpper(r) && prevLower:
+			b.WriteByte('-')
+		case unicode.IsDigit(r) && i > 0 && !unicode.IsDigit(rune(s[i-1])):
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
