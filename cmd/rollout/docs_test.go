@@ -246,7 +246,7 @@ func TestMatchDoc(t *testing.T) {
 // Every relative link of README.md and docs/*.md names a file of the repository.
 func TestDocLinks(t *testing.T) {
 	files, _ := filepath.Glob("../../docs/*.md")
-	files = append(files, "../../README.md")
+	files = append(files, "../../README.md", "../../CONTRIBUTING.md")
 	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 	for _, f := range files {
 		for _, m := range link.FindAllStringSubmatch(readFile(t, f), -1) {
