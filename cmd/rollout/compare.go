@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
@@ -13,18 +12,18 @@ import (
 
 // cmdCompare compares two runs, or two arms of one run, rollout by rollout.
 func cmdCompare(_ context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout compare", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]\n\n"+
-			"Pairs the rollouts of two sides by task and repeat and reports B − A: the mean reward\n"+
-			"difference with its task-clustered std err and 95%% CI (tasks resampled), the sides' means\n"+
-			"over the pairs, tasks won / lost / tied, and each side's pass@k, terminations, rounds, tokens\n"+
-			"and latency. Tasks are matched by the rows' id field, or the hash of a row without id, when\n"+
-			"every record has one (any order of the task files), else by their index in the task file;\n"+
-			"tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run\n"+
-			"directory or a .parquet file or journal, or the shard directories of one sharded run (a glob,\n"+
-			"such as 'out/a/shard-*'). Sides that share no task exit 2, and sides whose common tasks have no\n"+
-			"(task, repeat) scored on both exit 1: there is no difference to give.\n\n")
-		fmt.Fprint(w, "Examples:\n  rollout compare out/extraction --arms single,multi\n  rollout compare out/qwen out/llama --format markdown\n\n")
+	fs := newFlagSet("rollout compare", e, commandHelp{
+		usage: "rollout compare RUN_A RUN_B [--arm NAME] [flags]\n       rollout compare RUN --arms A,B [flags]",
+		about: `Pairs the rollouts of two sides by task and repeat and reports B − A: the mean reward
+difference with its task-clustered std err and 95% CI (tasks resampled), the sides' means
+over the pairs, tasks won / lost / tied, and each side's pass@k, terminations, rounds, tokens
+and latency. Tasks are matched by the rows' id field, or the hash of a row without id, when
+every record has one (any order of the task files), else by their index in the task file;
+tasks on one side only, or with no repeat scored on both sides, are listed. A RUN is a run
+directory or a .parquet file or journal, or the shard directories of one sharded run (a glob,
+such as 'out/a/shard-*'). Sides that share no task exit 2, and sides whose common tasks have no
+(task, repeat) scored on both exit 1: there is no difference to give.`,
+		examples: []string{"rollout compare out/extraction --arms single,multi", "rollout compare out/qwen out/llama --format markdown"},
 	})
 	arms := fs.String("arms", "", "with one run: the two arms to compare, `A,B` (B − A is reported)")
 	arm := fs.String("arm", "", "with two runs: compare this arm of each (needed when a run has several)")

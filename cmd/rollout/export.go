@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/export"
@@ -15,33 +14,38 @@ import (
 
 // cmdExport writes training data from run directories (package export).
 func cmdExport(ctx context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout export", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout export DIR... --format rl|sft|preference|nemo-gym|verl -o FILE [flags]\n\n"+
-			"Writes training data from one or several run directories (shards of a run are read in turn):\n"+
-			"Parquet or JSONL by FILE's extension (.parquet, .jsonl).\n\n"+
-			"  rl          one row per rollout: task, group (a task's rollouts under one arm), repeat, arm,\n"+
-			"              reward and components, advantage (r - mean) / (std + 1e-6) and r - mean over the\n"+
-			"              group, messages, tools, and each model call's token arrays (run --capture-tokens)\n"+
-			"  sft         chat fine-tuning rows {\"messages\", \"tools\"} as HF chat templates render them\n"+
-			"              (TRL, NeMo RL, OpenRLHF), ending with the model's last answer; --layout text\n"+
-			"              --chat-template T: the text T renders, the answers' spans, token ids and mask;\n"+
-			"              --layout verl --chat-template T: verl's multi-turn SFT file, checked with T\n"+
-			"  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,\n"+
-			"              {\"prompt\", \"chosen\", \"rejected\"} message lists as TRL's DPO trainer reads them\n"+
-			"  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)\n"+
-			"  verl        one row per task as verl's RL trainer reads its train files: prompt, data_source,\n"+
-			"              reward_model, extra_info\n\n"+
-			"See docs/export.md for each format's consumer and columns.\n\n"+
-			"Failed rollouts (infrastructure failures) are left out unless --include-failed; bad_task\n"+
-			"rows always. What was kept and dropped, and why, goes to stderr. The task file is the one\n"+
-			"in each run's manifest.json, unless --input (which must have the same bytes). FILE may not\n"+
-			"be or be inside what the export reads (a run's directory, its task file), nor a file of\n"+
-			"another run; an existing FILE is replaced only with --overwrite. A run that does not have\n"+
-			"every rollout it planned (interrupted, crashed, or still running) is exported as it is, with\n"+
-			"a warning.\n\n"+
-			"Example:\n  rollout export out/extraction --format rl -o rl.parquet\n"+
-			"  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl\n"+
-			"  rollout export out/extraction --format sft --layout text --chat-template tokenizer_config.json -o text.parquet\n\n")
+	fs := newFlagSet("rollout export", e, commandHelp{
+		usage: "rollout export DIR... --format rl|sft|preference|nemo-gym|verl -o FILE [flags]",
+		about: `Writes training data from one or several run directories (shards of a run are read in turn):
+Parquet or JSONL by FILE's extension (.parquet, .jsonl).
+
+  rl          one row per rollout: task, group (a task's rollouts under one arm), repeat, arm,
+              reward and components, advantage (r - mean) / (std + 1e-6) and r - mean over the
+              group, messages, tools, and each model call's token arrays (run --capture-tokens)
+  sft         chat fine-tuning rows {"messages", "tools"} as HF chat templates render them
+              (TRL, NeMo RL, OpenRLHF), ending with the model's last answer; --layout text
+              --chat-template T: the text T renders, the answers' spans, token ids and mask;
+              --layout verl --chat-template T: verl's multi-turn SFT file, checked with T
+  preference  per group a highest-reward (chosen) and a lowest-reward (rejected) rollout,
+              {"prompt", "chosen", "rejected"} message lists as TRL's DPO trainer reads them
+  nemo-gym    rollout records as NeMo Gym's ng_collect_rollouts writes them (NeMo RL reads them)
+  verl        one row per task as verl's RL trainer reads its train files: prompt, data_source,
+              reward_model, extra_info
+
+See docs/export.md for each format's consumer and columns.
+
+Failed rollouts (infrastructure failures) are left out unless --include-failed; bad_task
+rows always. What was kept and dropped, and why, goes to stderr. The task file is the one
+in each run's manifest.json, unless --input (which must have the same bytes). FILE may not
+be or be inside what the export reads (a run's directory, its task file), nor a file of
+another run; an existing FILE is replaced only with --overwrite. A run that does not have
+every rollout it planned (interrupted, crashed, or still running) is exported as it is, with
+a warning.
+
+Example:
+  rollout export out/extraction --format rl -o rl.parquet
+  rollout export out/extraction --format sft --best-of-group --min-reward 1 -o sft.jsonl
+  rollout export out/extraction --format sft --layout text --chat-template tokenizer_config.json -o text.parquet`,
 	})
 	opt := export.Options{}
 	var minReward float64

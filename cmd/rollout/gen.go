@@ -36,13 +36,14 @@ func generatorNames() string {
 
 // cmdGen writes a built-in server's task file, deterministically for a seed.
 func cmdGen(_ context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout gen", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout gen NAME [--seed N] [--n N] [--out FILE]\n\nNAME is one of:\n")
-		for _, name := range strings.Split(generatorNames(), ", ") {
-			fmt.Fprintf(w, "  %-11s %s (default --n %d)\n", name, generators[name].summary, generators[name].defN)
-		}
-		fmt.Fprintln(w)
-		fmt.Fprint(w, "Examples:\n  rollout gen extraction --seed 1 --out data/extraction.jsonl\n  rollout gen workflow --n 10 | head -1\n\n")
+	about := "NAME is one of:"
+	for _, name := range strings.Split(generatorNames(), ", ") {
+		about += fmt.Sprintf("\n  %-11s %s (default --n %d)", name, generators[name].summary, generators[name].defN)
+	}
+	fs := newFlagSet("rollout gen", e, commandHelp{
+		usage:    "rollout gen NAME [--seed N] [--n N] [--out FILE]",
+		about:    about,
+		examples: []string{"rollout gen extraction --seed 1 --out data/extraction.jsonl", "rollout gen workflow --n 10 | head -1"},
 	})
 	seed := fs.Int64("seed", 1, "generator seed: the same seed writes the same bytes")
 	n := fs.Int("n", 0, "number of tasks (0: the generator's default)")

@@ -65,7 +65,8 @@ type flagGroup struct {
 }
 
 // commandHelp is what `rollout CMD --help` prints: a synopsis, what the command does, its
-// flags in groups, examples, the environment and the exit codes.
+// flags in groups, examples, the environment and the exit codes. Without groups (a command of
+// a few flags) it is the synopsis, what the command does, the examples, then every flag.
 type commandHelp struct {
 	usage, about string
 	groups       []flagGroup
@@ -95,6 +96,25 @@ func askedHelpAll(args []string) bool {
 
 func (h commandHelp) print(w io.Writer, fs *flag.FlagSet, all bool) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", h.usage, strings.TrimRight(h.about, "\n"))
+	section := func(title string, lines []string) {
+		if len(lines) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "\n%s:\n", title)
+		for _, l := range lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+	examples := "Examples"
+	if len(h.examples) == 1 {
+		examples = "Example"
+	}
+	if len(h.groups) == 0 {
+		section(examples, h.examples)
+		fmt.Fprintln(w)
+		printFlags(w, fs)
+		return
+	}
 	listed := map[string]bool{}
 	for _, g := range h.groups {
 		for _, n := range g.names {
@@ -132,16 +152,7 @@ func (h commandHelp) print(w io.Writer, fs *flag.FlagSet, all bool) {
 			}
 		}
 	}
-	section := func(title string, lines []string) {
-		if len(lines) == 0 {
-			return
-		}
-		fmt.Fprintf(w, "\n%s:\n", title)
-		for _, l := range lines {
-			fmt.Fprintf(w, "  %s\n", l)
-		}
-	}
-	section("Examples", h.examples)
+	section(examples, h.examples)
 	section("Environment", h.environment)
 	section("Exit codes", h.exitCodes)
 }
@@ -259,14 +270,11 @@ func renameFlags(args []string, renames map[string]string) []string {
 	return out
 }
 
-// newFlagSet is the flag set of the command name: its help (--help) is what usage writes, then
-// the list of its flags.
-func newFlagSet(name string, e env, usage func(w io.Writer)) *flag.FlagSet {
+// newFlagSet is the flag set of the command name, whose help (--help, written by parseFlags on
+// stdout) is h with the flags of the set.
+func newFlagSet(name string, e env, h commandHelp) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		usage(fs.Output())
-		printFlags(fs.Output(), fs)
-	}
+	fs.Usage = func() { h.write(fs.Output(), fs) }
 	return fs
 }

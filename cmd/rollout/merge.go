@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
@@ -23,16 +22,16 @@ type mergeArgs struct {
 
 // parseMerge reads rollout merge's arguments, checking them.
 func parseMerge(args []string, e env) (a mergeArgs, err error) {
-	fs := newFlagSet("rollout merge", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout merge --out DIR SHARD_DIR... [--partial] [--overwrite] [--jsonl-out FILE]\n\n"+
-			"Merges the shards of one run (rollout run --shard I/N, each in its own directory) into DIR as one run:\n"+
-			"journal.jsonl, trajectories.jsonl, rollouts.parquet, summary.json and evaluation.json, the files\n"+
-			"one process running the whole job writes, with the same figures. A SHARD_DIR may be a glob\n"+
-			"(quoted: 'out/run/shard-*'). It refuses shards of another input or config (their hashes\n"+
-			"differ), a shard given twice, and names every missing shard, every shard that did not finish\n"+
-			"and every (task, repeat, arm) recorded twice; with --partial it merges the shards that are\n"+
-			"there, finished or not, and says what is missing.\n\n")
-		fmt.Fprint(w, "Examples:\n  rollout merge --out out/run out/run-shards/shard-*\n  rollout merge --out out/run 'out/run-shards/shard-*' --partial\n\n")
+	fs := newFlagSet("rollout merge", e, commandHelp{
+		usage: "rollout merge --out DIR SHARD_DIR... [--partial] [--overwrite] [--jsonl-out FILE]",
+		about: `Merges the shards of one run (rollout run --shard I/N, each in its own directory) into DIR as one run:
+journal.jsonl, trajectories.jsonl, rollouts.parquet, summary.json and evaluation.json, the files
+one process running the whole job writes, with the same figures. A SHARD_DIR may be a glob
+(quoted: 'out/run/shard-*'). It refuses shards of another input or config (their hashes
+differ), a shard given twice, and names every missing shard, every shard that did not finish
+and every (task, repeat, arm) recorded twice; with --partial it merges the shards that are
+there, finished or not, and says what is missing.`,
+		examples: []string{"rollout merge --out out/run out/run-shards/shard-*", "rollout merge --out out/run 'out/run-shards/shard-*' --partial"},
 	})
 	fs.StringVar(&a.out, "out", "", "the merged run's `DIR`")
 	fs.BoolVar(&a.partial, "partial", false, "merge the shards that are there, finished or not; say which are missing")

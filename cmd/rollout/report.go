@@ -22,24 +22,26 @@ import (
 
 // cmdReport prints the statistics of one or more runs' records: the statistics of docs/ARCHITECTURE.md, "Statistics".
 func cmdReport(_ context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout report", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--ci auto|bootstrap]\n\n"+
-			"Prints the statistics of runs: mean reward with its task-clustered standard error and a 95%% CI\n"+
-			"over tasks (docs/statistics.md), pass@k and pass^k (with the tasks each is over), tasks whose rollouts all\n"+
-			"failed, failures, behaviour; for the whole, per arm and per group. A DIR is a\n"+
-			"run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is\n"+
-			"a .parquet file or a journal (.jsonl). Several runs are a leaderboard: one row per run and arm\n"+
-			"with its mean, CI, pass@k, tokens and latency, and the paired difference of its mean reward\n"+
-			"against the same arm of the --baseline run (exit 2 when a row shares no task with it); --pool\n"+
-			"evaluates the records of every argument together instead.\n"+
-			"A DIR whose summary.json has a per-endpoint table (a run through several endpoints) gets it\n"+
-			"printed after the statistics (not with --format json).\n"+
-			"The shard directories of one sharded run (rollout run --shard I/N) are one run: every shard must\n"+
-			"be there and finished, of the same input and config (rollout merge --partial merges what is there).\n\n")
-		fmt.Fprintf(w, "With --html FILE it writes instead one HTML file that opens offline: the overview and the\n"+
-			"comparisons of rollout view, and the transcripts of every failed rollout and of the first few of\n"+
-			"each arm (DIRs only).\n\n")
-		fmt.Fprint(w, "Examples:\n  rollout report out/extraction --group-by category\n  rollout report out/a out/b --format json --ci bootstrap --bootstrap-seed 7\n  rollout report out/extraction --html report.html\n\n")
+	fs := newFlagSet("rollout report", e, commandHelp{
+		usage: "rollout report DIR|FILE... [--group-by FIELD] [--score-failures-as-zero] [--pass-k-common-tasks] [--threshold 1.0] [--format text|json|markdown] [--ci auto|bootstrap]",
+		about: `Prints the statistics of runs: mean reward with its task-clustered standard error and a 95% CI
+over tasks (docs/statistics.md), pass@k and pass^k (with the tasks each is over), tasks whose rollouts all
+failed, failures, behaviour; for the whole, per arm and per group. A DIR is a
+run's output directory (its rollouts.parquet, or its journal.jsonl while it has none); a FILE is
+a .parquet file or a journal (.jsonl). Several runs are a leaderboard: one row per run and arm
+with its mean, CI, pass@k, tokens and latency, and the paired difference of its mean reward
+against the same arm of the --baseline run (exit 2 when a row shares no task with it); --pool
+evaluates the records of every argument together instead.
+A DIR whose summary.json has a per-endpoint table (a run through several endpoints) gets it
+printed after the statistics (not with --format json).
+The shard directories of one sharded run (rollout run --shard I/N) are one run: every shard must
+be there and finished, of the same input and config (rollout merge --partial merges what is there).
+
+With --html FILE it writes instead one HTML file that opens offline: the overview and the
+comparisons of rollout view, and the transcripts of every failed rollout and of the first few of
+each arm (DIRs only).`,
+		examples: []string{"rollout report out/extraction --group-by category", "rollout report out/a out/b --format json --ci bootstrap --bootstrap-seed 7",
+			"rollout report out/extraction --html report.html"},
 	})
 	groupBy := fs.String("group-by", "", "also give the scores per value of this task `FIELD` (a task_fields key, e.g. category or difficulty); rows without it are group (none); a field no record has is refused")
 	baseline := fs.String("baseline", "", "with several runs: the `RUN` the others are compared with (its path as given, or its number from 1; default the first)")

@@ -92,7 +92,6 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 		return f, nil, nil, nil, err
 	}
 	modelURLFlag.given = false
-	fs.Usage = func() { runHelp.write(fs.Output(), fs) }
 	if askedHelpAll(args) {
 		runHelp.writeAll(e.stdout, fs)
 		return f, nil, nil, nil, errHelp
@@ -147,8 +146,7 @@ func parseRunFlags(args []string, e env) (f runFlags, simOptions func() (sim.Opt
 // (OPENAI_BASE_URL, ROLLOUT_MODEL); it returns --model-url's flag (given once) and the
 // simulator's options as the --sim-* flags set them.
 func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, simOptions func() (sim.Options, error)) {
-	fs = flag.NewFlagSet("rollout run", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs = newFlagSet("rollout run", e, runHelp)
 	fs.StringVar(&f.input, "input", "", "task `FILE`, NeMo Gym JSONL (.gz is read as gzip; - is stdin)")
 	fs.StringVar(&f.out, "out", "out", "output `DIR` of the run")
 	f.modelURL = e.getenv("OPENAI_BASE_URL")

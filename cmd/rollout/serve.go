@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -29,10 +28,12 @@ type serveArgs struct {
 
 // parseServe reads rollout serve's arguments, checking them.
 func parseServe(args []string, e env) (a serveArgs, err error) {
-	fs := newFlagSet("rollout serve", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--metrics-addr ADDR] [--chaos-*]\n\nNAME is one of: %s\n\n"+
-			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.\n\n", strings.Join(servers.Names(), ", "))
-		fmt.Fprint(w, "Examples:\n  rollout serve extraction --addr 127.0.0.1:9000\n  rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001\n\n")
+	fs := newFlagSet("rollout serve", e, commandHelp{
+		usage: "rollout serve NAME [--addr 127.0.0.1:PORT] [--session-store redis://HOST:PORT/DB] [--metrics-addr ADDR] [--chaos-*]",
+		about: "NAME is one of: " + strings.Join(servers.Names(), ", ") + "\n\n" +
+			"The --chaos-* flags make the server fail on purpose, to test a client against a flaky server.",
+		examples: []string{"rollout serve extraction --addr 127.0.0.1:9000",
+			"rollout serve example_session_state_mgmt --session-store redis://127.0.0.1:6379/0 --addr 127.0.0.1:9001"},
 	})
 	fs.StringVar(&a.addr, "addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	fs.StringVar(&a.storeURL, "session-store", "memory", "where sessions live: memory, or redis://HOST:PORT/DB to share them between instances of the server")

@@ -19,13 +19,13 @@ import (
 // cmdShow prints one rollout of a run: its record (reward and components, termination,
 // failure) and its transcript (messages, tool calls with their status and latency, results).
 func cmdShow(_ context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout show", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout show DIR --task ID [--repeat K] [--arm ARM]\n\n"+
-			"Prints one rollout of the run in DIR: its reward and reward components, termination and\n"+
-			"failure (from journal.jsonl), then its transcript (from trajectories.jsonl): every message,\n"+
-			"each tool call with its arguments, status and latency, and the tool's result; with a context\n"+
-			"strategy, its columns and the briefings.\n\n"+
-			"Example:\n  rollout show out/extraction --task extraction-0013 --arm multi\n\n")
+	fs := newFlagSet("rollout show", e, commandHelp{
+		usage: "rollout show DIR --task ID [--repeat K] [--arm ARM]",
+		about: `Prints one rollout of the run in DIR: its reward and reward components, termination and
+failure (from journal.jsonl), then its transcript (from trajectories.jsonl): every message,
+each tool call with its arguments, status and latency, and the tool's result; with a context
+strategy, its columns and the briefings.`,
+		examples: []string{"rollout show out/extraction --task extraction-0013 --arm multi"},
 	})
 	task := fs.String("task", "", "the task's `ID` (its id field, or its 0-based index in the input)")
 	repeat := fs.Int("repeat", 0, "which repeat of the task (`K`, from 0)")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -107,16 +106,16 @@ type simArgs struct {
 
 // parseSim reads rollout sim's arguments, checking them.
 func parseSim(args []string, e env) (a simArgs, err error) {
-	fs := newFlagSet("rollout sim", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]\n\n"+
-			"Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions\n"+
-			"endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency\n"+
-			"and injected errors. The knobs are the --sim-* flags of rollout run.\n"+
-			"With --replicas N it serves N simulated inference servers instead, each a model (not a\n"+
-			"measurement) of vLLM serving an 8B model on one GPU: continuous batching, prefill per\n"+
-			"uncached token, an LRU prefix cache, a queue and 429; GET /stats reports each one.\n\n"+
-			"Examples:\n  rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000\n"+
-			"  rollout sim --tasks data/extraction.jsonl --replicas 4 --addr 127.0.0.1:8000   # :8000 to :8003\n\n")
+	fs := newFlagSet("rollout sim", e, commandHelp{
+		usage: "rollout sim [--tasks FILE]... [--addr 127.0.0.1:PORT] [--sim-profile NAME] [--sim-* knobs]",
+		about: `Serves rollout's model SIMULATOR (not a model): an OpenAI-compatible Chat Completions
+endpoint at http://ADDR/v1 that plays each task's reference_plan, with seeded latency
+and injected errors. The knobs are the --sim-* flags of rollout run.
+With --replicas N it serves N simulated inference servers instead, each a model (not a
+measurement) of vLLM serving an 8B model on one GPU: continuous batching, prefill per
+uncached token, an LRU prefix cache, a queue and 429; GET /stats reports each one.`,
+		examples: []string{"rollout sim --tasks data/extraction.jsonl --sim-profile realistic --sim-seed 1 --addr 127.0.0.1:8000",
+			"rollout sim --tasks data/extraction.jsonl --replicas 4 --addr 127.0.0.1:8000   # :8000 to :8003"},
 	})
 	fs.StringVar(&a.addr, "addr", "127.0.0.1:0", "listen `ADDR` (loopback unless told otherwise)")
 	fs.Var(&a.tasks, "tasks", "task `FILE` whose reference plans the simulator plays (repeatable; without it every conversation gets random schema-valid tool calls)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -23,11 +22,11 @@ var errCheckFailed = errors.New("check failed")
 
 // cmdValidate lints task files and, with --oracle, proves their reference plans.
 func cmdValidate(ctx context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout validate", e, func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]\n\n"+
-			"Lints task files: rows, tools' JSON Schemas, duplicate ids, reference plans. Problems go to\n"+
-			"stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.\n\n")
-		fmt.Fprint(w, "Examples:\n  rollout validate data/extraction.jsonl\n  rollout validate data/workflow.jsonl --oracle --server builtin:workflow\n\n")
+	fs := newFlagSet("rollout validate", e, commandHelp{
+		usage: "rollout validate FILE... [--oracle [--server URL|NAME=URL|builtin:NAME]...]",
+		about: `Lints task files: rows, tools' JSON Schemas, duplicate ids, reference plans. Problems go to
+stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.`,
+		examples: []string{"rollout validate data/extraction.jsonl", "rollout validate data/workflow.jsonl --oracle --server builtin:workflow"},
 	})
 	oracle := fs.Bool("oracle", false, "also play every task's reference_plan through the simulator against its server: it must score 1, and less than 1 without each required call")
 	var specs serverFlags

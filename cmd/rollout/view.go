@@ -19,16 +19,16 @@ import (
 
 // cmdView serves the web pages of one or more runs on a local address (pkg/view).
 func cmdView(ctx context.Context, args []string, e env) error {
-	fs := newFlagSet("rollout view", e, func(w io.Writer) {
-		fmt.Fprint(w, "Usage: rollout view DIR [DIR...] [--addr 127.0.0.1:8080] [--group-by FIELD]\n\n"+
-			"Serves a local web app over the runs in the DIRs (several runs, or the shards of one, are read in\n"+
-			"turn): an overview (mean reward with its 95% CI per arm, pass@k and pass^k, terminations and\n"+
-			"failure classes, histograms, the settings), the rollouts table (sorted, filtered and paged on the\n"+
-			"server), each rollout's transcript, and the comparison of two arms or runs. It prints the URL and\n"+
-			"opens nothing; Ctrl-C stops it. The pages need no network and run no script. It listens on\n"+
-			"loopback unless --addr names another address, and answers GET only, and only a Host that names\n"+
-			"it (its address, loopback's, --allow-host's): any other gets 421.\n\n"+
-			"Examples:\n  rollout view out/extraction\n  rollout view out/extraction out/workflow --addr 127.0.0.1:9090\n\n")
+	fs := newFlagSet("rollout view", e, commandHelp{
+		usage: "rollout view DIR [DIR...] [--addr 127.0.0.1:8080] [--group-by FIELD]",
+		about: `Serves a local web app over the runs in the DIRs (several runs, or the shards of one, are read in
+turn): an overview (mean reward with its 95% CI per arm, pass@k and pass^k, terminations and
+failure classes, histograms, the settings), the rollouts table (sorted, filtered and paged on the
+server), each rollout's transcript, and the comparison of two arms or runs. It prints the URL and
+opens nothing; Ctrl-C stops it. The pages need no network and run no script. It listens on
+loopback unless --addr names another address, and answers GET only, and only a Host that names
+it (its address, loopback's, --allow-host's): any other gets 421.`,
+		examples: []string{"rollout view out/extraction", "rollout view out/extraction out/workflow --addr 127.0.0.1:9090"},
 	})
 	addr := fs.String("addr", "127.0.0.1:8080", "listen on `HOST:PORT` (a port of 0 picks a free one)")
 	allowHosts := fs.String("allow-host", "", "answer requests for these `NAMES` too (comma-separated host names the pages are reached by; the address's own host and loopback's are always answered, any other Host gets 421)")
