@@ -481,6 +481,17 @@ func connCounter(srv *httptest.Server) *atomic.Int64 {
 	return n
 }
 
+// checkReused fails unless the calls reused their connections: one each to the model and the
+// tool server, plus one more at most, because net/http returns a connection whose answer was
+// read to its end to the idle pool on its read loop's goroutine, after the caller has the body,
+// and the next call can miss it on a busy machine. Calls that never reuse open one each.
+func checkReused(t *testing.T, model, tools int64) {
+	t.Helper()
+	if model < 1 || model > 2 || tools < 1 || tools > 2 {
+		t.Fatalf("new connections: %d to the model, %d to the tool server; want 1 each (2 at most)", model, tools)
+	}
+}
+
 // Sessions share the tool server's transport: many tool calls of many sequential rollouts
 // reuse one keep-alive connection, and so do the model calls of the run's one client.
 func TestConnectionsAreReused(t *testing.T) {
@@ -515,9 +526,7 @@ func TestConnectionsAreReused(t *testing.T) {
 	// 20 rollouts: 60 model calls, 60 tool calls.
 	model.Close() // waits for the handlers, so the counts are final
 	tools.Close()
-	if modelConns.Load() != 1 || toolConns.Load() != 1 {
-		t.Fatalf("new connections: %d to the model, %d to the tool server; want 1 each", modelConns.Load(), toolConns.Load())
-	}
+	checkReused(t, modelConns.Load(), toolConns.Load())
 }
 
 // A long answer (chunked, not read to its end by go-openai's JSON decoder) and a tool answer
@@ -563,9 +572,7 @@ func TestConnectionsAreReusedAfterLongAnswers(t *testing.T) {
 	}
 	model.Close()
 	tools.Close()
-	if modelConns.Load() != 1 || toolConns.Load() != 1 {
-		t.Fatalf("new connections: %d to the model, %d to the tool server; want 1 each", modelConns.Load(), toolConns.Load())
-	}
+	checkReused(t, modelConns.Load(), toolConns.Load())
 }
 
 // recordingModel answers a tool call until the conversation has calls tool messages, then
