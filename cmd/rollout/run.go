@@ -165,6 +165,7 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 	// again, so that the end of a big run does not stack on the memory of its middle.
 	transport.CloseIdleConnections()
 	debug.FreeOSMemory()
+	defer limitFinishMemory()()
 	// The journal is the truth: the Parquet file, the summary, evaluation.json and the NeMo Gym
 	// file are derived from it, over every record of the run, resumed ones included.
 	complete := ctx.Err() == nil && rep.Stop == runner.StopCompleted && !watch.stopped
@@ -189,6 +190,26 @@ func finishRun(ctx context.Context, e env, f runFlags, transport *runner.Transpo
 			f.earlyStop, watch.same, record.Clip(sum.FailureMessages[string(watch.same)].Message, 300), f.out, f.out), transient: watch.same.Transient()}
 	}
 	return checkFailures(sum, f.failOnError, f.out)
+}
+
+// finishMemoryLimit is the soft limit on the Go runtime's memory while a run's end reads its
+// journal again. What Finish keeps live is flat in the records (the Parquet writer and its
+// encoders, the journal decoder's blocks, the evaluator's and the index's sorting buffers:
+// about 50 MiB), but the GC's default goal lets the heap grow to twice that before it collects,
+// which made the end of a big run, not its rollouts in flight, the run's peak RSS. Under this
+// limit the GC collects sooner instead; past it (records with huge trajectories) the runtime
+// lets the heap grow and caps the GC's share of the CPU, so the end is slower, never stopped.
+const finishMemoryLimit = 96 << 20
+
+// limitFinishMemory lowers the runtime's memory limit to finishMemoryLimit, unless it is lower
+// already (GOMEMLIMIT), and returns the function that puts the limit back.
+func limitFinishMemory() (restore func()) {
+	prev := debug.SetMemoryLimit(-1)
+	if prev <= finishMemoryLimit {
+		return func() {}
+	}
+	debug.SetMemoryLimit(finishMemoryLimit)
+	return func() { debug.SetMemoryLimit(prev) }
 }
 
 // preflightRun checks, before anything is written, that the model endpoint lists the model
