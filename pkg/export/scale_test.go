@@ -55,9 +55,12 @@ func BenchmarkExport(b *testing.B) {
 	const n = 20_000
 	dir := writeScaleRun(b, b.TempDir(), n)
 	out := b.TempDir()
-	for _, f := range []string{"rl.parquet", "rl.jsonl", "sft.jsonl", "sft-text.jsonl", "sft-verl.parquet", "preference.jsonl", "nemo-gym.jsonl"} {
-		name, _, _ := strings.Cut(f, ".")
-		format, layout, _ := strings.Cut(name, "-")
+	for _, c := range []struct{ f, format, layout string }{
+		{"rl.parquet", "rl", ""}, {"rl.jsonl", "rl", ""}, {"sft.jsonl", "sft", ""},
+		{"sft-text.jsonl", "sft", export.LayoutText}, {"sft-verl.parquet", "sft", export.LayoutVerl},
+		{"preference.jsonl", "preference", ""}, {"nemo-gym.jsonl", "nemo-gym", ""},
+	} {
+		f, format, layout := c.f, c.format, c.layout
 		template := map[string]string{export.LayoutText: qwen25, export.LayoutVerl: qwen3}[layout]
 		b.Run(f, func(b *testing.B) {
 			for b.Loop() {

@@ -33,14 +33,11 @@ func BenchmarkMerge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		mf.Shard, mf.Complete = &Shard{Index: s, Count: 4}, &Completion{At: time.Now()}
-		if err := WriteManifest(dir, mf); err != nil {
-			b.Fatal(err)
-		}
 		j, _ := os.Create(filepath.Join(dir, JournalFile))
 		tr, _ := os.Create(filepath.Join(dir, TrajectoriesFile))
 		var line []byte
 		var keys []string
+		written := 0
 		for i := range n {
 			r := recordtest.Realistic(i)
 			if int(r.TaskIndex)%4 != s {
@@ -48,10 +45,15 @@ func BenchmarkMerge(b *testing.B) {
 			}
 			line, keys, _ = record.AppendJSON(line[:0], &r, keys)
 			j.Write(line)
+			written++
 			fmt.Fprintf(tr, "{\"task_index\":%d,\"rollout_index\":%d,\"arm\":%q,\"trajectory\":%s}\n", r.TaskIndex, r.RolloutIndex, r.Arm, recordtest.Trajectory(i, 1000))
 		}
 		j.Close()
 		tr.Close()
+		mf.Shard, mf.Complete = &Shard{Index: s, Count: 4}, &Completion{At: time.Now(), Rollouts: written}
+		if err := WriteManifest(dir, mf); err != nil {
+			b.Fatal(err)
+		}
 		dirs = append(dirs, dir)
 	}
 	r, err := OpenRun(dirs, OpenOptions{})
