@@ -295,3 +295,27 @@ var clientPort = regexp.MustCompile(`127\.0\.0\.1:\d+->`)
 func errText(err error) string {
 	return clientPort.ReplaceAllString(fmt.Sprint(err), "127.0.0.1:PORT->")
 }
+
+// The "every member" request sets every JSON member of go-openai's request (but stream, which
+// go-openai refuses here), so that a go-openai version with a new member fails the byte-for-byte
+// comparison above instead of the fast encoder dropping that member unseen.
+func TestEveryMemberRequestSetsEveryMember(t *testing.T) {
+	all := chatRequests(t)["every member"]
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		for i := range v.NumField() {
+			sf, f := v.Type().Field(i), v.Field(i)
+			if !sf.IsExported() || strings.HasPrefix(sf.Tag.Get("json"), "-") || sf.Name == "Stream" {
+				continue
+			}
+			if sf.Anonymous && f.Kind() == reflect.Struct {
+				walk(f)
+				continue
+			}
+			if f.IsZero() {
+				t.Errorf("the every-member request leaves %s.%s unset: set it, and teach appendChatRequest its member", v.Type().Name(), sf.Name)
+			}
+		}
+	}
+	walk(reflect.ValueOf(all))
+}
