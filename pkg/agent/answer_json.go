@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"strconv"
+
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
@@ -118,7 +120,21 @@ func (d *answerDecoder) str(dst *string) bool {
 
 // int64 reads an integer into dst as encoding/json reads it into an int64; a null leaves dst
 // as it is.
-func (d *answerDecoder) int64(dst *int64) bool {
+func (d *answerDecoder) int64(dst *int64) bool { return d.integer(dst, 64) }
+
+// int reads an integer into dst as encoding/json reads it into an int, of strconv.IntSize
+// bits: a number out of its range is not read.
+func (d *answerDecoder) int(dst *int) bool {
+	v := int64(*dst)
+	if !d.integer(&v, strconv.IntSize) {
+		return false
+	}
+	*dst = int(v)
+	return true
+}
+
+// integer reads an integer of bits bits into dst; a null leaves dst as it is.
+func (d *answerDecoder) integer(dst *int64, bits int) bool {
 	if d.s.Peek() == 'n' {
 		return d.null()
 	}
@@ -126,21 +142,11 @@ func (d *answerDecoder) int64(dst *int64) bool {
 	if !d.s.Value(valueDepth) {
 		return false
 	}
-	v, end, ok := jsonfast.ParseInt(d.data, start, 64)
+	v, end, ok := jsonfast.ParseInt(d.data, start, bits)
 	if !ok || end != d.s.Pos() {
 		return false
 	}
 	*dst = v
-	return true
-}
-
-// int reads an integer into dst, as int64 does.
-func (d *answerDecoder) int(dst *int) bool {
-	v := int64(*dst)
-	if !d.int64(&v) {
-		return false
-	}
-	*dst = int(v)
 	return true
 }
 

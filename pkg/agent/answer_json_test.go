@@ -108,5 +108,8 @@ func FuzzDecodeAnswer(f *testing.F) {
 	for _, a := range append(append([]string{}, answersTaken...), answersLeft...) {
 		f.Add([]byte(a))
 	}
+	full := readEveryMemberAnswer(f)
+	f.Add(full)
+	f.Add(withoutMembers(f, full, leftToEncodingJSON...))
 	f.Fuzz(func(t *testing.T, data []byte) { checkAnswer(t, data) })
 }

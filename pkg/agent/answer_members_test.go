@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -157,7 +158,7 @@ func memberDiffs(t *testing.T, got, want openai.ChatCompletionResponse) []string
 	return diffs
 }
 
-func readEveryMemberAnswer(t *testing.T) []byte {
+func readEveryMemberAnswer(t testing.TB) []byte {
 	t.Helper()
 	data, err := os.ReadFile(everyMemberAnswer)
 	if err != nil {
@@ -197,7 +198,7 @@ func TestEveryMemberAnswerSetsEveryMember(t *testing.T) {
 
 // withoutMembers returns the answer without the members at paths (as responseMembers names
 // them), re-encoded.
-func withoutMembers(t *testing.T, data []byte, paths ...string) []byte {
+func withoutMembers(t testing.TB, data []byte, paths ...string) []byte {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -267,6 +268,17 @@ func TestDecodeAnswerEveryMember(t *testing.T) {
 		one := withoutMembers(t, full, slices.Delete(slices.Clone(leftToEncodingJSON), i, i+1)...)
 		if checkAnswer(t, one) {
 			t.Errorf("taken on with %s: %s", l, one)
+		}
+	}
+}
+
+// An int member is read as encoding/json reads it into an int of the platform's size: a number
+// out of an int's range is left to encoding/json (whose error it is on 32-bit platforms).
+func TestDecodeAnswerIntRange(t *testing.T) {
+	for _, a := range []string{`{"usage":{"prompt_tokens":2147483648}}`, `{"choices":[{"index":-2147483649}]}`,
+		`{"usage":{"completion_tokens_details":{"reasoning_tokens":4294967296}}}`, `{"choices":[{"message":{"tool_calls":[{"index":9223372036854775807}]}}]}`} {
+		if taken := checkAnswer(t, []byte(a)); taken != (strconv.IntSize == 64) {
+			t.Errorf("%s: taken on %v with %d-bit ints", a, taken, strconv.IntSize)
 		}
 	}
 }
