@@ -13,10 +13,12 @@ import (
 	"github.com/rollout-dev/rollout/pkg/runner"
 )
 
-// Floor is the CPU that Go's HTTP client alone spends on one request on this machine: the
-// runner's transport (runner.NewTransport) posting the first model request of a task to the
-// simulator at zero latency, concurrency Conns, measured by this process's rusage. The
-// runner cannot do a turn for less than this times its requests per turn.
+// Floor is the CPU that Go's net/http client alone spends on one request on this machine:
+// net/http's Transport configured as the runner configures it (runner.NewNetHTTPTransport)
+// posting the first model request of a task to the simulator at zero latency, concurrency
+// Conns, measured by this process's rusage. It is the reference the runner's CPU per turn is
+// held to (a multiple of this times its requests per turn); the runner's own transport for
+// plain http (internal/h1) can cost less than it.
 type Floor struct {
 	Requests int
 	Conns    int
@@ -35,7 +37,7 @@ func MeasureFloor(ctx context.Context, c Config, s TaskShape, n, conns int) (*Fl
 	}
 	defer sim.stop()
 	url := sim.URL + "/chat/completions"
-	client := &http.Client{Transport: runner.NewTransport(conns)}
+	client := &http.Client{Transport: runner.NewNetHTTPTransport(conns)}
 	post := func() error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
