@@ -63,15 +63,17 @@ func TestSessionsNeverShareCookies(t *testing.T) {
 	const n = 50
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
-	sids := make([]string, n)
-	jars := make([]http.CookieJar, n)
+	held := make([]string, n) // the Cookie header each session would send after verify
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
 			ctx := context.Background()
 			sess := srv.NewSession()
-			jars[i] = sess.Jar()
+			if h := sess.CookieHeader("verify"); h != "" {
+				errs <- fmt.Errorf("session %d holds %q before seed_session", i, h)
+			}
+			defer func() { held[i] = sess.CookieHeader("verify") }()
 			if err := sess.Seed(ctx, task.Raw); err != nil {
 				errs <- err
 				return
@@ -123,12 +125,17 @@ func TestSessionsNeverShareCookies(t *testing.T) {
 	if len(bySid) != n {
 		t.Fatalf("%d distinct session cookies, want %d", len(bySid), n)
 	}
-	for i := range sids {
-		for j := i + 1; j < n; j++ {
-			if jars[i] == jars[j] {
-				t.Fatalf("sessions %d and %d share a jar", i, j)
-			}
+	// Each session still holds its own cookie, and only it.
+	seen := map[string]int{}
+	for i, h := range held {
+		sid, ok := strings.CutPrefix(h, "sid=")
+		if !ok || bySid[sid] == 0 {
+			t.Fatalf("session %d holds %q, not one cookie the server set", i, h)
 		}
+		if j, dup := seen[h]; dup {
+			t.Fatalf("sessions %d and %d hold the same cookie %q", j, i, h)
+		}
+		seen[h] = i
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"strings"
 	"sync"
@@ -81,19 +80,21 @@ func New(name, base string, transport http.RoundTripper) (*Server, error) {
 func (s *Server) Base() string { return s.base.String() }
 
 // Session is one rollout's conversation with a resource server: its own
-// cookie jar, never shared, carried through seed_session, every tool call
+// cookies, never shared, carried through seed_session, every tool call
 // and verify.
 type Session struct {
-	srv    *Server
-	client *http.Client
-	doer   *retry.Doer
+	srv     *Server
+	client  http.Client
+	doer    retry.Doer
+	cookies cookieTransport
 }
 
-// NewSession opens a session with an empty cookie jar.
+// NewSession opens a session without cookies.
 func (s *Server) NewSession() *Session {
-	jar, _ := cookiejar.New(nil) // never fails with nil options
-	c := &http.Client{Transport: s.Transport, Jar: jar, CheckRedirect: retry.NoRedirect}
-	return &Session{srv: s, client: c, doer: &retry.Doer{Client: c, Policy: s.Retry}}
+	sess := &Session{srv: s, cookies: cookieTransport{next: s.Transport, cookies: newCookieStore(s.base.Host)}}
+	sess.client = http.Client{Transport: &sess.cookies, CheckRedirect: retry.NoRedirect}
+	sess.doer = retry.Doer{Client: &sess.client, Policy: s.Retry}
+	return sess
 }
 
 func (s *Server) maxBody() int64 {
@@ -111,8 +112,19 @@ func (s *Server) maxToolResult() int64 {
 	return min(n, s.maxBody())
 }
 
-// Jar is the session's cookie jar (tests check that sessions never share).
-func (s *Session) Jar() http.CookieJar { return s.client.Jar }
+// CookieHeader is the Cookie header the session's next request to base/path would carry
+// ("" for none).
+func (s *Session) CookieHeader(path string) string {
+	u, err := url.Parse(s.srv.url(path))
+	if err != nil {
+		return ""
+	}
+	h := s.cookies.cookies.header(u.Scheme == "https", u.Path, time.Now)
+	if h == nil {
+		return ""
+	}
+	return h[0]
+}
 
 // Answer is a resource server's reply to one POST.
 type Answer struct {
@@ -155,7 +167,7 @@ func (s *Session) post(ctx context.Context, path string, body []byte, retried bo
 	if retried {
 		// Answers are read within their attempt, so that one that breaks
 		// mid-body is retried.
-		d := *s.doer
+		d := s.doer
 		d.AttemptTimeout, d.MaxBodyBytes = s.srv.CallTimeout, limit
 		resp, err = d.Do(req)
 		var tooLarge *retry.BodyTooLargeError
