@@ -46,7 +46,10 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 		return runClaimed(ctx, args, e, f)
 	}
 
-	transport := runner.NewTransport(f.concurrency)
+	transport, err := newTransport(e, f.concurrency)
+	if err != nil {
+		return err
+	}
 	policy := retry.DefaultPolicy
 	policy.MaxAttempts = f.retries + 1
 

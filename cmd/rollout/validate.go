@@ -11,7 +11,6 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/retry"
-	"github.com/rollout-dev/rollout/pkg/runner"
 	"github.com/rollout-dev/rollout/pkg/servers"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
 	"github.com/rollout-dev/rollout/pkg/validate"
@@ -72,7 +71,10 @@ stdout as FILE:LINE: FIELD: message; the exit status is 3 when there is any.`,
 				return err
 			}
 		}
-		transport := runner.NewTransport(*concurrency)
+		transport, err := newTransport(e, *concurrency)
+		if err != nil {
+			return err
+		}
 		routes, stops, err := buildServers(ctx, use, serverSetup{store: "memory", ttl: store.DefaultTTL, toolTimeout: *timeout, transport: transport, policy: retry.DefaultPolicy})
 		if err != nil {
 			runAll(stops)
