@@ -142,7 +142,15 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	if t != nil {
 		t.status = resp.StatusCode
 	}
-	resp.Body = &answerBody{ReadCloser: resp.Body, max: a.max, left: a.max, status: resp.StatusCode, tap: t}
+	if rb, ok := resp.Body.(*retry.Body); ok && int64(len(rb.Bytes())) <= a.max && rb.Len() == len(rb.Bytes()) {
+		// Read whole by the retrying doer within its cap: its buffer is the answer, shared with
+		// the tap instead of copied.
+		if t != nil {
+			t.saw(rb.Bytes(), true)
+		}
+	} else {
+		resp.Body = &answerBody{ReadCloser: resp.Body, max: a.max, left: a.max, status: resp.StatusCode, tap: t}
+	}
 	if slot, ok := req.Context().Value(pooledAnswerKey{}).(*pooledAnswer); ok && resp.StatusCode >= http.StatusOK && resp.StatusCode < http.StatusBadRequest {
 		decodeOnPool(resp, slot)
 	}
@@ -212,13 +220,30 @@ func (b *answerBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
-	if t := b.tap; t != nil && len(t.prefix) < tapBytes {
-		t.prefix = append(t.prefix, p[:min(n, tapBytes-len(t.prefix))]...)
-	}
-	if t := b.tap; t != nil && (t.capture || t.keep) {
-		t.body = append(t.body, p[:n]...)
+	if b.tap != nil {
+		b.tap.saw(p[:n], false)
 	}
 	return n, err
+}
+
+// saw records the next bytes p of the answer: its first tapBytes, and all of it when the tap
+// keeps the body. kept says that p is never written again (the retrying doer's buffer): the
+// first bytes are then kept as they are instead of copied.
+func (t *answerTap) saw(p []byte, kept bool) {
+	if k := min(len(p), tapBytes-len(t.prefix)); k > 0 {
+		if kept && t.prefix == nil {
+			t.prefix = p[:k:k]
+		} else {
+			t.prefix = append(t.prefix, p[:k]...)
+		}
+	}
+	if t.capture || t.keep {
+		if kept && t.body == nil && len(p) > 0 {
+			t.body = p[:len(p):len(p)]
+		} else {
+			t.body = append(t.body, p...)
+		}
+	}
 }
 
 // zeroTemperature is what a temperature or top_p of 0 is set to in the
@@ -713,17 +738,25 @@ func (m *OpenAIModel) send(ctx context.Context, body []byte, resp *openai.ChatCo
 		return errorAnswer(res)
 	}
 	resp.SetHeader(res.Header)
-	bp := answerBuffers.Get().(*[]byte)
-	data, err := readAll(res.Body, (*bp)[:0], res.ContentLength)
-	defer func() {
-		if cap(data) <= maxPooledAnswer {
-			*bp = data[:0]
-			answerBuffers.Put(bp)
+	var data []byte
+	if rb, ok := res.Body.(*retry.Body); ok && rb.Len() == len(rb.Bytes()) {
+		// The retrying doer read the answer whole within its attempt: its buffer is the answer
+		// (answerDoer checked it against the cap), read once.
+		data = rb.Bytes()
+	} else {
+		bp := answerBuffers.Get().(*[]byte)
+		buf, err := readAll(res.Body, (*bp)[:0], res.ContentLength)
+		defer func() {
+			if cap(buf) <= maxPooledAnswer {
+				*bp = buf[:0]
+				answerBuffers.Put(bp)
+			}
+		}()
+		if err != nil {
+			// What json.Decoder makes of the bytes read and then the error, as go-openai reads the body.
+			return json.NewDecoder(io.MultiReader(bytes.NewReader(buf), errReader{err})).Decode(resp)
 		}
-	}()
-	if err != nil {
-		// What json.Decoder makes of the bytes read and then the error, as go-openai reads the body.
-		return json.NewDecoder(io.MultiReader(bytes.NewReader(data), errReader{err})).Decode(resp)
+		data = buf
 	}
 	if decodeAnswer(data, resp) {
 		return nil
@@ -732,8 +765,8 @@ func (m *OpenAIModel) send(ctx context.Context, body []byte, resp *openai.ChatCo
 	return err
 }
 
-// answerBuffers holds the buffers answers are read into (decodeAnswer copies what it keeps),
-// up to maxPooledAnswer bytes each.
+// answerBuffers holds the buffers answers not read by a retrying doer are read into
+// (decodeAnswer copies what it keeps), up to maxPooledAnswer bytes each.
 const maxPooledAnswer = 64 << 10
 
 var answerBuffers = sync.Pool{New: func() any { return new([]byte) }}

@@ -303,3 +303,71 @@ func TestAttemptTimeoutCoversBody(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// With MaxBodyBytes, Do hands the answer over as a *Body whose buffer ReadBody returns as it is:
+// the answer is read once, into one buffer of its announced length (or grown for a chunked one).
+func TestBodyHandedOver(t *testing.T) {
+	want := strings.Repeat("answer ", 300)
+	for _, chunked := range []bool{false, true} {
+		srv := newRawServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if !chunked {
+				w.Header().Set("Content-Length", fmt.Sprint(len(want)))
+			}
+			w.WriteHeader(200)
+			for i := 0; i < len(want); i += 500 {
+				io.WriteString(w, want[i:min(i+500, len(want))])
+				w.(http.Flusher).Flush()
+			}
+		})
+		req, _ := http.NewRequest(http.MethodPost, srv, strings.NewReader(`{}`))
+		resp, err := (&Doer{Client: &http.Client{}, Policy: fast, MaxBodyBytes: 1 << 20}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, ok := resp.Body.(*Body)
+		if !ok || string(body.Bytes()) != want || resp.ContentLength != int64(len(want)) {
+			t.Fatalf("chunked %v: body %T, %d bytes, Content-Length %d", chunked, resp.Body, len(body.Bytes()), resp.ContentLength)
+		}
+		if !chunked && cap(body.Bytes()) != len(want)+1 {
+			t.Errorf("a body of %d bytes announced read into a buffer of %d", len(want), cap(body.Bytes()))
+		}
+		got, err := ReadBody(resp.Body, resp.ContentLength, 1<<20)
+		if err != nil || string(got) != want || &got[0] != &body.Bytes()[0] {
+			t.Fatalf("chunked %v: ReadBody copied or changed the doer's buffer (%v)", chunked, err)
+		}
+		if rest, err := io.ReadAll(resp.Body); len(rest) != 0 || err != nil {
+			t.Fatalf("after ReadBody the body still reads %d bytes (%v)", len(rest), err)
+		}
+		resp.Body.Close()
+	}
+	// ReadBody of any other reader: capped at n, an announced length under n read into one
+	// buffer, a body longer than announced read whole up to n, a read error returned with the
+	// bytes before it.
+	cases := []struct {
+		r       io.Reader
+		size, n int64
+		want    string
+		err     bool
+	}{
+		{strings.NewReader("abcdef"), 6, 10, "abcdef", false},
+		{strings.NewReader("abcdef"), -1, 4, "abcd", false},
+		{strings.NewReader("abcdef"), 2, 10, "abcdef", false},
+		{&Body{b: []byte("partly read")}, 11, 100, "partly read", false},
+		{io.MultiReader(strings.NewReader("abc"), iotest{}), 10, 20, "abc", true},
+	}
+	for i, c := range cases {
+		if b, ok := c.r.(*Body); ok {
+			b.Reset(b.b)
+			b.ReadByte() // a Body already read from is read as any reader: what is left
+			c.want = c.want[1:]
+		}
+		got, err := ReadBody(c.r, c.size, c.n)
+		if string(got) != c.want || (err != nil) != c.err {
+			t.Errorf("case %d: %q %v, want %q (error %v)", i, got, err, c.want, c.err)
+		}
+	}
+}
+
+type iotest struct{}
+
+func (iotest) Read([]byte) (int, error) { return 0, errors.New("connection reset") }

@@ -55,11 +55,11 @@ type Doer struct {
 	// retried like a connection error: a new connection may well answer.
 	AttemptTimeout time.Duration
 	// MaxBodyBytes, when > 0, makes Do read the body of the answer it returns
-	// into memory (within the attempt's deadline), at most MaxBodyBytes. An
-	// answer whose connection breaks mid-body is then retried like any
-	// connection error, and a longer body ends the call with a
-	// *BodyTooLargeError, not retried (the same request would get the same
-	// answer). 0: the body is handed over unread; the caller bounds it.
+	// into memory (within the attempt's deadline), at most MaxBodyBytes, and
+	// hand it over as a *Body. An answer whose connection breaks mid-body is
+	// then retried like any connection error, and a longer body ends the call
+	// with a *BodyTooLargeError, not retried (the same request would get the
+	// same answer). 0: the body is handed over unread; the caller bounds it.
 	MaxBodyBytes int64
 	// Sleep waits for d or until ctx ends; tests replace it.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -341,9 +341,54 @@ func (d *Doer) send(r *http.Request, final func(status int) bool) (*http.Respons
 		}
 		return nil, timedOut(fmt.Errorf("reading the answer (HTTP %d): %w", resp.StatusCode, err))
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	resp.ContentLength = int64(len(b))
+	body := &Body{b: b}
+	body.Reset(b)
+	resp.Body, resp.ContentLength = body, int64(len(b))
 	return resp, nil
+}
+
+// Body is the body of an answer that Do read whole (Doer.MaxBodyBytes): a reader of its
+// bytes, which Bytes hands over without a copy.
+type Body struct {
+	bytes.Reader
+	b []byte
+}
+
+// Bytes is the whole body, however much of it was read; Do keeps no reference to it.
+func (b *Body) Bytes() []byte { return b.b }
+
+// Close does nothing: the answer was read and its connection released.
+func (b *Body) Close() error { return nil }
+
+// ReadBody reads at most n bytes of r into one buffer: r's own when r is a *Body not yet read
+// (no copy), else one of size+1 bytes when size (the announced length) is under n, so that an
+// answer is read without growing its buffer.
+func ReadBody(r io.Reader, size, n int64) ([]byte, error) {
+	if b, ok := r.(*Body); ok && b.Len() == len(b.b) {
+		k := min(int64(len(b.b)), max(n, 0))
+		_, _ = b.Seek(k, io.SeekStart)
+		return b.b[:k], nil
+	}
+	if size < 0 || size >= n {
+		return io.ReadAll(io.LimitReader(r, n))
+	}
+	// One byte more than announced, so that the end is seen without a second buffer.
+	buf := make([]byte, 0, size+1)
+	for {
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			// Longer than announced (a transport would not let that happen): read the rest.
+			rest, err := io.ReadAll(io.LimitReader(r, n-int64(len(buf))))
+			return append(buf, rest...), err
+		}
+	}
 }
 
 type cancelBody struct {
@@ -359,21 +404,18 @@ func (b *cancelBody) Close() error {
 
 // readCapped reads resp's body, at most limit bytes.
 func readCapped(resp *http.Response, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
 	if resp.ContentLength > limit {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, &BodyTooLargeError{Limit: limit, Status: resp.StatusCode, Prefix: b}
 	}
-	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength) + 1)
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+	b, err := ReadBody(resp.Body, resp.ContentLength, limit+1)
+	if err != nil {
 		return nil, err
 	}
-	if int64(buf.Len()) > limit {
-		return nil, &BodyTooLargeError{Limit: limit, Status: resp.StatusCode, Prefix: bytes.Clone(buf.Bytes()[:min(512, buf.Len())])}
+	if int64(len(b)) > limit {
+		return nil, &BodyTooLargeError{Limit: limit, Status: resp.StatusCode, Prefix: bytes.Clone(b[:min(512, len(b))])}
 	}
-	return buf.Bytes(), nil
+	return b, nil
 }
 
 // backoff is full jitter: a uniform wait in [0, min(max, base*2^(n-1))].

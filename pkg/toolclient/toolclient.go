@@ -182,7 +182,7 @@ func (s *Session) post(ctx context.Context, path string, body []byte, retried bo
 		return nil, callErr(err)
 	}
 	defer resp.Body.Close()
-	b, err := readBody(resp, limit+1)
+	b, err := retry.ReadBody(resp.Body, resp.ContentLength, limit+1) // the doer's buffer when it read the answer
 	a := &Answer{Status: resp.StatusCode, Body: b, Size: resp.ContentLength}
 	if int64(len(b)) > limit {
 		a.Body, a.Truncated = b[:limit], true
@@ -211,32 +211,6 @@ func (s *Server) url(path string) string {
 
 // jsonContentType is the Content-Type header of every POST (shared: never changed).
 var jsonContentType = []string{"application/json"}
-
-// readBody reads at most n bytes of resp's body: into a buffer of the announced length when
-// there is one, so that an answer is read without growing its buffer.
-func readBody(resp *http.Response, n int64) ([]byte, error) {
-	if resp.ContentLength < 0 || resp.ContentLength >= n {
-		return io.ReadAll(io.LimitReader(resp.Body, n))
-	}
-	// One byte more than announced, so that the end is seen without a second buffer.
-	b := make([]byte, 0, resp.ContentLength+1)
-	for {
-		m, err := resp.Body.Read(b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-		if len(b) == cap(b) {
-			// Longer than announced (the transport would not let that happen): read the rest
-			// as before.
-			rest, err := io.ReadAll(io.LimitReader(resp.Body, n-int64(len(b))))
-			return append(b, rest...), err
-		}
-	}
-}
 
 // Seed posts the whole task row to /seed_session.
 func (s *Session) Seed(ctx context.Context, row []byte) error {
