@@ -179,47 +179,12 @@ func TestSendsWhatNetHTTPSends(t *testing.T) {
 	}
 }
 
-// rawServer accepts connections and runs serve on each; it returns the base URL.
-func rawServer(t *testing.T, serve func(n int, c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	go func() {
-		for n := 1; ; n++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); defer c.Close(); serve(n, c) }()
-		}
-	}()
-	return "http://" + ln.Addr().String()
-}
-
 // A server that closes a connection while it is idle (a keep-alive timeout, uvicorn's is
 // 5 s) is not sent the next request on it: the request goes on a new connection and is
 // answered.
 func TestIdleConnectionClosedByServer(t *testing.T) {
 	closed := make(chan struct{}, 4)
-	url := rawServer(t, func(n int, c net.Conn) {
+	url := testnet.Raw(t, func(n int, c net.Conn) {
 		br := bufio.NewReader(c)
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -254,7 +219,7 @@ func TestReusedConnectionEndsWithoutAnswer(t *testing.T) {
 	for _, method := range []string{"GET", "POST"} {
 		t.Run(method, func(t *testing.T) {
 			var requests atomic.Int64
-			url := rawServer(t, func(n int, c net.Conn) {
+			url := testnet.Raw(t, func(n int, c net.Conn) {
 				br := bufio.NewReader(c)
 				for i := 0; ; i++ {
 					req, err := http.ReadRequest(br)
@@ -315,7 +280,7 @@ func TestContextEndsTheRequest(t *testing.T) {
 	}
 
 	// The answer's head comes, then nothing.
-	hang := rawServer(t, func(_ int, c net.Conn) {
+	hang := testnet.Raw(t, func(_ int, c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
 		io.Copy(io.Discard, c)
@@ -382,7 +347,7 @@ func TestBrokenAnswers(t *testing.T) {
 		{"nothing", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			url := rawServer(t, func(_ int, c net.Conn) {
+			url := testnet.Raw(t, func(_ int, c net.Conn) {
 				http.ReadRequest(bufio.NewReader(c))
 				io.WriteString(c, tc.raw)
 			})
@@ -404,7 +369,7 @@ func TestBrokenAnswers(t *testing.T) {
 
 // A connection reset mid-answer is an error (the simulator's chaos does this with SO_LINGER 0).
 func TestResetMidBody(t *testing.T) {
-	url := rawServer(t, func(_ int, c net.Conn) {
+	url := testnet.Raw(t, func(_ int, c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart")
 		time.Sleep(10 * time.Millisecond)
@@ -421,7 +386,7 @@ func TestResetMidBody(t *testing.T) {
 }
 
 func TestInformationalAnswerSkipped(t *testing.T) {
-	url := rawServer(t, func(_ int, c net.Conn) {
+	url := testnet.Raw(t, func(_ int, c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
 		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
 	})

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -16,14 +17,42 @@ import (
 // It returns the base URL (http://127.0.0.1:PORT) and a count of the connections accepted.
 func Silent(t testing.TB) (url string, accepted func() int) {
 	t.Helper()
+	var n atomic.Int64
+	url = Raw(t, func(_ int, c net.Conn) {
+		n.Add(1)
+		io.Copy(io.Discard, bufio.NewReader(c)) // read the request, answer nothing
+	})
+	return url, func() int { return int(n.Load()) }
+}
+
+// Raw starts a TCP server on loopback that runs serve on each connection it accepts (n counts
+// them from 1), then closes it: a server that writes whatever bytes a test needs. When the
+// test ends it stops accepting, closes every connection and waits for serve to return.
+// It returns the base URL (http://127.0.0.1:PORT).
+func Raw(t testing.TB, serve func(n int, c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var conns []net.Conn
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
 	go func() {
-		for {
+		defer wg.Done()
+		for n := 1; ; n++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
@@ -31,18 +60,11 @@ func Silent(t testing.TB) (url string, accepted func() int) {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			go io.Copy(io.Discard, bufio.NewReader(c)) // read the request, answer nothing
+			wg.Add(1)
+			go func() { defer wg.Done(); defer c.Close(); serve(n, c) }()
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(conns) }
+	return "http://" + ln.Addr().String()
 }
 
 // FreePort is a TCP port on loopback that was free a moment ago: found by listening and
