@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/dataset"
 	"github.com/rollout-dev/rollout/pkg/plan"
 )
@@ -119,6 +121,29 @@ func TestSmokeLoadBrokenRunIsAnError(t *testing.T) {
 	r.ModelCalls = 30
 	if err := r.check(); err != nil {
 		t.Error(err)
+	}
+	// A tool call that timed out is a broken run even where the reward came out 1.
+	r.ToolErrors = 1
+	if r.check() == nil {
+		t.Error("a failed tool call passed the check")
+	}
+}
+
+// The simulator and the resource server of a scenario hold every connection its runner keeps
+// (one per rollout in flight to each): past a server's cap, requests wait unanswered.
+func TestScenarioServersHoldTheConcurrency(t *testing.T) {
+	for _, conc := range []int{1, 64, 1024, 2048, 4096} {
+		sc := Scenario{Concurrency: conc, Latency: LoadLatency}
+		for _, args := range [][]string{sc.simArgs("plan.jsonl"), sc.serveArgs()} {
+			i := slices.Index(args, "--max-conns")
+			if i < 0 || i+1 >= len(args) {
+				t.Fatalf("concurrency %d: %q has no --max-conns", conc, args)
+			}
+			n, err := strconv.Atoi(args[i+1])
+			if err != nil || n < conc+16 || n < localserve.DefaultMaxConns {
+				t.Errorf("concurrency %d: %q: --max-conns %s, want at least the concurrency and the default %d", conc, args, args[i+1], localserve.DefaultMaxConns)
+			}
+		}
 	}
 }
 

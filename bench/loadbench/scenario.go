@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/rundir"
 )
 
@@ -28,6 +29,27 @@ type Scenario struct {
 	RSSAt []int
 	// KeepOutput keeps the run's output directory (default: removed after the run).
 	KeepOutput bool
+}
+
+// maxConns is the --max-conns of the scenario's simulator and resource server: the runner keeps
+// a connection to each per rollout in flight, and a connection past a server's cap waits
+// unanswered in the kernel's backlog until another closes (a tool call then runs out of the
+// runner's --tool-timeout, and the model call or the counter's increment is lost to the run),
+// so each server holds twice the concurrency, at least its default.
+func (sc Scenario) maxConns() int { return max(localserve.DefaultMaxConns, 2*sc.Concurrency) }
+
+// simArgs are the arguments of the scenario's `rollout sim`.
+func (sc Scenario) simArgs(planFile string) []string {
+	args := []string{"sim", "--tasks", planFile, "--max-conns", strconv.Itoa(sc.maxConns())}
+	if sc.Latency > 0 {
+		args = append(args, "--latency", sc.Latency.String())
+	}
+	return args
+}
+
+// serveArgs are the arguments of the scenario's `rollout serve counter`.
+func (sc Scenario) serveArgs() []string {
+	return []string{"serve", "counter", "--max-conns", strconv.Itoa(sc.maxConns())}
 }
 
 // Config is what every scenario shares.
@@ -67,9 +89,11 @@ type Result struct {
 	Wall time.Duration
 	// Runner, Sim and Server are the processes' rusage.
 	Runner, Sim, Server Usage
-	// Rollouts, Scored and Failed come from the run's summary.json; MeanReward too.
+	// Rollouts, Scored and Failed come from the run's summary.json; MeanReward and ToolErrors
+	// (tool calls that failed: an HTTP error, no answer, a timeout) too.
 	Rollouts, Scored, Failed int
 	MeanReward               float64
+	ToolErrors               int64
 	// ModelCalls and ToolCalls were answered by the simulator / asked for by it.
 	ModelCalls, ToolCalls int64
 	// SteadyCallRate is the model-call rate while between 10% and 90% of the run's calls were
@@ -154,11 +178,7 @@ func Run(ctx context.Context, c Config, sc Scenario) (_ *Result, err error) {
 	if err := os.WriteFile(planFile, []byte(`{"id":0`+sc.Shape.taskTail()), 0o644); err != nil {
 		return nil, err
 	}
-	simArgs := []string{"sim", "--tasks", planFile}
-	if sc.Latency > 0 {
-		simArgs = append(simArgs, "--latency", sc.Latency.String())
-	}
-	sim, err := startServer(ctx, "rollout sim", c.Bin, c.env(dir, "sim"), simArgs...)
+	sim, err := startServer(ctx, "rollout sim", c.Bin, c.env(dir, "sim"), sc.simArgs(planFile)...)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +189,7 @@ func Run(ctx context.Context, c Config, sc Scenario) (_ *Result, err error) {
 			sim.stop()
 		}
 	}()
-	srv, err := startServer(ctx, "rollout serve counter", c.Bin, c.env(dir, "server"), "serve", "counter")
+	srv, err := startServer(ctx, "rollout serve counter", c.Bin, c.env(dir, "server"), sc.serveArgs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +269,7 @@ poll:
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: summary: %v", sc.Name, err)
 	}
-	res.Rollouts, res.Scored, res.Failed, res.MeanReward = sum.Rollouts, sum.Scored, sum.Failed, sum.MeanReward
+	res.Rollouts, res.Scored, res.Failed, res.MeanReward, res.ToolErrors = sum.Rollouts, sum.Scored, sum.Failed, sum.MeanReward, sum.ToolErrors
 	res.OverallCallRate = float64(res.ModelCalls) / res.Wall.Seconds()
 	res.SteadyCallRate = steadyRate(res.Samples, int64(sc.Tasks*sc.Shape.Rounds))
 	if res.SteadyCallRate == 0 {
@@ -268,6 +288,9 @@ func (r *Result) check() error {
 	var errs []error
 	if r.Rollouts != sc.Tasks || r.Failed != 0 || r.MeanReward != 1 {
 		errs = append(errs, fmt.Errorf("%d rollouts of %d tasks, %d failed, mean reward %g (want all, 0, 1)", r.Rollouts, sc.Tasks, r.Failed, r.MeanReward))
+	}
+	if r.ToolErrors != 0 {
+		errs = append(errs, fmt.Errorf("%d tool calls failed (an HTTP error, no answer or a timeout)", r.ToolErrors))
 	}
 	if want := int64(sc.Tasks * sc.Shape.Rounds); r.ModelCalls != want {
 		errs = append(errs, fmt.Errorf("%d model calls, want %d", r.ModelCalls, want))

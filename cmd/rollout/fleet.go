@@ -353,8 +353,9 @@ func servingKnobs(fs *flag.FlagSet, prefix string) *serving.Config {
 	return &c
 }
 
-// startReplicas serves n serving-simulator replicas of h on loopback ports; stop stops them.
-func startReplicas(n int, h http.Handler, cfg serving.Config) (urls []string, fl *serving.Fleet, stop func(), err error) {
+// startReplicas serves n serving-simulator replicas of h on loopback ports, each holding at
+// most maxConns connections; stop stops them.
+func startReplicas(n, maxConns int, h http.Handler, cfg serving.Config) (urls []string, fl *serving.Fleet, stop func(), err error) {
 	fl, err = serving.NewFleet(n, h, cfg)
 	if err != nil {
 		return nil, nil, nil, err
@@ -367,7 +368,7 @@ func startReplicas(n int, h http.Handler, cfg serving.Config) (urls []string, fl
 		}
 	}
 	for _, r := range fl.Replicas {
-		u, s, err := serveLocal(r)
+		u, s, err := serveLocal(r, maxConns)
 		if err != nil {
 			stop()
 			return nil, nil, nil, err

@@ -75,7 +75,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
 		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, maxToolResult: f.maxToolResult, transport: mx.transport(transport), policy: policy,
-		endSessions: f.endSessions,
+		endSessions: f.endSessions, maxConns: localConns(f.concurrency),
 	})
 	closers = append(closers, stops...)
 	if err != nil {

@@ -326,7 +326,7 @@ func TestSecurityLoopbackByDefault(t *testing.T) {
 			t.Errorf("rollout %s: exit %d after Ctrl-C", strings.Join(args, " "), code)
 		}
 	}
-	url, stop, err := startBuiltin(context.Background(), "counter", "memory", time.Minute)
+	url, stop, err := startBuiltin(context.Background(), "counter", "memory", time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestSecurityLoopbackByDefault(t *testing.T) {
 	if !strings.HasPrefix(url, "http://127.0.0.1:") {
 		t.Errorf("builtin: server on %q, want loopback", url)
 	}
-	url, stop2, err := serveLocal(http.NotFoundHandler())
+	url, stop2, err := serveLocal(http.NotFoundHandler(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ type serveArgs struct {
 	ttl                               time.Duration
 	chaos                             chaos.Options
 	key                               []byte // --session-key-file's key; nil: the store's
+	maxConns                          int    // --max-conns
 }
 
 // parseServe reads rollout serve's arguments, checking them.
@@ -45,6 +47,7 @@ func parseServe(args []string, e env) (a serveArgs, err error) {
 	fs.Float64Var(&co.HangRate, "chaos-hang-rate", 0, "probability per request of no answer until the client gives up")
 	fs.DurationVar(&co.Latency, "chaos-latency", 0, "delay each request chaos may hit by a uniform draw in [0, `D`)")
 	metricsFlag(fs, &a.metricsAddr)
+	maxConnsFlag(fs, &a.maxConns)
 	keyFile := fs.String("session-key-file", "", "sign the session cookies, and MAC the session state, with the key in `FILE` (32 bytes or more, e.g. a mounted Secret) instead of one kept in the session store")
 	endpoints := fs.String("chaos-endpoints", strings.Join(chaos.DefaultEndpoints, ","), "requests chaos may hit: a comma-separated list of tools, seed_session, verify, end_session, all, or tool names")
 	if a.name, err = parseNamed(fs, args, e); err != nil {
@@ -55,6 +58,9 @@ func parseServe(args []string, e env) (a serveArgs, err error) {
 	}
 	if !slices.Contains(servers.Names(), a.name) {
 		return a, badUsage("serve: unknown server %q; one of: %s", a.name, strings.Join(servers.Names(), ", "))
+	}
+	if err := checkMaxConns("serve", a.maxConns); err != nil {
+		return a, err
 	}
 	if *keyFile != "" {
 		b, err := os.ReadFile(*keyFile)
@@ -99,7 +105,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer stopMetrics()
-	ln, err := localserve.Listen(a.addr, 0)
+	ln, err := localserve.Listen(a.addr, a.maxConns)
 	if err != nil {
 		return badUsage("serve: %v", err)
 	}
@@ -116,6 +122,19 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 			st.Requests, st.Eligible, st.Failed, st.Reset, st.Hung, st.Passed)
 	}
 	return err
+}
+
+// maxConnsFlag is --max-conns of a server command (serve, sim).
+func maxConnsFlag(fs *flag.FlagSet, n *int) {
+	fs.IntVar(n, "max-conns", localserve.DefaultMaxConns, "hold at most `N` connections at once; more wait unanswered in the kernel's backlog until one closes, so give at least the clients' concurrency (rollout run keeps a connection per rollout in flight)")
+}
+
+// checkMaxConns refuses a --max-conns below 1.
+func checkMaxConns(cmd string, n int) error {
+	if n < 1 {
+		return badUsage("%s: --max-conns %d: want at least 1", cmd, n)
+	}
+	return nil
 }
 
 // serveUntilDone serves h on ln until ctx is done, then shuts down: gracefully for 2 s, then
@@ -139,9 +158,10 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler) error 
 	return nil
 }
 
-// serveLocal serves h on a loopback port in this process, over real HTTP.
-func serveLocal(h http.Handler) (url string, stop func(), err error) {
-	ln, err := localserve.Listen("127.0.0.1:0", 0)
+// serveLocal serves h on a loopback port in this process, over real HTTP, holding at most
+// maxConns connections at once (<= 0: localserve.DefaultMaxConns).
+func serveLocal(h http.Handler, maxConns int) (url string, stop func(), err error) {
+	ln, err := localserve.Listen("127.0.0.1:0", maxConns)
 	if err != nil {
 		return "", nil, err
 	}
@@ -154,14 +174,21 @@ func serveLocal(h http.Handler) (url string, stop func(), err error) {
 	}, nil
 }
 
-// startBuiltin starts the built-in resource server name in this process.
+// localConns is the connection cap of a server this process runs for its own run of
+// concurrency rollouts: each rollout in flight keeps a connection to it, and a connection past
+// the cap would wait unanswered, so the cap is twice the concurrency (at least
+// localserve.DefaultMaxConns).
+func localConns(concurrency int) int { return max(localserve.DefaultMaxConns, 2*concurrency) }
+
+// startBuiltin starts the built-in resource server name in this process, holding at most
+// maxConns connections (<= 0: localserve.DefaultMaxConns).
 // storeURL is memory or redis://…; ttl the sessions' lifetime after their last write.
-func startBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration) (string, func(), error) {
+func startBuiltin(ctx context.Context, name, storeURL string, ttl time.Duration, maxConns int) (string, func(), error) {
 	h, err := newBuiltin(ctx, name, storeURL, ttl, nil)
 	if err != nil {
 		return "", nil, err
 	}
-	url, stop, err := serveLocal(h)
+	url, stop, err := serveLocal(h, maxConns)
 	if err != nil {
 		h.Close()
 		return "", nil, err

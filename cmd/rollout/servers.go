@@ -24,6 +24,8 @@ type serverSetup struct {
 	transport     http.RoundTripper
 	policy        retry.Policy
 	endSessions   bool // POST /end_session to every server, not only builtin: ones
+	// maxConns caps the connections of each builtin: server (<= 0: localserve's default).
+	maxConns int
 }
 
 // buildServers turns --server flags (URL, NAME=URL, builtin:NAME, NAME=builtin:NAME) into the
@@ -39,7 +41,7 @@ func buildServers(ctx context.Context, specs []string, c serverSetup) (routes ru
 		builtin := strings.HasPrefix(url, "builtin:")
 		label := name
 		if bname, ok := strings.CutPrefix(url, "builtin:"); ok {
-			u, stop, err := startBuiltin(ctx, bname, c.store, c.ttl)
+			u, stop, err := startBuiltin(ctx, bname, c.store, c.ttl, c.maxConns)
 			if err != nil {
 				return routes, stops, badUsage("--server %s: %v", s, err)
 			}

@@ -101,6 +101,7 @@ type simArgs struct {
 	tasks    taskFiles
 	opts     sim.Options
 	replicas int             // --replicas: simulated inference servers (0: the plain simulator)
+	maxConns int             // --max-conns of each server
 	serving  *serving.Config // their serving model
 }
 
@@ -124,6 +125,7 @@ uncached token, an LRU prefix cache, a queue and 429; GET /stats reports each on
 	knobs := simKnobs(fs, "sim-")
 	fs.IntVar(&a.replicas, "replicas", 0, "serve `N` simulated inference servers (continuous batching, prefix cache, queue, 429), each on its own port (--addr's, then the next ones), with GET /stats (0: the plain simulator)")
 	a.serving = servingKnobs(fs, "")
+	maxConnsFlag(fs, &a.maxConns)
 	legacy := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
 		if old, ok := strings.CutPrefix(f.Name, "sim-"); ok {
@@ -136,6 +138,9 @@ uncached token, an LRU prefix cache, a queue and 429; GET /stats reports each on
 	}
 	if fs.NArg() > 0 {
 		return a, badUsage("sim: unexpected argument %q (task files go after --tasks)", fs.Arg(0))
+	}
+	if err := checkMaxConns("sim", a.maxConns); err != nil {
+		return a, err
 	}
 	if a.opts, err = knobs(); err != nil {
 		return a, usageError{err}
@@ -162,9 +167,9 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 		return usageError{err}
 	}
 	if a.replicas > 0 {
-		return serveReplicas(ctx, e, *addr, a.replicas, s, *a.serving)
+		return serveReplicas(ctx, e, *addr, a.replicas, a.maxConns, s, *a.serving)
 	}
-	ln, err := localserve.Listen(*addr, 0)
+	ln, err := localserve.Listen(*addr, a.maxConns)
 	if err != nil {
 		return badUsage("sim: %v", err)
 	}
@@ -180,7 +185,7 @@ func cmdSim(ctx context.Context, args []string, e env) error {
 
 // serveReplicas serves n serving-simulator replicas of s until ctx ends, replica i on addr's
 // port + i (or each on a free port when addr's is 0), and prints their base URLs on stdout.
-func serveReplicas(ctx context.Context, e env, addr string, n int, s http.Handler, cfg serving.Config) error {
+func serveReplicas(ctx context.Context, e env, addr string, n, maxConns int, s http.Handler, cfg serving.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return badUsage("sim: --%v", err)
 	}
@@ -203,7 +208,7 @@ func serveReplicas(ctx context.Context, e env, addr string, n int, s http.Handle
 		if port != 0 {
 			p = port + i
 		}
-		ln, err := localserve.Listen(net.JoinHostPort(host, strconv.Itoa(p)), 0)
+		ln, err := localserve.Listen(net.JoinHostPort(host, strconv.Itoa(p)), maxConns)
 		if err != nil {
 			for _, l := range lns {
 				l.Close()
