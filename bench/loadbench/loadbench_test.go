@@ -207,3 +207,50 @@ func TestRolloutsPerCoreAndCores(t *testing.T) {
 		t.Errorf("without CPU or wall: %g per core, %g cores", z.RolloutsPerCore(), z.Cores())
 	}
 }
+
+// The RSS at a count is the first sample that reached it; at the run's last count it is the
+// largest sample over the run's last percent, so that a late poll after the runner freed its
+// memory for the end of the run does not show the memory shrinking.
+func TestSampleRSS(t *testing.T) {
+	const mb = 1 << 20
+	smp := func(rollouts, rss int64) Sample { return Sample{Rollouts: rollouts, RSS: rss * mb} }
+	for _, c := range []struct {
+		name    string
+		samples []Sample
+		at      []int
+		tasks   int
+		want    []int64 // MiB
+	}{
+		{"the last poll fell after the end freed memory",
+			[]Sample{smp(500, 100), smp(1_000, 120), smp(9_800, 140), smp(9_900, 141), smp(9_950, 139), smp(10_000, 48), smp(10_000, 30)},
+			[]int{1_000, 10_000}, 10_000, []int64{120, 141}},
+		{"a sample before the last percent does not count",
+			[]Sample{smp(9_000, 200), smp(9_950, 139), smp(10_000, 138)},
+			[]int{10_000}, 10_000, []int64{139}},
+		{"no sample in the last percent but the one at the end",
+			[]Sample{smp(5_000, 150), smp(10_000, 130), smp(10_000, 20)},
+			[]int{10_000}, 10_000, []int64{130}},
+		{"samples after the first at the end (the end of the run) do not count",
+			[]Sample{smp(9_950, 139), smp(10_000, 140), smp(10_000, 400)},
+			[]int{10_000}, 10_000, []int64{140}},
+		{"an earlier count takes the first sample that reached it, not the largest",
+			[]Sample{smp(900, 50), smp(1_000, 90), smp(1_100, 95), smp(2_000, 99)},
+			[]int{1_000}, 2_000, []int64{90}},
+		{"a sample without RSS is skipped",
+			[]Sample{smp(1_000, 0), smp(1_200, 91), smp(9_995, 0), smp(10_000, 0), smp(10_000, 60)},
+			[]int{1_000, 10_000}, 10_000, []int64{91, 60}},
+		{"a count never reached is 0, even with samples in its last percent",
+			[]Sample{smp(1_000, 90), smp(9_990, 120)},
+			[]int{1_000, 10_000}, 10_000, []int64{90, 0}},
+		{"no samples",
+			nil, []int{1_000}, 1_000, []int64{0}},
+	} {
+		got := sampleRSS(c.samples, c.at, c.tasks)
+		for i := range got {
+			got[i] /= mb
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: RSS at %v = %v MiB, want %v", c.name, c.at, got, c.want)
+		}
+	}
+}

@@ -458,7 +458,7 @@ func (s *Suite) Markdown(w io.Writer) {
 		t.write(w)
 	}
 	if m := s.Million; m != nil {
-		fmt.Fprintf(w, "Tasks (one-round rollouts streamed from a generator into `rollout run --input -`, concurrency %d, zero latency; RSS sampled when the simulator had answered that many rollouts):\n\n", m.Scenario.Concurrency)
+		fmt.Fprintf(w, "Tasks (one-round rollouts streamed from a generator into `rollout run --input -`, concurrency %d, zero latency; RSS sampled when the simulator had answered that many rollouts; at the last count, the largest sample over the run's last 1%%, as a late poll can fall after the runner freed its memory for the end of the run):\n\n", m.Scenario.Concurrency)
 		t := &table{head: []string{"rollouts done", "time", "runner RSS"}}
 		for i, k := range m.Scenario.RSSAt {
 			at := time.Duration(0)

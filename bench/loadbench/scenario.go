@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,7 +100,8 @@ type Result struct {
 	// SteadyCallRate is the model-call rate while between 10% and 90% of the run's calls were
 	// answered: the ramp-up and the tail left out. OverallCallRate is ModelCalls / Wall.
 	SteadyCallRate, OverallCallRate float64
-	// RSSAt is the runner's RSS when Scenario.RSSAt[i] rollouts were done (0: not reached).
+	// RSSAt is the runner's RSS when Scenario.RSSAt[i] rollouts were done (0: not reached); at
+	// the run's last count, the largest over its last percent (see sampleRSS).
 	RSSAt []int64
 	// Samples are the polls.
 	Samples []Sample
@@ -226,7 +228,6 @@ func Run(ctx context.Context, c Config, sc Scenario) (_ *Result, err error) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	res.RSSAt = make([]int64, len(sc.RSSAt))
 	tick := time.NewTicker(c.Poll)
 	defer tick.Stop()
 	var runErr error
@@ -241,16 +242,11 @@ poll:
 				continue
 			}
 			m, _ := rss(cmd.Process.Pid)
-			s := Sample{At: time.Since(start), Calls: st.Answers, Rollouts: st.FinalAnswers, RSS: m}
-			res.Samples = append(res.Samples, s)
-			for i, n := range sc.RSSAt {
-				if res.RSSAt[i] == 0 && s.Rollouts >= int64(n) && m > 0 {
-					res.RSSAt[i] = m
-				}
-			}
+			res.Samples = append(res.Samples, Sample{At: time.Since(start), Calls: st.Answers, Rollouts: st.FinalAnswers, RSS: m})
 		}
 	}
 	res.Wall = time.Since(start)
+	res.RSSAt = sampleRSS(res.Samples, sc.RSSAt, sc.Tasks)
 	if err := <-genErr; err != nil && runErr == nil {
 		runErr = fmt.Errorf("writing tasks: %w", err)
 	}
@@ -299,6 +295,43 @@ func (r *Result) check() error {
 		errs = append(errs, fmt.Errorf("%d tool calls, want %d", r.ToolCalls, want))
 	}
 	return errors.Join(errs...)
+}
+
+// lastWindow is the part of a run, from its end back, over which the RSS at the run's last
+// count is the largest sample.
+const lastWindow = 0.01
+
+// sampleRSS is the runner's RSS at each count of at, from the samples (0: never reached, or no
+// RSS read): the first sample with that many rollouts done; at the run's last count (tasks or
+// more), the largest of the samples from (1-lastWindow)*tasks rollouts up to that first one,
+// since the sample at the end can fall after the runner freed its memory for the end of the
+// run (a busy machine polls late) and so show the memory shrinking.
+func sampleRSS(samples []Sample, at []int, tasks int) []int64 {
+	out := make([]int64, len(at))
+	for i, k := range at {
+		from := int64(k)
+		if k >= tasks {
+			from = int64(math.Ceil(float64(k) * (1 - lastWindow)))
+		}
+		for _, s := range samples {
+			if s.Rollouts < from || s.RSS <= 0 {
+				continue
+			}
+			out[i] = max(out[i], s.RSS)
+			if s.Rollouts >= int64(k) {
+				break
+			}
+		}
+		if out[i] > 0 && !reached(samples, k) {
+			out[i] = 0
+		}
+	}
+	return out
+}
+
+// reached tells whether a sample had k rollouts done.
+func reached(samples []Sample, k int) bool {
+	return len(samples) > 0 && samples[len(samples)-1].Rollouts >= int64(k)
 }
 
 // steadyRate is the call rate between the samples where 10% and 90% of total calls were done.
