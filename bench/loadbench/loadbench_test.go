@@ -254,3 +254,26 @@ func TestSampleRSS(t *testing.T) {
 		}
 	}
 }
+
+// The floor measures net/http's Transport and the runner's own over the same requests to a
+// real simulator, each all of them.
+func TestSmokeFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts the simulator")
+	}
+	bin := buildRollout(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f, err := MeasureFloor(ctx, Config{Bin: bin, Dir: t.TempDir()}, TaskShape{Rounds: 3}, 203, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Own == nil || f.Own.Own != nil {
+		t.Fatalf("the runner's own transport: %+v", f.Own)
+	}
+	for name, g := range map[string]*Floor{"net/http": f, "own": f.Own} {
+		if g.Requests != 203 || g.Conns != 4 || g.Took <= 0 || g.CPU.CPU() <= 0 {
+			t.Errorf("%s: %d requests at %d connections in %v, CPU %v", name, g.Requests, g.Conns, g.Took, g.CPU.CPU())
+		}
+	}
+}

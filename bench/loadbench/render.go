@@ -268,6 +268,22 @@ func eff(r *Result) float64 {
 	return r.SlotEfficiency()
 }
 
+// ownFloor writes the floor's line for the runner's own transport, when it was measured: for
+// comparison with net/http's, which stays the reference.
+func ownFloor(w io.Writer, f *Floor) {
+	o := f.Own
+	if o == nil || o.Requests == 0 {
+		return
+	}
+	ratio := ""
+	if p := f.PerRequest(); p > 0 {
+		ratio = fmt.Sprintf(", %.2f× net/http's", float64(o.PerRequest())/float64(p))
+	}
+	fmt.Fprintf(w, "The same requests through the runner's own transport (`runner.NewTransport`, plain http through internal/h1), in turns with net/http's: **the runner's own transport: %s µs a request** (user %s µs, system %s µs; %s requests in %s%s). For comparison only: the floor the runner is held to stays net/http's.\n\n",
+		num(micros(o.PerRequest())), num(micros(o.CPU.User/time.Duration(o.Requests))), num(micros(o.CPU.System/time.Duration(o.Requests))),
+		thousands(int64(o.Requests)), secs(o.Took), ratio)
+}
+
 func cpuTurn(r *Result) float64 {
 	if r == nil {
 		return 0
@@ -398,12 +414,14 @@ func (s *Suite) Markdown(w io.Writer) {
 			fmt.Fprintf(w, "The HTTP floor: Go's net/http client alone (its Transport as the runner configured it before it had its own, keep-alive, %d connections) spends **%s µs of CPU per request** on this machine (user %s µs, system %s µs; %s requests to the simulator in %s). A %d-round rollout makes %d requests (seed_session, %d model calls, %d tool calls, verify), %.2f per turn, so no runner on net/http could do a turn here for less than **%s µs**; the runner (on its own transport for plain http) takes %s µs, **%.2f× that floor**.\n\n",
 				f.Conns, num(per), num(micros(f.CPU.User/time.Duration(f.Requests))), num(micros(f.CPU.System/time.Duration(f.Requests))), thousands(int64(f.Requests)), secs(f.Took),
 				z.Scenario.Shape.Rounds, z.Scenario.Shape.Requests(), z.Scenario.Shape.Rounds, z.Scenario.Shape.Rounds-1, rpt, num(per*rpt), num(micros(z.CPUPerTurn())), micros(z.CPUPerTurn())/(per*rpt))
+			ownFloor(w, f)
 		}
 		loadTable([]*Result{z}).write(w)
 	}
 	if f := s.Floor; f != nil && s.Zero == nil {
 		fmt.Fprintf(w, "### HTTP floor\n\nGo's net/http client alone (keep-alive, %d connections): **%s µs of CPU per request** (%s requests to the simulator in %s).\n\n",
 			f.Conns, num(micros(f.PerRequest())), thousands(int64(f.Requests)), secs(f.Took))
+		ownFloor(w, f)
 	}
 	if c := s.Ceiling; c != nil {
 		fmt.Fprintf(w, "### Simulator HTTP ceiling\n\n")

@@ -36,7 +36,9 @@ func fullSuite() *Suite {
 			Metrics: map[string]float64{"ns/op": 820, "records/s": 1_218_699}, Units: []string{"ns/op", "records/s"}}},
 		Ceiling: &Ceiling{Command: "wrk", RPS: 45_437, Requests: 455_096},
 		// 28.8 µs a request: the floor of a 3-round turn (7/3 requests) is 67.2 µs.
-		Floor: &Floor{Requests: 20_000, Conns: 64, Took: 773 * time.Millisecond, CPU: Usage{User: 456 * time.Millisecond, System: 120 * time.Millisecond}},
+		Floor: &Floor{Requests: 20_000, Conns: 64, Took: 773 * time.Millisecond, CPU: Usage{User: 456 * time.Millisecond, System: 120 * time.Millisecond},
+			// The runner's own transport: 20 µs a request, 0.69× net/http's.
+			Own: &Floor{Requests: 20_000, Conns: 64, Took: 610 * time.Millisecond, CPU: Usage{User: 300 * time.Millisecond, System: 100 * time.Millisecond}}},
 	}
 	s.Load = []*Result{
 		result("load-c64", 64, 4266, 3, LoadLatency, 3200*time.Millisecond, 47.7, 20700*time.Millisecond),
@@ -224,5 +226,41 @@ func TestMarkdownGolden(t *testing.T) {
 				t.Errorf("Markdown differs from %s (go test -update rewrites it):\n got:\n%s\nwant:\n%s", golden, b.String(), want)
 			}
 		})
+	}
+}
+
+// The runner's own transport gets a line of its own next to net/http's floor, in the zero
+// latency section and in the floor's own section, and none when it was not measured; the
+// target stays a ratio to net/http's floor.
+func TestOwnTransportFloorLine(t *testing.T) {
+	const line = "**the runner's own transport: 20.0 µs a request** (user 15.0 µs, system 5.00 µs; 20,000 requests in 0.61 s, 0.69× net/http's)"
+	full := fullSuite()
+	var b strings.Builder
+	full.Markdown(&b)
+	if n := strings.Count(b.String(), line); n != 1 {
+		t.Errorf("the full suite has the own transport's line %d times, want 1:\n%s", n, b.String())
+	}
+	var ratio float64
+	for _, tg := range full.Targets() {
+		if strings.HasPrefix(tg.Name, "runner CPU per turn") {
+			ratio = tg.Ratio
+		}
+	}
+	if want := 144 / (28.8 * 7 / 3) / FloorRatioMax; !near(ratio, want) {
+		t.Errorf("CPU target ratio %g, want %g: net/http's floor", ratio, want)
+	}
+	floorOnly := &Suite{Options: SuiteOptions{Scale: 0.01, Phases: []string{"floor"}}, Floor: full.Floor}
+	b.Reset()
+	floorOnly.Markdown(&b)
+	if !strings.Contains(b.String(), "### HTTP floor") || strings.Count(b.String(), line) != 1 {
+		t.Errorf("the floor alone: want its section with the own transport's line:\n%s", b.String())
+	}
+	netOnly := *full.Floor
+	netOnly.Own = nil
+	floorOnly.Floor = &netOnly
+	b.Reset()
+	floorOnly.Markdown(&b)
+	if strings.Contains(b.String(), "own transport:") {
+		t.Errorf("a floor without the own transport's measurement has its line:\n%s", b.String())
 	}
 }

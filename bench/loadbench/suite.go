@@ -184,7 +184,7 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 		s.Ceiling = cl
 	}
 	if o.has("floor") {
-		say("HTTP client floor: net/http's Transport alone, %d requests at concurrency %d", o.n(20_000), zeroConc)
+		say("HTTP client floor: net/http's Transport alone, then the runner's own, in turns, %d requests each at concurrency %d", max(o.n(20_000), 2_000), zeroConc)
 		f, err := MeasureFloor(ctx, c, shape3, max(o.n(20_000), 2_000), zeroConc)
 		if err != nil {
 			return s, err
