@@ -166,6 +166,15 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response
 	bw.Reset(nil)
 	writers.Put(bw)
 	if err != nil {
+		// A server may answer before it has read the whole request (a verifier that does not
+		// read what it is sent, a 413) and close the connection: its answer is then in the
+		// socket's receive queue, and is the request's answer, as net/http (which reads while
+		// it writes) would return it.
+		if ctx.Err() == nil && c.hasData() {
+			if resp, rerr := c.readAnswer(req); rerr == nil {
+				return c.hand(ctx, resp, stop, false), false, nil // the server closes this connection
+			}
+		}
 		stop()
 		c.close()
 		return nil, c.reused && req.GetBody != nil || c.reused && (req.Body == nil || req.Body == http.NoBody), fmt.Errorf("writing the request: %w", err)
@@ -175,32 +184,45 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response
 		c.close()
 		return nil, c.reused && idempotent(req), fmt.Errorf("reading the answer: %w", err)
 	}
+	resp, err := c.readAnswer(req)
+	if err != nil {
+		stop()
+		retry := c.reused && idempotent(req) && c.br != nil && c.br.Buffered() == 0
+		c.close()
+		return nil, retry, fmt.Errorf("reading the answer: %w", err)
+	}
+	keep := !resp.Close && !req.Close && !hasToken(req.Header, "Connection", "close") && resp.StatusCode != http.StatusSwitchingProtocols
+	return c.hand(ctx, resp, stop, keep), false, nil
+}
+
+// hand gives resp to the caller: c goes back to the pool (if keep) or is closed once its body
+// has been read to its end or closed, or at once when it has none.
+func (c *conn) hand(ctx context.Context, resp *http.Response, stop func() bool, keep bool) *http.Response {
+	if resp.Body == http.NoBody {
+		c.done(stop, keep)
+		return resp
+	}
+	resp.Body = &body{c: c, rc: resp.Body, stop: stop, keep: keep, ctx: ctx}
+	return resp
+}
+
+// readAnswer reads req's answer from c, past any informational answer (100 Continue, 103
+// Early Hints).
+func (c *conn) readAnswer(req *http.Request) (*http.Response, error) {
 	if c.br == nil {
 		c.br = readers.Get().(*bufio.Reader)
 		c.br.Reset(c.nc)
 	}
-	var resp *http.Response
 	for {
-		resp, err = http.ReadResponse(c.br, req)
+		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
-			stop()
-			retry := c.reused && idempotent(req) && c.br.Buffered() == 0
-			c.close()
-			return nil, retry, fmt.Errorf("reading the answer: %w", err)
+			return nil, err
 		}
-		// An informational answer (100 Continue, 103 Early Hints) is followed by the real one.
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			continue
 		}
-		break
+		return resp, nil
 	}
-	keep := !resp.Close && !req.Close && !hasToken(req.Header, "Connection", "close") && resp.StatusCode != http.StatusSwitchingProtocols
-	if resp.Body == http.NoBody {
-		c.done(stop, keep)
-		return resp, false, nil
-	}
-	resp.Body = &body{c: c, rc: resp.Body, stop: stop, keep: keep, ctx: ctx}
-	return resp, false, nil
 }
 
 // done ends a request on c: the connection goes back to the pool when keep holds, the
@@ -363,6 +385,19 @@ func (c *conn) waitReadable() error {
 		return err
 	}
 	return serr
+}
+
+// hasData reports whether a byte of an answer is waiting to be read, without waiting.
+func (c *conn) hasData() bool {
+	if c.raw == nil {
+		return false
+	}
+	var n int
+	c.raw.Read(func(fd uintptr) bool {
+		n = peekData(fd)
+		return true
+	})
+	return n > 0
 }
 
 // alive reports whether an idle connection is still open: nothing to read (the server sent

@@ -492,3 +492,31 @@ func TestIdleLimits(t *testing.T) {
 		t.Errorf("connections: %d, want 5 (the idle ones timed out)", n)
 	}
 }
+
+// A server that answers before it has read the whole request, and closes the connection (Go's
+// server does past 256 KiB unread; a 413, a verifier that ignores what it is sent): the
+// answer is the request's, not the write's broken pipe, as with net/http, which reads while
+// it writes.
+func TestEarlyAnswerToALargeRequest(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		io.WriteString(w, `{"error":"too large"}`)
+	})
+	tr := New(Options{})
+	for _, rt := range []http.RoundTripper{&http.Transport{}, tr} {
+		for i := range 3 {
+			resp, err := (&http.Client{Transport: rt}).Post(srv.URL+"/verify", "application/json", bytes.NewReader(bytes.Repeat([]byte("x"), 16<<20)))
+			if err != nil {
+				t.Fatalf("%T, request %d: %v", rt, i, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || string(b) != `{"error":"too large"}` || err != nil {
+				t.Errorf("%T, request %d: %d %q %v", rt, i, resp.StatusCode, b, err)
+			}
+		}
+	}
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("kept %d connections the server closed", n)
+	}
+}

@@ -24,3 +24,14 @@ func peek(fd uintptr) (ready bool, err error) {
 	}
 	return true, errno
 }
+
+// peekData is the number of bytes (0 or 1) waiting to be read, without blocking.
+func peekData(fd uintptr) int {
+	var b [1]byte
+	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return 0
+	}
+	return int(n)
+}

@@ -6,3 +6,5 @@ package h1
 const peekSupported = false
 
 func peek(fd uintptr) (bool, error) { return true, nil }
+
+func peekData(fd uintptr) int { return 0 }
