@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -99,6 +100,7 @@ type conn struct {
 	nc       net.Conn
 	raw      syscall.RawConn // nil when the connection has none (then buffers are kept)
 	br       *bufio.Reader   // only while an answer is read, or always when raw is nil
+	headLeft int64           // what may still be read from the socket for the answer's head
 	reused   bool
 	idleFrom time.Time
 }
@@ -195,6 +197,25 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response
 	return c.hand(ctx, resp, stop, keep), false, nil
 }
 
+// MaxHeadBytes bounds an answer's status line and headers (as net/http's Transport's
+// MaxResponseHeaderBytes does by default).
+const MaxHeadBytes = 10 << 20
+
+// Read reads from the socket, at most headLeft bytes while an answer's head is read.
+func (c *conn) Read(p []byte) (int, error) {
+	if c.headLeft <= 0 {
+		return 0, errHeadTooLong
+	}
+	if int64(len(p)) > c.headLeft {
+		p = p[:c.headLeft]
+	}
+	n, err := c.nc.Read(p)
+	c.headLeft -= int64(n)
+	return n, err
+}
+
+var errHeadTooLong = errors.New("h1: the answer's head is too long")
+
 // hand gives resp to the caller: c goes back to the pool (if keep) or is closed once its body
 // has been read to its end or closed, or at once when it has none.
 func (c *conn) hand(ctx context.Context, resp *http.Response, stop func() bool, keep bool) *http.Response {
@@ -211,11 +232,16 @@ func (c *conn) hand(ctx context.Context, resp *http.Response, stop func() bool, 
 func (c *conn) readAnswer(req *http.Request) (*http.Response, error) {
 	if c.br == nil {
 		c.br = readers.Get().(*bufio.Reader)
-		c.br.Reset(c.nc)
+		c.br.Reset(c)
 	}
+	c.headLeft = MaxHeadBytes
+	defer func() { c.headLeft = math.MaxInt64 }()
 	for {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
+			if c.headLeft <= 0 {
+				err = fmt.Errorf("the answer's head is over %d bytes", MaxHeadBytes)
+			}
 			return nil, err
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -321,7 +347,7 @@ func (t *Transport) get(ctx context.Context, key string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{t: t, key: key, nc: nc}
+	c := &conn{t: t, key: key, nc: nc, headLeft: math.MaxInt64}
 	if sc, ok := nc.(syscall.Conn); ok && peekSupported {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw

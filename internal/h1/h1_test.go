@@ -520,3 +520,21 @@ func TestEarlyAnswerToALargeRequest(t *testing.T) {
 		t.Errorf("kept %d connections the server closed", n)
 	}
 }
+
+// An answer whose head never ends is cut at MaxHeadBytes, not read into memory without end.
+func TestEndlessHead(t *testing.T) {
+	url := testnet.Raw(t, func(_ int, c net.Conn) {
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		line := []byte("X-Filler: " + strings.Repeat("y", 1000) + "\r\n")
+		for {
+			if _, err := c.Write(line); err != nil {
+				return
+			}
+		}
+	})
+	_, err := client(New(Options{})).Get(url)
+	if err == nil || !strings.Contains(err.Error(), "head is over") {
+		t.Fatalf("an endless head: %v", err)
+	}
+}
