@@ -22,7 +22,9 @@
 //   - a request whose write failed on a reused connection is sent again on a new connection
 //     when its body can be replayed (GetBody), as nothing of it can have been answered; one
 //     whose answer did not come on a reused connection is sent again only when it is
-//     idempotent (GET, HEAD, OPTIONS, TRACE, or an Idempotency-Key header), as net/http does.
+//     idempotent (GET, HEAD, OPTIONS, TRACE, or an Idempotency-Key header), as net/http does;
+//   - an answer that comes before the request is all sent is the request's answer (see
+//     reqWriter), as with net/http, which reads while it writes.
 //
 // It takes only "http" URLs and no proxy, no Expect or Upgrade requests; the caller routes
 // anything else to a net/http Transport (see CanTake).
@@ -37,6 +39,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -160,13 +163,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, bool, error) {
 	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(past) })
 	bw := writers.Get().(*bufio.Writer)
-	bw.Reset(c.nc)
+	w := reqWriter{c: c, ctx: ctx}
+	bw.Reset(&w)
 	err := req.Write(bw) // closes req.Body
 	if err == nil {
 		err = bw.Flush()
 	}
 	bw.Reset(nil)
 	writers.Put(bw)
+	w.end()
 	if err != nil {
 		// A server may answer before it has read the whole request (a verifier that does not
 		// read what it is sent, a 413) and close the connection: its answer is then in the
@@ -225,6 +230,63 @@ func (c *conn) hand(ctx context.Context, resp *http.Response, stop func() bool, 
 	}
 	resp.Body = &body{c: c, rc: resp.Body, stop: stop, keep: keep, ctx: ctx}
 	return resp
+}
+
+// reqWriter writes a request to the socket. Past its first watchAfter bytes it writes in
+// steps of at most watchEvery each and looks between them for an answer that has come
+// before the request was all sent (a server that answers a large request early and stops
+// reading it, without closing): the write then stops with errEarlyAnswer, and the answer is
+// the request's, as net/http (which reads while it writes) would return it. Only the write
+// deadline is touched here, so a context's end (which sets both deadlines) still ends the
+// wait for the answer.
+type reqWriter struct {
+	c       *conn
+	ctx     context.Context
+	sent    int64
+	watched bool
+}
+
+const (
+	watchAfter = 64 << 10
+	watchEvery = 50 * time.Millisecond
+)
+
+var errEarlyAnswer = errors.New("h1: the server answered before the request was all sent")
+
+func (w *reqWriter) Write(p []byte) (int, error) {
+	if w.sent+int64(len(p)) <= watchAfter || w.c.raw == nil {
+		n, err := w.c.nc.Write(p)
+		w.sent += int64(n)
+		return n, err
+	}
+	w.watched = true
+	done := 0
+	for done < len(p) {
+		if w.c.hasData() {
+			return done, errEarlyAnswer
+		}
+		w.c.nc.SetWriteDeadline(time.Now().Add(watchEvery))
+		n, err := w.c.nc.Write(p[done:])
+		done += n
+		w.sent += int64(n)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && w.ctx.Err() == nil {
+				continue
+			}
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// end clears the write deadline the steps set, so that the connection can be reused.
+func (w *reqWriter) end() {
+	if w.watched {
+		w.c.nc.SetWriteDeadline(time.Time{})
+		if w.ctx.Err() != nil {
+			w.c.nc.SetDeadline(past)
+		}
+	}
 }
 
 // readAnswer reads req's answer from c, past any informational answer (100 Continue, 103

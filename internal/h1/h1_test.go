@@ -538,3 +538,37 @@ func TestEndlessHead(t *testing.T) {
 		t.Fatalf("an endless head: %v", err)
 	}
 }
+
+// A server that answers a large request early and then neither reads the rest nor closes:
+// the answer is returned (net/http's too), not a write that waits for the request's deadline.
+func TestEarlyAnswerServerStopsReading(t *testing.T) {
+	ended := make(chan struct{})
+	url := testnet.Raw(t, func(_ int, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 9\r\n\r\ntoo large")
+		<-ended // reads nothing more until the test ends
+	})
+	t.Cleanup(func() { close(ended) })
+	tr := New(Options{})
+	for _, rt := range []http.RoundTripper{&http.Transport{}, tr} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(make([]byte, 64<<20)))
+		resp, err := (&http.Client{Transport: rt}).Do(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("%T: %v", rt, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || string(b) != "too large" || err != nil {
+			t.Errorf("%T: %d %q %v", rt, resp.StatusCode, b, err)
+		}
+	}
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("kept %d connections whose request was not all sent", n)
+	}
+}
