@@ -279,6 +279,21 @@ func (w *reqWriter) Write(p []byte) (int, error) {
 	return done, nil
 }
 
+// ReadFrom copies a request's body to the socket in writes of up to 32 KiB (bufio.Writer hands
+// the body over once its buffer is empty, as it would to the socket's own ReadFrom).
+func (w *reqWriter) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	return io.CopyBuffer(writeOnly{w}, r, *bp)
+}
+
+// writeOnly hides reqWriter's ReadFrom from io.CopyBuffer.
+type writeOnly struct{ w *reqWriter }
+
+func (o writeOnly) Write(p []byte) (int, error) { return o.w.Write(p) }
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // end clears the write deadline the steps set, so that the connection can be reused.
 func (w *reqWriter) end() {
 	if w.watched {
