@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -193,11 +192,11 @@ func (s *cookieStore) set(path string, lines []string, now time.Time) {
 			}
 			continue
 		}
-		c, ok := parseSetCookie(line)
-		if !ok {
+		c, err := http.ParseSetCookie(line) // as net/http's client reads Set-Cookie for its jar
+		if err != nil {
 			continue
 		}
-		s.setOne(path, line, &c, now)
+		s.setOne(path, line, c, now)
 	}
 }
 
@@ -217,13 +216,13 @@ func (s *cookieStore) remove(i int) {
 }
 
 // setOne stores (or removes) one parsed cookie as net/http/cookiejar does.
-func (s *cookieStore) setOne(reqPath, line string, c *setCookie, now time.Time) {
-	e := cookieEntry{name: c.name, raw: line, maxAge: c.maxAge}
-	e.path, e.ownPath = c.path, true
+func (s *cookieStore) setOne(reqPath, line string, c *http.Cookie, now time.Time) {
+	e := cookieEntry{name: c.Name, raw: line, maxAge: c.MaxAge}
+	e.path, e.ownPath = c.Path, true
 	if e.path == "" || e.path[0] != '/' {
 		e.path, e.ownPath = defaultPath(reqPath), false
 	}
-	domain, ok := s.domain(c.domain)
+	domain, ok := s.domain(c.Domain)
 	if !ok {
 		return
 	}
@@ -237,15 +236,15 @@ func (s *cookieStore) setOne(reqPath, line string, c *setCookie, now time.Time) 
 	}
 	remove := false
 	switch {
-	case c.maxAge < 0:
+	case c.MaxAge < 0:
 		remove = true
-	case c.maxAge > 0:
-		e.expires, e.persistent = now.Add(time.Duration(c.maxAge)*time.Second), true
-	case c.expires.IsZero():
-	case !c.expires.After(now):
+	case c.MaxAge > 0:
+		e.expires, e.persistent = now.Add(time.Duration(c.MaxAge)*time.Second), true
+	case c.Expires.IsZero():
+	case !c.Expires.After(now):
 		remove = true
 	default:
-		e.expires, e.persistent = c.expires, true
+		e.expires, e.persistent = c.Expires, true
 	}
 	if remove {
 		if i >= 0 {
@@ -253,8 +252,8 @@ func (s *cookieStore) setOne(reqPath, line string, c *setCookie, now time.Time) 
 		}
 		return
 	}
-	e.secure = c.secure && !isLocalhost(e.domain) && !isLoopback(e.domain)
-	e.pair = cookiePair(line, c)
+	e.secure = c.Secure && !isLocalhost(e.domain) && !isLoopback(e.domain)
+	e.pair = cookiePair(c)
 	s.sent = nil
 	if i >= 0 {
 		s.entries[i] = e
@@ -308,122 +307,14 @@ func isLoopback(host string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// setCookie is what the store keeps of a Set-Cookie line.
-type setCookie struct {
-	name, value string
-	quoted      bool
-	// nameValue is the line's "name=value" part as it stands, when it is the pair to send.
-	nameValue    string
-	domain, path string
-	maxAge       int // as net/http reads it: < 0 delete, 0 none
-	expires      time.Time
-	secure       bool
-}
-
-// parseSetCookie reads a Set-Cookie line as net/http's ParseSetCookie does, keeping only what a
-// cookie jar uses; ok is false where it returns an error.
-func parseSetCookie(line string) (c setCookie, ok bool) {
-	line = trimSpace(line)
-	first, rest, more := strings.Cut(line, ";")
-	first = trimSpace(first)
-	name, value, found := strings.Cut(first, "=")
-	if !found {
-		return c, false
-	}
-	name = trimSpace(name)
-	if !isToken(name) {
-		return c, false
-	}
-	if c.value, c.quoted, ok = cookieValue(value, true); !ok {
-		return c, false
-	}
-	c.name = name
-	if len(name)+1+len(value) == len(first) {
-		c.nameValue = first
-	}
-	for more {
-		var part string
-		part, rest, more = strings.Cut(rest, ";")
-		part = trimSpace(part)
-		if part == "" {
-			continue
-		}
-		attr, val, _ := strings.Cut(part, "=")
-		if !printable(attr) {
-			continue
-		}
-		val, _, ok := cookieValue(val, false)
-		if !ok {
-			continue
-		}
-		switch {
-		case asciiEqualFold(attr, "secure"):
-			c.secure = true
-		case asciiEqualFold(attr, "domain"):
-			c.domain = val
-		case asciiEqualFold(attr, "path"):
-			c.path = val
-		case asciiEqualFold(attr, "max-age"):
-			secs, err := strconv.Atoi(val)
-			if err != nil || secs != 0 && val[0] == '0' {
-				break
-			}
-			if secs <= 0 {
-				secs = -1
-			}
-			c.maxAge = secs
-		case asciiEqualFold(attr, "expires"):
-			t, err := time.Parse(time.RFC1123, val)
-			if err != nil {
-				if t, err = time.Parse("Mon, 02-Jan-2006 15:04:05 MST", val); err != nil {
-					c.expires = time.Time{}
-					break
-				}
-			}
-			c.expires = t.UTC()
-		}
-	}
-	return c, true
-}
-
 // cookiePair is the cookie as a Cookie header carries it: its name, "=", and its value, quoted
 // when it was or when it has a space or a comma (as net/http's Request.AddCookie writes it).
-func cookiePair(line string, c *setCookie) string {
-	if c.quoted || strings.ContainsAny(c.value, " ,") {
-		return c.name + `="` + c.value + `"`
+func cookiePair(c *http.Cookie) string {
+	if c.Quoted || strings.ContainsAny(c.Value, " ,") {
+		return c.Name + `="` + c.Value + `"`
 	}
-	if c.nameValue != "" {
-		return c.nameValue // a substring of line: no copy
-	}
-	return c.name + "=" + c.value
+	return c.Name + "=" + c.Value
 }
-
-// cookieValue is net/http's reading of a cookie or attribute value: without its double quotes
-// when allowed and present; ok is false when a byte is not allowed in a cookie value.
-func cookieValue(raw string, allowQuote bool) (v string, quoted, ok bool) {
-	if allowQuote && len(raw) > 1 && raw[0] == '"' && raw[len(raw)-1] == '"' {
-		raw, quoted = raw[1:len(raw)-1], true
-	}
-	for i := 0; i < len(raw); i++ {
-		if b := raw[i]; b < 0x20 || b >= 0x7f || b == '"' || b == ';' || b == '\\' {
-			return "", quoted, false
-		}
-	}
-	return raw, quoted, true
-}
-
-// trimSpace trims ASCII white space (space, tab, CR, LF) as net/textproto.TrimString does.
-func trimSpace(s string) string {
-	for len(s) > 0 && isSpace(s[0]) {
-		s = s[1:]
-	}
-	for len(s) > 0 && isSpace(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
 
 // printable reports whether s is printable ASCII.
 func printable(s string) bool {
@@ -446,23 +337,6 @@ func asciiEqualFold(s, lower string) bool {
 			b += 'a' - 'A'
 		}
 		if b != lower[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is a non-empty HTTP token (RFC 7230), as a cookie name must be.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		switch {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0:
-		default:
 			return false
 		}
 	}
