@@ -40,10 +40,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Transport is an http.RoundTripper for cleartext HTTP/1.1. Its zero value is not usable:
@@ -143,7 +144,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		// A reused connection the server had closed: send again on a new one.
+		// A reused connection the server had closed: send again on a new one (retry holds
+		// only for a replayable request: no body, or a new one from GetBody).
 		if req.GetBody != nil {
 			body, gerr := req.GetBody()
 			if gerr != nil {
@@ -151,8 +153,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			req = req.Clone(ctx) // a shallow copy with the new body; the caller's is left as it was
 			req.Body = body
-		} else if req.Body != nil && req.Body != http.NoBody {
-			return nil, err
 		}
 	}
 }
@@ -184,7 +184,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response
 		}
 		stop()
 		c.close()
-		return nil, c.reused && req.GetBody != nil || c.reused && (req.Body == nil || req.Body == http.NoBody), fmt.Errorf("writing the request: %w", err)
+		return nil, c.reused && replayable(req), fmt.Errorf("writing the request: %w", err)
 	}
 	if err := c.waitReadable(); err != nil {
 		stop()
@@ -198,7 +198,7 @@ func (c *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response
 		c.close()
 		return nil, retry, fmt.Errorf("reading the answer: %w", err)
 	}
-	keep := !resp.Close && !req.Close && !hasToken(req.Header, "Connection", "close") && resp.StatusCode != http.StatusSwitchingProtocols
+	keep := !resp.Close && !req.Close && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") && resp.StatusCode != http.StatusSwitchingProtocols
 	return c.hand(ctx, resp, stop, keep), false, nil
 }
 
@@ -480,7 +480,7 @@ func (c *conn) waitReadable() error {
 	}
 	var serr error
 	err := c.raw.Read(func(fd uintptr) bool {
-		ready, e := peek(fd)
+		_, ready, e := peek(fd)
 		serr = e
 		return ready
 	})
@@ -497,7 +497,7 @@ func (c *conn) hasData() bool {
 	}
 	var n int
 	c.raw.Read(func(fd uintptr) bool {
-		n = peekData(fd)
+		n, _, _ = peek(fd)
 		return true
 	})
 	return n > 0
@@ -511,7 +511,7 @@ func (c *conn) alive() bool {
 	}
 	ok := false
 	err := c.raw.Read(func(fd uintptr) bool {
-		ready, e := peek(fd)
+		_, ready, e := peek(fd)
 		ok = !ready && e == nil
 		return true
 	})
@@ -526,25 +526,21 @@ func hostPort(req *http.Request) string {
 	return net.JoinHostPort(host, port)
 }
 
+// replayable reports whether req can be sent again: it has no body, or GetBody makes it anew.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// idempotent reports whether req may be sent again after it reached the server: it can be
+// replayed, and its method is idempotent or it carries an idempotency key.
 func idempotent(req *http.Request) bool {
 	switch req.Method {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return req.GetBody != nil || req.Body == nil || req.Body == http.NoBody
+		return replayable(req)
 	}
 	_, key := req.Header["Idempotency-Key"]
 	_, xkey := req.Header["X-Idempotency-Key"]
-	return (key || xkey) && (req.GetBody != nil || req.Body == nil || req.Body == http.NoBody)
-}
-
-func hasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, f := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(f), token) {
-				return true
-			}
-		}
-	}
-	return false
+	return (key || xkey) && replayable(req)
 }
 
 func closeBody(req *http.Request) {

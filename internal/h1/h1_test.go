@@ -572,3 +572,29 @@ func TestEarlyAnswerServerStopsReading(t *testing.T) {
 		t.Errorf("kept %d connections whose request was not all sent", n)
 	}
 }
+
+// A request that asks to close its connection (req.Close, or a Connection header naming close
+// among its tokens) does not leave it in the pool.
+func TestRequestAsksToClose(t *testing.T) {
+	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	tr := New(Options{})
+	for _, set := range []func(*http.Request){
+		func(r *http.Request) { r.Close = true },
+		func(r *http.Request) { r.Header.Set("Connection", "keep-alive, Close") },
+	} {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		set(req)
+		resp, err := client(tr).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if n := tr.IdleConns(); n != 0 {
+			t.Errorf("%d idle connections after a request that asked to close", n)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("connections: %d, want 2", n)
+	}
+}

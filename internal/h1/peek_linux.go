@@ -8,30 +8,20 @@ import (
 const peekSupported = true
 
 // peek looks at the socket without taking a byte and without blocking: ready is true when
-// there is a byte to read, the end of the stream, or an error (err, unless it is the end).
-func peek(fd uintptr) (ready bool, err error) {
+// there is a byte to read (then n is 1), the end of the stream, or an error (err, unless it
+// is the end).
+func peek(fd uintptr) (n int, ready bool, err error) {
 	var b [1]byte
-	_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+	r, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
 		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 	switch errno {
 	case 0:
-		return true, nil
+		return int(r), true, nil
 	case syscall.EAGAIN:
-		return false, nil
+		return 0, false, nil
 	case syscall.EINTR:
 		// Let the read that follows find out; for an idle connection this reads as not alive.
-		return true, nil
+		return 0, true, nil
 	}
-	return true, errno
-}
-
-// peekData is the number of bytes (0 or 1) waiting to be read, without blocking.
-func peekData(fd uintptr) int {
-	var b [1]byte
-	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-	if errno != 0 {
-		return 0
-	}
-	return int(n)
+	return 0, true, errno
 }
