@@ -142,7 +142,7 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 	if t != nil {
 		t.status = resp.StatusCode
 	}
-	if rb, ok := resp.Body.(*retry.Body); ok && int64(len(rb.Bytes())) <= a.max && rb.Len() == len(rb.Bytes()) {
+	if rb, ok := resp.Body.(*retry.Body); ok && rb.Unread() && int64(len(rb.Bytes())) <= a.max {
 		// Read whole by the retrying doer within its cap: its buffer is the answer, shared with
 		// the tap instead of copied.
 		if t != nil {
@@ -739,7 +739,7 @@ func (m *OpenAIModel) send(ctx context.Context, body []byte, resp *openai.ChatCo
 	}
 	resp.SetHeader(res.Header)
 	var data []byte
-	if rb, ok := res.Body.(*retry.Body); ok && rb.Len() == len(rb.Bytes()) {
+	if rb, ok := res.Body.(*retry.Body); ok && rb.Unread() {
 		// The retrying doer read the answer whole within its attempt: its buffer is the answer
 		// (answerDoer checked it against the cap), read once.
 		data = rb.Bytes()

@@ -357,6 +357,10 @@ type Body struct {
 // Bytes is the whole body, however much of it was read; Do keeps no reference to it.
 func (b *Body) Bytes() []byte { return b.b }
 
+// Unread reports whether none of the body has been read yet: Bytes is then what a reader
+// would get.
+func (b *Body) Unread() bool { return b.Len() == len(b.b) }
+
 // Close does nothing: the answer was read and its connection released.
 func (b *Body) Close() error { return nil }
 
@@ -364,7 +368,7 @@ func (b *Body) Close() error { return nil }
 // (no copy), else one of size+1 bytes when size (the announced length) is under n, so that an
 // answer is read without growing its buffer.
 func ReadBody(r io.Reader, size, n int64) ([]byte, error) {
-	if b, ok := r.(*Body); ok && b.Len() == len(b.b) {
+	if b, ok := r.(*Body); ok && b.Unread() {
 		k := min(int64(len(b.b)), max(n, 0))
 		_, _ = b.Seek(k, io.SeekStart)
 		return b.b[:k], nil
