@@ -32,12 +32,9 @@ type Scenario struct {
 	KeepOutput bool
 }
 
-// maxConns is the --max-conns of the scenario's simulator and resource server: the runner keeps
-// a connection to each per rollout in flight, and a connection past a server's cap waits
-// unanswered in the kernel's backlog until another closes (a tool call then runs out of the
-// runner's --tool-timeout, and the model call or the counter's increment is lost to the run),
-// so each server holds twice the concurrency, at least its default.
-func (sc Scenario) maxConns() int { return max(localserve.DefaultMaxConns, 2*sc.Concurrency) }
+// maxConns is the --max-conns of the scenario's simulator and resource server: what a server
+// of a run at the scenario's concurrency holds.
+func (sc Scenario) maxConns() int { return localserve.MaxConnsFor(sc.Concurrency) }
 
 // simArgs are the arguments of the scenario's `rollout sim`.
 func (sc Scenario) simArgs(planFile string) []string {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/internal/redact"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/fleet"
@@ -74,7 +75,7 @@ func openModel(f runFlags, simOptions func() (sim.Options, error), e env, transp
 	if local != nil {
 		var url string
 		var stop func()
-		if url, stop, err = serveLocal(local, localConns(f.concurrency)); err != nil {
+		if url, stop, err = serveLocal(local, localserve.MaxConnsFor(f.concurrency)); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -138,7 +139,7 @@ func openFleet(ep *modelEndpoint, f runFlags, eps []fleet.Endpoint, transport ht
 // openSimFleet serves --sim-replicas serving-simulator replicas of the simulator h on loopback
 // and makes the run's pool of them.
 func openSimFleet(ep *modelEndpoint, f runFlags, h http.Handler, transport http.RoundTripper, policy retry.Policy) (*modelEndpoint, error) {
-	urls, fl, stop, err := startReplicas(f.fleet.simReplicas, localConns(f.concurrency), h, *f.fleet.serving)
+	urls, fl, stop, err := startReplicas(f.fleet.simReplicas, localserve.MaxConnsFor(f.concurrency), h, *f.fleet.serving)
 	if err != nil {
 		return nil, err
 	}

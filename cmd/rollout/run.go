@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollout-dev/rollout/internal/localserve"
 	"github.com/rollout-dev/rollout/pkg/agent"
 	"github.com/rollout-dev/rollout/pkg/progress"
 	"github.com/rollout-dev/rollout/pkg/record"
@@ -75,7 +76,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	// The resource servers.
 	routes, stops, err := buildServers(ctx, f.servers, serverSetup{
 		store: f.sessionStore, ttl: f.sessionTTL, toolTimeout: f.toolTimeout, maxToolResult: f.maxToolResult, transport: mx.transport(transport), policy: policy,
-		endSessions: f.endSessions, maxConns: localConns(f.concurrency),
+		endSessions: f.endSessions, maxConns: localserve.MaxConnsFor(f.concurrency),
 	})
 	closers = append(closers, stops...)
 	if err != nil {

@@ -174,11 +174,6 @@ func serveLocal(h http.Handler, maxConns int) (url string, stop func(), err erro
 	}, nil
 }
 
-// localConns is the connection cap of a server this process runs for its own run of
-// concurrency rollouts: each rollout in flight keeps a connection to it, and a connection past
-// the cap would wait unanswered, so the cap is twice the concurrency (at least
-// localserve.DefaultMaxConns).
-func localConns(concurrency int) int { return max(localserve.DefaultMaxConns, 2*concurrency) }
 
 // startBuiltin starts the built-in resource server name in this process, holding at most
 // maxConns connections (<= 0: localserve.DefaultMaxConns).

@@ -29,6 +29,12 @@ const (
 	MaxHeaderBytes = 64 << 10
 )
 
+// MaxConnsFor is the connection cap of a server that serves a run of concurrency rollouts:
+// each rollout in flight keeps a connection to it, and a connection past the cap waits
+// unanswered in the kernel's backlog until another closes (a tool call then runs out of its
+// timeout), so the cap is twice the concurrency, at least DefaultMaxConns.
+func MaxConnsFor(concurrency int) int { return max(DefaultMaxConns, 2*concurrency) }
+
 // Listen listens on addr and accepts at most maxConns connections at once (<= 0:
 // DefaultMaxConns).
 func Listen(addr string, maxConns int) (net.Listener, error) {
