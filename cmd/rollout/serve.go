@@ -174,7 +174,6 @@ func serveLocal(h http.Handler, maxConns int) (url string, stop func(), err erro
 	}, nil
 }
 
-
 // startBuiltin starts the built-in resource server name in this process, holding at most
 // maxConns connections (<= 0: localserve.DefaultMaxConns).
 // storeURL is memory or redis://…; ttl the sessions' lifetime after their last write.
