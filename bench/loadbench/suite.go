@@ -286,7 +286,7 @@ func RunSuite(ctx context.Context, c Config, o SuiteOptions, log io.Writer) (*Su
 		if err != nil {
 			return s, fmt.Errorf("resume scan: %w", err)
 		}
-		s.Resume = &Timing{Records: len(done), Took: time.Since(t0)}
+		s.Resume = &Timing{Records: done.Len(), Took: time.Since(t0)}
 		say("finish (Parquet, summary, evaluation and trajectory index) of %d records", r.Rollouts)
 		t0 = time.Now()
 		if _, err := rundir.Finish(out, rundir.FinishOptions{}); err != nil {

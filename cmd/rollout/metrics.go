@@ -59,7 +59,7 @@ func (r *runMetrics) attach(opts *runner.Options, outputs []runner.Output, dir s
 		hash = mf.ConfigSHA256
 	}
 	r.m.SetInfo(hash, shard.String())
-	r.m.SetPlan(runner.Planned(opts), len(opts.Done))
+	r.m.SetPlan(runner.Planned(opts), opts.Done.Len())
 	opts.OnStart = r.m.Started
 	return append(outputs, r.m)
 }

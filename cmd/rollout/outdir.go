@@ -15,7 +15,7 @@ import (
 // printResuming says what a resume keeps: the records, and on a plain --resume the cancelled
 // ones among them, which only --retry-failed runs again.
 func printResuming(w io.Writer, out *rundir.Dir) {
-	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", out.Path, len(out.Done))
+	fmt.Fprintf(w, "rollout: resuming %s: %d rollouts already have a record\n", out.Path, out.Done.Len())
 	if len(out.Changed) > 0 {
 		diffs := make([]string, len(out.Changed))
 		for i, d := range out.Changed {

@@ -141,7 +141,7 @@ func cmdRun(ctx context.Context, args []string, e env) error {
 	closeErr := sink.Close()
 	// An input read from stdin is only known to be empty now: no rollout, no earlier record.
 	// A shard may have no task of a file that has some: it ends with an empty result.
-	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && len(opts.Done) == 0 && !out.Resumed &&
+	noTasks := runErr == nil && closeErr == nil && ctx.Err() == nil && rep.Started == 0 && opts.Done.Len() == 0 && !out.Resumed &&
 		!(f.shard.Sharded() && f.input != "-")
 	cleanup = cleanup && rep != nil && rep.Started == 0 && (runErr != nil || noTasks)
 	if noTasks {

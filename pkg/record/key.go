@@ -10,12 +10,3 @@ type Key struct {
 
 // Key returns the record's rollout key.
 func (r *Record) Key() Key { return Key{Task: r.TaskIndex, Rollout: r.RolloutIndex, Arm: r.Arm} }
-
-// Done is the set of rollouts that have a record.
-type Done map[Key]struct{}
-
-// Has reports whether the rollout has a record.
-func (d Done) Has(task, rollout int64, arm string) bool {
-	_, ok := d[Key{Task: task, Rollout: rollout, Arm: arm}]
-	return ok
-}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -185,6 +186,7 @@ func BenchmarkResumeScan(b *testing.B) {
 			}
 			b.SetBytes(run.bytes)
 			var cpu time.Duration
+			var peak, held uint64
 			b.ResetTimer()
 			for range b.N {
 				if bc.prepare != nil {
@@ -193,20 +195,32 @@ func BenchmarkResumeScan(b *testing.B) {
 					bc.prepare(b, dir)
 					b.StartTimer()
 				}
+				base := heapAlloc()
+				stop := benchutil.PeakHeap()
 				c := benchutil.ProcessCPU()
 				done, err := Compact(dir, "", bc.keep)
 				cpu += benchutil.ProcessCPU() - c
+				p := stop()
+				peak = max(peak, p-min(base, p))
 				if err != nil {
 					b.Fatal(err)
 				}
-				if len(done) != bc.want {
-					b.Fatalf("%d rollouts done, want %d", len(done), bc.want)
+				if done.Len() != bc.want {
+					b.Fatalf("%d rollouts done, want %d", done.Len(), bc.want)
 				}
+				b.StopTimer()
+				// What a resumed run holds for the rest of its life: the set of its done rollouts.
+				h := heapAlloc()
+				held = max(held, h-min(base, h))
+				runtime.KeepAlive(done)
+				b.StartTimer()
 			}
 			b.StopTimer()
 			s := b.Elapsed().Seconds() / float64(b.N)
 			b.ReportMetric(s, "s/scan")
 			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/scan")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+			b.ReportMetric(float64(held)/float64(run.n), "held-B/rollout")
 			b.ReportMetric(float64(run.n)/s, "records/s")
 		})
 	}
@@ -337,4 +351,12 @@ func BenchmarkAppendRecord(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
+}
+
+// heapAlloc is the heap in use after a collection.
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

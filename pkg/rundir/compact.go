@@ -25,28 +25,20 @@ import (
 // as it is; either way it is synced. Without keep, journal lines are read for their key
 // only, by a fast path that falls back to encoding/json when unsure; with keep, every
 // record is decoded (each call gets a record of its own).
-func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, error) {
-	done := record.Done{}
+func Compact(dir, nemoGym string, keep func(*record.Record) bool) (*record.Done, error) {
+	done := record.NewDone(0, 0)
 	jpath := join(dir, JournalFile)
 	if _, err := os.Stat(jpath); errors.Is(err, os.ErrNotExist) {
 		return done, nil
 	}
 	workers := lines.Workers()
 	decoders := make([]record.Decoder, workers)
-	// The kept records' keys, in order: the trajectories file holds their lines in the same
-	// order (the Sink writes a result's trajectory line, then its record), so that a
-	// trajectory line is usually the one of the next kept record, and needs no lookup.
-	var order []record.Key
-	presize := func(lines int) {
-		done = make(record.Done, lines)
-		order = make([]record.Key, 0, lines)
-	}
 	type journalLine struct {
 		key record.Key
 		rec *record.Record // with keep, or when the fast path could not read the key
 		err error
 	}
-	err := rewriteLines(jpath, workers, 0, presize, func(w int, line []byte, res *journalLine) {
+	err := rewriteLines(jpath, workers, 0, func(w int, line []byte, res *journalLine) {
 		d := &decoders[w]
 		if keep == nil {
 			var ok bool
@@ -62,82 +54,44 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 			return false, &record.LineError{Path: jpath, Line: n, Err: res.err}
 		}
 		if keep == nil {
-			// One map access: a key already there leaves the length alone.
-			m := len(done)
-			done[res.key] = struct{}{}
-			if len(done) == m {
+			if !done.Add(res.key) {
 				return false, nil
 			}
 		} else {
-			if _, dup := done[res.key]; dup || !keep(res.rec) {
+			if done.Has(res.key) || !keep(res.rec) {
 				return false, nil
 			}
-			done[res.key] = struct{}{}
+			done.Add(res.key)
 		}
-		order = append(order, res.key)
 		return true, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// A trajectory line is kept if it is the first of a kept record. While the lines come in
-	// the records' order (lines of rollouts without a record aside), that is the line of
-	// the next record; at the first line out of that order, the lines kept so far are
-	// noted, and every line is looked up from there on.
+	// A trajectory line is kept if it is the first of a kept record.
 	type keyLine struct {
 		task, rollout int64
 		arm           []byte // in the line
 		ok            bool
 	}
 	var intern record.Decoder
-	next := 0
-	var seen record.Done
+	seen := record.NewDone(0, 0)
 	tpath := join(dir, TrajectoriesFile)
-	err = rewriteLines(tpath, workers, sideLineHead, nil, func(_ int, line []byte, res *keyLine) {
+	err = rewriteLines(tpath, workers, sideLineHead, func(_ int, line []byte, res *keyLine) {
 		res.task, res.rollout, res.arm, _, res.ok = jsonfast.LineKeys(line, "task_index", "rollout_index", "arm")
 	}, func(line []byte, length, at int64, _ int, res *keyLine) (bool, error) {
 		var key record.Key
-		if length > int64(len(line)) {
-			k, err := decodeTrajKey(tpath, line, length, at)
-			if err != nil {
-				return false, nil
-			}
-			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: intern.Intern([]byte(k.Arm))}
-		} else if res.ok {
-			if seen == nil && next < len(order) {
-				if k := &order[next]; k.Task == res.task && k.Rollout == res.rollout && k.Arm == string(res.arm) {
-					next++
-					return true, nil
-				}
-			}
+		if length <= int64(len(line)) && res.ok {
 			key = record.Key{Task: res.task, Rollout: res.rollout, Arm: intern.Intern(res.arm)}
 		} else {
 			k, err := decodeTrajKey(tpath, line, length, at)
 			if err != nil {
 				return false, nil
 			}
-			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: k.Arm}
+			key = record.Key{Task: k.Task, Rollout: k.Rollout, Arm: intern.Intern([]byte(k.Arm))}
 		}
-		if _, ok := done[key]; !ok {
-			return false, nil
-		}
-		if seen == nil {
-			if next < len(order) && order[next] == key {
-				next++
-				return true, nil
-			}
-			seen = make(record.Done, next)
-			for _, k := range order[:next] {
-				seen[k] = struct{}{}
-			}
-		}
-		if _, dup := seen[key]; dup {
-			return false, nil
-		}
-		seen[key] = struct{}{}
-		return true, nil
+		return done.Has(key) && seen.Add(key), nil
 	})
-	order = nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -152,10 +106,10 @@ func Compact(dir, nemoGym string, keep func(*record.Record) bool) (record.Done, 
 // keepNemoGymLines rewrites the NeMo Gym lines file at path (written by a NemoGymWriter)
 // keeping the first line of each rollout in done, keyed by task, rollout and arm; lines without
 // the three keys are not the run's, and go.
-func keepNemoGymLines(path string, workers int, done record.Done) error {
+func keepNemoGymLines(path string, workers int, done *record.Done) error {
 	var intern record.Decoder
-	seen := make(record.Done, len(done))
-	return rewriteLines(path, workers, sideLineHead, nil, func(int, []byte, *struct{}) {}, func(line []byte, length, at int64, _ int, _ *struct{}) (bool, error) {
+	seen := record.NewDone(0, 0)
+	return rewriteLines(path, workers, sideLineHead, func(int, []byte, *struct{}) {}, func(line []byte, length, at int64, _ int, _ *struct{}) (bool, error) {
 		var key record.Key
 		var ok bool
 		if length > int64(len(line)) {
@@ -166,14 +120,7 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 		if !ok {
 			return false, nil
 		}
-		if _, ok := done[key]; !ok {
-			return false, nil
-		}
-		if _, dup := seen[key]; dup {
-			return false, nil
-		}
-		seen[key] = struct{}{}
-		return true, nil
+		return done.Has(key) && seen.Add(key), nil
 	})
 }
 
@@ -182,13 +129,12 @@ func keepNemoGymLines(path string, workers int, done record.Done) error {
 // of keep, which gets what it made of each line, with the line's whole length (without its
 // newline) and where it starts in the file. With head 0, every line is held whole; with head
 // above 0, parse and keep get at most the first head bytes of a line (lines.ScanHeads), and a
-// longer line that is kept is copied from the file by its offset, never held whole. presize,
-// if set, is first told about how many lines the file has (estimated from its first lines).
+// longer line that is kept is copied from the file by its offset, never held whole.
 // The file is rewritten (through a temporary file that is synced and renamed) only if a line
 // to keep follows one to drop: the lines before the first dropped one are copied by the
 // kernel, the others written. Otherwise the lines to drop, if any, are at the end, and the
 // file is cut short.
-func rewriteLines[T any](path string, workers, head int, presize func(lines int), parse func(w int, line []byte, res *T), keep func(line []byte, length, at int64, n int, res *T) (bool, error)) (err error) {
+func rewriteLines[T any](path string, workers, head int, parse func(w int, line []byte, res *T), keep func(line []byte, length, at int64, n int, res *T) (bool, error)) (err error) {
 	in, err := os.Open(path)
 	if err != nil {
 		return err
@@ -212,11 +158,6 @@ func rewriteLines[T any](path string, workers, head int, presize func(lines int)
 		}
 	}()
 	var keepErr error // keep's: returned as it is
-	if presize != nil {
-		// A sixteenth more than the estimate, for the lines that are shorter.
-		n := lines.Estimate(path)
-		presize(n + n/16)
-	}
 	// write puts a kept line, with its newline, on bw: from the block it is in (where its
 	// newline follows it), or, for a line longer than its head, from the file.
 	write := func(line []byte, length, start int64) error {

@@ -123,7 +123,7 @@ func TestCompactAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 4 || done.Has(4, 0, "multi") || !done.Has(1, 0, "multi") {
+	if done.Len() != 4 || done.Has(record.Key{Task: 4, Rollout: 0, Arm: "multi"}) || !done.Has(record.Key{Task: 1, Rollout: 0, Arm: "multi"}) {
 		t.Fatalf("done %v", done)
 	}
 	if got := len(fileLines(t, filepath.Join(dir, JournalFile))); got != 4 {
@@ -141,7 +141,7 @@ func TestCompactAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(done) != 3 || done.Has(1, 0, "multi") || !done.Has(2, 0, "multi") {
+	if done.Len() != 3 || done.Has(record.Key{Task: 1, Rollout: 0, Arm: "multi"}) || !done.Has(record.Key{Task: 2, Rollout: 0, Arm: "multi"}) {
 		t.Fatalf("after retry-failed: done %v", done)
 	}
 	if got := len(fileLines(t, filepath.Join(dir, TrajectoriesFile))); got != 3 {
@@ -238,8 +238,8 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		dir := setup(t)
 		before, jIno, tIno := fileLines(t, journal(dir)), inode(journal(dir)), inode(trajs(dir))
 		done, err := Compact(dir, "", nil)
-		if err != nil || len(done) != 6 {
-			t.Fatalf("%d done, %v", len(done), err)
+		if err != nil || done.Len() != 6 {
+			t.Fatalf("%d done, %v", done.Len(), err)
 		}
 		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) || !slices.Equal(fileLines(t, journal(dir)), before) {
 			t.Error("a clean run's files were rewritten")
@@ -252,8 +252,8 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		appendTo(journal(dir), `{"task_index":6,"rollout_ind`)
 		jIno, tIno := inode(journal(dir)), inode(trajs(dir))
 		done, err := Compact(dir, "", nil)
-		if err != nil || len(done) != 6 {
-			t.Fatalf("%d done, %v", len(done), err)
+		if err != nil || done.Len() != 6 {
+			t.Fatalf("%d done, %v", done.Len(), err)
 		}
 		if !same(inode(journal(dir)), jIno) || !same(inode(trajs(dir)), tIno) {
 			t.Error("files were rewritten, not cut")
@@ -270,7 +270,7 @@ func TestCompactRewritesOnlyWhatChanges(t *testing.T) {
 		j, tr := fileLines(t, journal(dir)), fileLines(t, trajs(dir))
 		tIno := inode(trajs(dir))
 		done, err := Compact(dir, "", func(r *record.Record) bool { return !r.FailureClass.Infra() })
-		if err != nil || len(done) != 5 || done.Has(2, 0, "multi") {
+		if err != nil || done.Len() != 5 || done.Has(record.Key{Task: 2, Rollout: 0, Arm: "multi"}) {
 			t.Fatalf("%v done, %v", done, err)
 		}
 		if same(inode(trajs(dir)), tIno) {
@@ -312,8 +312,8 @@ func TestCompactTrajectoryOrder(t *testing.T) {
 		traj(0, "a"), traj(9, "orphan"), traj(2, "b"), traj(1, "c"), traj(1, "dup"), traj(0, "dup"),
 		`{"task_index":3,"rollout_index":0,"arm":"multi","trajectory":"not json"`, traj(3, "d"), traj(2, "dup"))
 	done, err := Compact(dir, "", nil)
-	if err != nil || len(done) != 4 {
-		t.Fatalf("%d done, %v", len(done), err)
+	if err != nil || done.Len() != 4 {
+		t.Fatalf("%d done, %v", done.Len(), err)
 	}
 	want := []string{traj(0, "a"), traj(2, "b"), traj(1, "c"), traj(3, "d")}
 	if got := fileLines(t, filepath.Join(dir, TrajectoriesFile)); !slices.Equal(got, want) {
@@ -485,7 +485,7 @@ func TestCompactLinesLongerThanTheHead(t *testing.T) {
 	compact := func(dir string) {
 		t.Helper()
 		done, err := Compact(dir, filepath.Join(dir, NemoGymFile), func(r *record.Record) bool { return !r.FailureClass.Infra() })
-		if err != nil || len(done) != 5 || done.Has(2, 0, "multi") {
+		if err != nil || done.Len() != 5 || done.Has(record.Key{Task: 2, Rollout: 0, Arm: "multi"}) {
 			t.Fatalf("%v done, %v", done, err)
 		}
 	}

@@ -103,7 +103,7 @@ func Merge(out string, r *Run, o MergeOptions) (fin Finished, err error) {
 			{TrajectoriesFile, "task_index", "rollout_index", "arm"},
 			{NemoGymFile, ngTaskIndexKey, ngRolloutIndexKey, ngArmKey},
 		} {
-			seen := newKeySet(r.Index[i], r.Shards)
+			seen := record.NewDone(r.Index[i], r.Shards)
 			dst := files[side.name]
 			err := scanSideLines(&intern, join(dir, side.name), side.task, side.rollout, side.arm, func(key record.Key, ok bool, write func(io.Writer) error) error {
 				if !ok || !done.Has(key) || !seen.Add(key) {

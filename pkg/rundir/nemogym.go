@@ -149,9 +149,9 @@ const NemoGymFile = "nemo_gym.jsonl"
 // as dest.tmp, synced and renamed over dest, so a crash leaves either the old file or the new
 // one. It returns the number of lines written.
 func WriteNemoGym(dir, dest string) (written int, err error) {
-	done := record.Done{}
+	done := record.NewDone(0, 0)
 	err = record.ScanJSONLInPlace(join(dir, JournalFile), func(rec *record.Record) error {
-		done[rec.Key()] = struct{}{}
+		done.Add(rec.Key())
 		return nil
 	})
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

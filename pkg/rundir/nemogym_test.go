@@ -186,8 +186,8 @@ func TestNemoGymThreeArmsCompactAndWrite(t *testing.T) {
 	f.Close()
 
 	done, err := Compact(dir, side, nil)
-	if err != nil || len(done) != 9 {
-		t.Fatalf("Compact: %d done, %v", len(done), err)
+	if err != nil || done.Len() != 9 {
+		t.Fatalf("Compact: %d done, %v", done.Len(), err)
 	}
 	if got := fileLines(t, side); len(got) != 9 {
 		t.Fatalf("after Compact the NeMo Gym lines are %d, want 9 (3 tasks × 3 arms):\n%s", len(got), strings.Join(got, "\n"))

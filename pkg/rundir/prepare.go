@@ -34,7 +34,7 @@ type PrepareOptions struct {
 // Dir is a run's directory, locked and ready for the run's Sink.
 type Dir struct {
 	Path      string
-	Done      record.Done // the rollouts that have a record: a resume skips them
+	Done      *record.Done // the rollouts that have a record: a resume skips them
 	Resumed   bool
 	Cancelled int      // records kept (on a resume without RetryFailed) whose failure class is cancelled
 	Changed   []string // the settings a resume changed (with --force, or --retry-failed of only failures)
@@ -180,7 +180,7 @@ func Prepare(dir string, o PrepareOptions) (d *Dir, err error) {
 	if err := WriteManifest(dir, mf); err != nil {
 		return nil, &PrepareError{Problem: DirUnusable, Path: dir, Err: err}
 	}
-	d.Done = record.Done{}
+	d.Done = new(record.Done)
 	return d, nil
 }
 

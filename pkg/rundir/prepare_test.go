@@ -32,8 +32,8 @@ func TestPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Resumed || len(d.Done) != 0 {
-		t.Errorf("new run: resumed %v, %d done", d.Resumed, len(d.Done))
+	if d.Resumed || d.Done.Len() != 0 {
+		t.Errorf("new run: resumed %v, %d done", d.Resumed, d.Done.Len())
 	}
 	// The lock is held until Unlock: a second Prepare is refused meanwhile.
 	if _, err := Prepare(dir, PrepareOptions{Input: input, Config: cfg, Resume: true}); problem(err) != Locked {
@@ -88,7 +88,7 @@ func TestPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !d.Resumed || len(d.Done) != 4 || !d.Done.Has(1, 0, "multi") {
+	if !d.Resumed || d.Done.Len() != 4 || !d.Done.Has(record.Key{Task: 1, Rollout: 0, Arm: "multi"}) {
 		t.Errorf("resume: resumed %v, done %v", d.Resumed, d.Done)
 	}
 	d.Unlock()
@@ -96,7 +96,7 @@ func TestPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Done) != 3 || d.Done.Has(1, 0, "multi") {
+	if d.Done.Len() != 3 || d.Done.Has(record.Key{Task: 1, Rollout: 0, Arm: "multi"}) {
 		t.Errorf("resume --retry-failed: done %v", d.Done)
 	}
 	d.Unlock()

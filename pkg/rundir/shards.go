@@ -314,7 +314,7 @@ func shardTasks(tasks int64, index, count int) int64 {
 // checkCount checks that directory i, when its manifest marks it complete, has a record of
 // each of its rollouts (done are its records' keys) and, when trajectories is not -1, that
 // many of them with a trajectory: a short one is a problem, or with Partial a ShortShard.
-func (r *Run) checkCount(i int, done *keySet, trajectories int, problem func(string)) {
+func (r *Run) checkCount(i int, done *record.Done, trajectories int, problem func(string)) {
 	if r.complete == nil || r.complete[i] < 0 {
 		return // not marked complete: refused, or listed as Incomplete, by OpenRun
 	}
@@ -371,9 +371,9 @@ func runProblems(problems []string, extra int) error {
 // scanDir calls fn with each journal line of directory i and its record, but for the
 // records of another shard and the repeated keys, which it tells problem about. It returns
 // the keys of the records given to fn.
-func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, problem func(string)) (*keySet, error) {
+func (r *Run) scanDir(i int, fn func(line []byte, rec *record.Record) error, problem func(string)) (*record.Done, error) {
 	dir, path := r.Dirs[i], join(r.Dirs[i], JournalFile)
-	done := newKeySet(r.Index[i], r.Shards)
+	done := record.NewDone(r.Index[i], r.Shards)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return done, nil // a shard that ran no rollout yet

@@ -72,8 +72,9 @@ type Options struct {
 	Servers Servers
 	// Progress shows the run (nil: nothing).
 	Progress progress.Reporter
-	// Done lists the rollouts that already have a record (a resumed run): they are skipped.
-	Done record.Done
+	// Done lists the rollouts that already have a record (a resumed run): they are skipped
+	// (nil: none). Only the goroutine that reads the tasks asks it.
+	Done *record.Done
 	// RetryBudget is the number of retries one rollout may make in all, across its model
 	// calls, seed_session and verify; negative: no budget (only each call's own policy).
 	RetryBudget int
@@ -306,7 +307,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 	}
 	total := Planned(&o)
 	if total >= 0 {
-		total = max(total-len(o.Done), 0)
+		total = max(total-o.Done.Len(), 0)
 	}
 	rd, err := dataset.Open(o.Input)
 	if err != nil {
@@ -352,7 +353,7 @@ func Run(ctx context.Context, o Options, outputs []Output) (*Report, error) {
 			return nil
 		}
 		for i, arm := range o.Arms {
-			if o.Done.Has(int64(t.Index), int64(k), arm.Name) {
+			if o.Done.Has(record.Key{Task: int64(t.Index), Rollout: int64(k), Arm: arm.Name}) {
 				continue
 			}
 			// Go blocks until a slot is free: a sliding window.
