@@ -67,7 +67,11 @@ func cmdMerge(_ context.Context, args []string, e env) error {
 	if r.Shards == 0 {
 		return badUsage("merge: %s is a whole run, not shards (rollout run --shard I/N): nothing to merge", paths[0])
 	}
+	// A merge copies the shards' lines through fixed buffers, then ends as a run does
+	// (rundir.Finish): under the same soft memory limit.
+	restore := limitFinishMemory()
 	fin, err := rundir.Merge(a.out, r, rundir.MergeOptions{NemoGym: a.jsonlOut, Overwrite: a.overwrite})
+	restore()
 	var (
 		re *rundir.RunError
 		oe *rundir.OverlapError
