@@ -13,8 +13,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
+	"github.com/rollout-dev/rollout/pkg/wire"
 	openai "github.com/sashabaranov/go-openai"
 )
 
@@ -64,6 +66,11 @@ type llamaState struct {
 	off    string // why the token-in path is not taken, when it is not
 }
 
+// llamaHelperTimeout bounds the /apply-template and /tokenize calls that give a chat call's
+// prompt ids (llamaPromptIDs): they are quick, and a server that does not answer them must not
+// hold the rollout.
+const llamaHelperTimeout = 30 * time.Second
+
 // llamaProps is the part of GET /props that the token-in path reads.
 type llamaProps struct {
 	ChatTemplate string `json:"chat_template"`
@@ -87,6 +94,11 @@ type llamaClient struct {
 		Do(*http.Request) (*http.Response, error)
 	}
 	root url.URL
+	// rollout is the chat request's wire.RolloutIDHeader, sent on with every call so that a
+	// pool of endpoints sends them where it sends the rollout's chat requests.
+	rollout string
+	// endpoint is the wire.EndpointHeader of the last answer (a pool's endpoint that gave it).
+	endpoint string
 }
 
 // statusError is a llama-server answer with a status other than 200, kept whole so that the
@@ -118,11 +130,22 @@ func (c *llamaClient) call(path string, body []byte, v any) error {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// A pool sends the call to the root of the rollout's endpoint; only /completion is a model
+	// call of it.
+	role := wire.ServerRootHelper
+	if path == "/completion" {
+		role = wire.ServerRootCall
+	}
+	req.Header.Set(wire.ServerRootHeader, role)
+	if c.rollout != "" {
+		req.Header.Set(wire.RolloutIDHeader, c.rollout)
+	}
 	resp, err := c.do.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	c.endpoint = resp.Header.Get(wire.EndpointHeader)
 	data, err := io.ReadAll(io.LimitReader(resp.Body, DefaultMaxModelAnswerBytes))
 	if err != nil {
 		return err
@@ -205,7 +228,7 @@ func (e *errChatEndpoint) Error() string { return e.why }
 func (tc *TokenCapture) tokenIn(req *http.Request, t *answerTap, do interface {
 	Do(*http.Request) (*http.Response, error)
 }) (*http.Response, error) {
-	c := &llamaClient{ctx: req.Context(), do: do, root: llamaRoot(req.URL)}
+	c := &llamaClient{ctx: req.Context(), do: do, root: llamaRoot(req.URL), rollout: req.Header.Get(wire.RolloutIDHeader)}
 	s := &tc.llama
 	s.probe(c)
 	s.mu.Lock()
@@ -235,6 +258,9 @@ func (tc *TokenCapture) tokenIn(req *http.Request, t *answerTap, do interface {
 	t.tokenNote = note
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
+	if c.endpoint != "" {
+		h.Set(wire.EndpointHeader, c.endpoint) // the round's endpoint, as a chat answer's
+	}
 	return &http.Response{StatusCode: http.StatusOK, Status: "200 OK", Header: h, Body: io.NopCloser(bytes.NewReader(answer)),
 		ContentLength: int64(len(answer)), Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
 }

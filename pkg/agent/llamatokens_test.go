@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/agent"
+	"github.com/rollout-dev/rollout/pkg/fleet"
+	"github.com/rollout-dev/rollout/pkg/retry"
 )
 
 // fakeLlama is a llama-server in miniature: a tokenizer of one id a byte but for "<S>" (900)
@@ -287,4 +289,60 @@ func TestLlamaTokenInFailures(t *testing.T) {
 			t.Fatalf("termination %q (%s)", tr.Termination, tr.Error)
 		}
 	})
+}
+
+// With a pool of two llama-servers (several --model-url), the token-in calls go where the
+// rollout's chat call went: /props, /apply-template, /tokenize and /completion at the
+// endpoint's root (its base URL without /v1), and the other server sees none. Each round names
+// the endpoint; the pool counts the chat call and the /completion calls as the endpoint's model
+// calls, with their tokens, and not the helper calls.
+func TestLlamaTokenInPool(t *testing.T) {
+	a, b := newFakeLlama(t, llamaGens...), newFakeLlama(t, llamaGens...)
+	pool, err := fleet.New([]fleet.Endpoint{{Name: "a", URL: a.srv.URL + "/v1"}, {Name: "b", URL: b.srv.URL + "/v1"}}, fleet.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doer := &retry.Doer{Client: &http.Client{Transport: pool}, Policy: fastPolicy}
+	c := &agent.Config{Model: pool.Model(agent.NewOpenAIModel(fleet.BaseURL, "", doer)), ModelName: "test-model",
+		CaptureTokens: &agent.TokenCapture{OnNoTokens: func(reason string) { t.Errorf("warning: %s", reason) }}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	task := parseTask(t, counterRow(""))
+	tr := c.Run(agent.WithRolloutID(context.Background(), "7/0/"), task, newFakeResource(t, nil).session(t, task), 1)
+	if tr.Termination != agent.Completed || len(tr.Rounds) != 3 {
+		t.Fatalf("termination %q (%s), %d rounds", tr.Termination, tr.Error, len(tr.Rounds))
+	}
+	used, other := a, b
+	if tr.Rounds[0].Endpoint == "b" {
+		used, other = b, a
+	}
+	for i, rd := range tr.Rounds {
+		if rd.Endpoint != tr.Rounds[0].Endpoint || rd.Endpoint == "" {
+			t.Errorf("round %d at endpoint %q, round 0 at %q", i, rd.Endpoint, tr.Rounds[0].Endpoint)
+		}
+		if rd.TokenNote != "" || len(rd.GenerationTokenIDs) == 0 {
+			t.Errorf("round %d: note %q, %d generated ids", i, rd.TokenNote, len(rd.GenerationTokenIDs))
+		}
+		if i > 0 && !slices.Equal(rd.PromptTokenIDs[:len(tr.Rounds[i-1].PromptTokenIDs)], tr.Rounds[i-1].PromptTokenIDs) {
+			t.Errorf("round %d: not contiguous", i)
+		}
+	}
+	if len(used.prompts) != 2 || len(other.paths) != 0 {
+		t.Errorf("the rollout's server: %d /completion calls (%v); the other: %v", len(used.prompts), used.paths, other.paths)
+	}
+	for _, p := range used.paths {
+		if strings.Contains(p, "/v1/") && !strings.HasSuffix(p, "/v1/chat/completions") {
+			t.Errorf("%s: a root path under /v1", p)
+		}
+	}
+	for _, s := range pool.Stats() {
+		want := int64(0)
+		if s.Name == tr.Rounds[0].Endpoint {
+			want = 3 // one chat call, two /completion calls
+		}
+		if s.Calls != want || want > 0 && (s.PromptTokens == 0 || s.CompletionTokens == 0) {
+			t.Errorf("endpoint %s: %d calls, %d prompt and %d completion tokens; want %d calls with their tokens", s.Name, s.Calls, s.PromptTokens, s.CompletionTokens, want)
+		}
+	}
 }

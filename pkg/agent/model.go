@@ -118,6 +118,7 @@ func (a *answerDoer) Do(req *http.Request) (*http.Response, error) {
 			}
 			if t.capture {
 				t.request, t.url = body, req.URL // as sent
+				t.do, t.rollout = a.next, req.Header.Get(wire.RolloutIDHeader)
 			}
 			return body, changed
 		}); err != nil {
@@ -177,9 +178,14 @@ type answerTap struct {
 	body          []byte
 	// prev is the previous call's tokens, sent back on an assistant message (sendTokens).
 	prev *tokenPrefix
-	// request and url are the request as sent, for llama-server's prompt ids (llamaPromptIDs).
+	// request and url are the request as sent, for llama-server's prompt ids (llamaPromptIDs),
+	// asked through do, the doer the request went through, for rollout.
 	request []byte
 	url     *url.URL
+	do      interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	rollout string
 	// tc is the run's token capture: once it has seen llama-server, the call is made by the
 	// token-in path (llamatokens.go), and tokenNote says what its tokens lack.
 	tc        *TokenCapture

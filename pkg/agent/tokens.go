@@ -1,16 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -43,9 +39,6 @@ type TokenCapture struct {
 	// OnNoTokens, when set, is called with the reason each time a call comes back without
 	// generation ids (the caller warns once).
 	OnNoTokens func(reason string)
-	// HTTP, when set, is the client of llama-server's /apply-template and /tokenize calls
-	// (llamaPromptIDs); else one with a 30 s timeout.
-	HTTP *http.Client
 	// plain is set once the endpoint refused vLLM's options: calls ask for log-probs only.
 	plain atomic.Bool
 	// llamaSeen is set once an answer carried llama-server's per-token ids: later calls take
@@ -207,9 +200,9 @@ func (c *Config) captureTokens(ctx context.Context, rd *Round, tap *answerTap) {
 		tc.llamaSeen.Store(true)
 	}
 	if llama && rd.PromptTokenIDs == nil && tap.url != nil {
-		llamaPromptIDs(ctx, tc, rd, tap)
+		llamaPromptIDs(ctx, rd, tap)
 	}
-	tap.body, tap.request = nil, nil
+	tap.body, tap.request, tap.do = nil, nil, nil
 }
 
 // llamaPromptIDs gives a llama-server call the prompt ids its chat endpoint does not return:
@@ -217,47 +210,26 @@ func (c *Config) captureTokens(ctx context.Context, rd *Round, tap *answerTap) {
 // endpoint applies) tokenized by the server (POST /tokenize, special tokens parsed and added,
 // as the chat endpoint tokenizes), NeMo Gym's way for a server without return_token_ids (its
 // vLLM model server calls /tokenize). The count must be the answer's usage.prompt_tokens, or
-// the ids are not kept and the note says so.
-func llamaPromptIDs(ctx context.Context, tc *TokenCapture, rd *Round, tap *answerTap) {
-	root := *tap.url
-	root.Path = strings.TrimSuffix(strings.TrimSuffix(root.Path, "/chat/completions"), "/v1")
-	root.RawQuery = ""
-	client := tc.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
+// the ids are not kept and the note says so. The calls go through the doer the chat call went
+// through (its retries, and a pool's routing to the rollout's endpoint), within
+// llamaHelperTimeout.
+func llamaPromptIDs(ctx context.Context, rd *Round, tap *answerTap) {
+	if tap.do == nil {
+		return
 	}
-	post := func(path string, body []byte, v any) error {
-		u := root
-		u.Path = strings.TrimSuffix(u.Path, "/") + path
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("POST %s: HTTP %d", path, resp.StatusCode)
-		}
-		return json.Unmarshal(data, v)
-	}
+	ctx, cancel := context.WithTimeout(ctx, llamaHelperTimeout)
+	defer cancel()
+	c := &llamaClient{ctx: ctx, do: tap.do, root: llamaRoot(tap.url), rollout: tap.rollout}
 	var tpl struct {
 		Prompt string `json:"prompt"`
 	}
 	var tok struct {
 		Tokens []int32 `json:"tokens"`
 	}
-	err := post("/apply-template", tap.request, &tpl)
+	err := c.call("/apply-template", tap.request, &tpl)
 	if err == nil {
 		in, _ := json.Marshal(map[string]any{"content": tpl.Prompt, "add_special": true, "parse_special": true})
-		err = post("/tokenize", in, &tok)
+		err = c.call("/tokenize", in, &tok)
 	}
 	note := ""
 	switch {

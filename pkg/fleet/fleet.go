@@ -294,6 +294,7 @@ type outcome struct {
 	start   time.Time           // when the attempt was sent
 	latency time.Duration
 	sampled bool // the latency is a sample for the adaptive limit
+	helper  bool // a helper request (wire.ServerRootHelper): not a model call, not counted
 	detail  string
 }
 
@@ -301,7 +302,9 @@ type outcome struct {
 func (p *Pool) finish(e int, id string, o outcome, admitted bool) {
 	now := p.now()
 	ep := p.eps[e]
-	ep.stats.attempt(o)
+	if !o.helper {
+		ep.stats.attempt(o)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loads[e]--
@@ -366,32 +369,41 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ep := p.eps[e]
 	ctx := req.Context()
-	if err := ep.gate.acquire(ctx, &p.mu); err != nil {
-		if req.Body != nil {
-			req.Body.Close()
+	// A helper request of the token-in path (llama-server's /props, /tokenize,
+	// /apply-template) takes no slot of the endpoint's limit: it is not a generation.
+	helper := req.Header.Get(wire.ServerRootHeader) == wire.ServerRootHelper
+	admitted := !helper
+	if admitted {
+		if err := ep.gate.acquire(ctx, &p.mu); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			p.finish(e, id, outcome{class: record.FailCancelled, helper: helper}, false)
+			return nil, err
 		}
-		p.finish(e, id, outcome{class: record.FailCancelled}, false)
-		return nil, err
 	}
 	out, err := p.rewrite(req, ep)
 	if err != nil {
-		p.finish(e, id, outcome{class: record.FailModelError, detail: err.Error()}, true)
+		p.finish(e, id, outcome{class: record.FailModelError, detail: err.Error(), helper: helper}, admitted)
 		return nil, err
 	}
 	start := p.now()
 	resp, err := p.next.RoundTrip(out)
 	if err != nil {
-		p.finish(e, id, failed(ctx, err, p.now().Sub(start)), true)
+		o := failed(ctx, err, p.now().Sub(start))
+		o.helper = helper
+		p.finish(e, id, o, admitted)
 		return nil, err
 	}
 	resp.Header.Set(wire.EndpointHeader, ep.Name)
 	o := statusOutcome(resp.StatusCode)
+	o.helper = helper
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		// A redirect is never followed: the endpoint failed, not the request. The client gets
 		// a 502 naming it, which it retries, so that the retry moves to another endpoint.
 		resp.Body.Close()
 		o.start, o.latency = start, p.now().Sub(start)
-		p.finish(e, id, o, true)
+		p.finish(e, id, o, admitted)
 		msg := fmt.Sprintf("fleet: endpoint %s answered HTTP %d, a redirect (not followed)", ep.Name, resp.StatusCode)
 		body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": "bad_gateway"}})
 		return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
@@ -412,8 +424,9 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		case readErr != nil && o.class == "":
 			o = failed(ctx, readErr, o.latency)
 		}
-		o.sampled = o.class == "" || o.drop
-		p.finish(e, id, o, true)
+		o.helper = helper // o may have been replaced
+		o.sampled = (o.class == "" || o.drop) && !helper
+		p.finish(e, id, o, admitted)
 	}}
 	return resp, nil
 }
@@ -487,12 +500,20 @@ func (b *doneBody) Close() error {
 
 // rewrite is req sent to ep: its URL's scheme, host and path prefix (BaseURL's path, none)
 // replaced by ep's, ep's query added, ep's key as the Bearer token, and ep's model name in the
-// body when it has one.
+// body when it has one. A request marked with wire.ServerRootHeader goes to ep's base without
+// its /v1, with its body as it is.
 func (p *Pool) rewrite(req *http.Request, ep *endpoint) (*http.Request, error) {
 	out := req.Clone(req.Context())
 	u := *req.URL
 	u.Scheme, u.Host, u.User = ep.base.Scheme, ep.base.Host, ep.base.User
-	u.Path = ep.base.Path + req.URL.Path
+	base := ep.base.Path
+	root := req.Header.Get(wire.ServerRootHeader) != ""
+	if root {
+		// A path from the server's root (llama-server's /completion, /tokenize, ...): the
+		// endpoint's base without its OpenAI /v1.
+		base = strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/v1")
+	}
+	u.Path = base + req.URL.Path
 	u.RawPath = ""
 	if len(ep.query) > 0 {
 		q := u.Query()
@@ -505,12 +526,13 @@ func (p *Pool) rewrite(req *http.Request, ep *endpoint) (*http.Request, error) {
 	}
 	out.URL, out.Host = &u, ""
 	out.Header.Del(wire.EndpointHeader)
+	out.Header.Del(wire.ServerRootHeader)
 	if ep.APIKey != "" {
 		out.Header.Set("Authorization", "Bearer "+ep.APIKey)
 	} else {
 		out.Header.Del("Authorization")
 	}
-	if ep.Model == "" || req.Body == nil || req.Method != http.MethodPost {
+	if ep.Model == "" || req.Body == nil || req.Method != http.MethodPost || root {
 		return out, nil
 	}
 	body, err := io.ReadAll(req.Body)

@@ -19,6 +19,20 @@ const RolloutIDHeader = "X-Rollout-Id"
 // it); the agent records it per round.
 const EndpointHeader = "X-Rollout-Endpoint"
 
+// ServerRootHeader marks a model request whose path is from the server's root, not from its
+// OpenAI base URL: llama-server's /props, /apply-template and /tokenize (value "helper") and
+// /completion (value "call"), which the token-in path of --capture-tokens sends. A pool sends
+// such a request to the endpoint's base URL without its /v1, to the rollout's endpoint as any
+// other of its requests; a helper request is not counted as a model call of the endpoint, nor
+// its latency taken as a sample of it. Servers ignore the header.
+const ServerRootHeader = "X-Rollout-Server-Root"
+
+// The values of ServerRootHeader.
+const (
+	ServerRootCall   = "call"
+	ServerRootHelper = "helper"
+)
+
 // MaxUsageTokens bounds each token count of one answer's usage: 10^9, a thousand times the
 // longest context any model serves. A count outside [0, MaxUsageTokens] is not a count.
 const MaxUsageTokens = 1_000_000_000
