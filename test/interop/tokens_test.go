@@ -88,7 +88,9 @@ type capturedRollout struct {
 			Gen    []int32   `json:"generation_token_ids"`
 			LP     []float64 `json:"generation_log_probs"`
 			Note   string    `json:"token_note"`
-			Usage  struct {
+			// Endpoint is the pool's endpoint of the round (several --model-url).
+			Endpoint string `json:"endpoint"`
+			Usage    struct {
 				PromptTokens     int `json:"prompt_tokens"`
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
@@ -124,6 +126,70 @@ func TestCaptureTokensContiguousLlama(t *testing.T) {
 			"--capture-tokens", "--model-url", proxy.url, "--model", "tiny-agent", "--server", "builtin:extraction", "--seed", "1")
 		checkTokenIn(t, s, srv, proxy, out, 3, false)
 	})
+}
+
+// With two llama-servers behind several --model-url (a pool), --capture-tokens still keeps
+// each rollout's token ids contiguous: the token-in calls go to the rollout's own server, at
+// its root. Each rollout's rounds name one endpoint, every call after a first one begins with
+// the previous call's prompt and generated ids (NeMo RL's check), with no token note, and each
+// server was sent one model call (/v1/chat/completions, or /completion once the run has seen
+// llama-server) for each round of the rollouts it served, and no root path under /v1.
+func TestCaptureTokensContiguousLlamaPool(t *testing.T) {
+	s := env(t)
+	var proxies []*pathProxy
+	for range 2 {
+		srv := s.start(t, "toolcall.gguf", "-c", "4096", "--parallel", "2")
+		proxies = append(proxies, newPathProxy(t, srv.base, nil))
+	}
+	tasks, _ := counterTasks(t, 2)
+	out, _ := s.run(t, "--input", tasks, "--num-repeats", "2", "--concurrency", "2", "--max-rounds", "3", "--capture-tokens",
+		"--model-url", proxies[0].url+","+proxies[1].url, "--model", "toolcall", "--server", counterServer, "--seed", "5")
+	rounds := map[string]int{} // endpoint name -> rounds
+	for _, r := range readJSONL[capturedRollout](t, filepath.Join(out, "trajectories.jsonl")) {
+		var seen []int32
+		for i, rd := range r.Trajectory.Rounds {
+			where := fmt.Sprintf("task %d rollout %d call %d", r.TaskIndex, r.RolloutIndex, i)
+			if rd.Endpoint == "" || rd.Endpoint != r.Trajectory.Rounds[0].Endpoint {
+				t.Errorf("%s: endpoint %q, the first call's %q", where, rd.Endpoint, r.Trajectory.Rounds[0].Endpoint)
+			}
+			if len(rd.Gen) == 0 || len(rd.LP) != len(rd.Gen) || len(rd.Prompt) != rd.Usage.PromptTokens || rd.Note != "" {
+				t.Errorf("%s: %d prompt ids (usage %d), %d generation ids, %d log-probs, note %q", where, len(rd.Prompt), rd.Usage.PromptTokens, len(rd.Gen), len(rd.LP), rd.Note)
+			}
+			rounds[rd.Endpoint]++
+			if i > 0 {
+				if len(rd.Prompt) < len(seen) || !slices.Equal(rd.Prompt[:len(seen)], seen) {
+					t.Errorf("%s: prompt ids do not begin with the previous call's prompt and generated ids (first difference at %d of %d)", where, firstDiff(rd.Prompt, seen), len(seen))
+				}
+			}
+			seen = append(slices.Clone(rd.Prompt), rd.Gen...)
+		}
+	}
+	tokenIn := 0
+	for i, p := range proxies {
+		name := strings.TrimSuffix(strings.TrimPrefix(p.url, "http://"), "/v1")
+		calls := 0
+		p.mu.Lock()
+		for _, c := range p.calls {
+			switch c.path {
+			case "/completion":
+				tokenIn++
+				calls++
+			case "/v1/chat/completions":
+				calls++
+			}
+			if strings.HasPrefix(c.path, "/v1/") && c.path != "/v1/chat/completions" && c.path != "/v1/models" {
+				t.Errorf("server %d was sent %s", i, c.path)
+			}
+		}
+		p.mu.Unlock()
+		if calls != rounds[name] {
+			t.Errorf("server %d (%s) was sent %d model calls; the rollouts it served have %d rounds", i, name, calls, rounds[name])
+		}
+	}
+	if tokenIn < 4 || len(rounds) != 2 {
+		t.Errorf("%d calls by token ids, rounds by endpoint %v: too few to check", tokenIn, rounds)
+	}
+	t.Logf("rounds by endpoint %v, %d of them by token ids", rounds, tokenIn)
 }
 
 // checkTokenIn checks the run in out, made through proxy one call at a time: at least
