@@ -411,7 +411,7 @@ func (s *Suite) Markdown(w io.Writer) {
 		if f := s.Floor; f != nil {
 			per := micros(f.PerRequest())
 			rpt := z.Scenario.Shape.RequestsPerTurn()
-			fmt.Fprintf(w, "The HTTP floor: Go's net/http client alone (its Transport as the runner configured it before it had its own, keep-alive, %d connections) spends **%s µs of CPU per request** on this machine (user %s µs, system %s µs; %s requests to the simulator in %s). A %d-round rollout makes %d requests (seed_session, %d model calls, %d tool calls, verify), %.2f per turn, so no runner on net/http could do a turn here for less than **%s µs**; the runner (on its own transport for plain http) takes %s µs, **%.2f× that floor**.\n\n",
+			fmt.Fprintf(w, "The HTTP floor: Go's net/http client alone (its Transport as the runner configured it before it had its own, keep-alive, %d connections) spends **%s µs of CPU per request** on this machine (user %s µs, system %s µs; %s requests to the simulator in %s). A %d-round rollout makes %d requests (seed_session, %d model calls, %d tool calls, verify, end_session), %.2f per turn, so no runner on net/http could do a turn here for less than **%s µs**; the runner (on its own transport for plain http) takes %s µs, **%.2f× that floor**.\n\n",
 				f.Conns, num(per), num(micros(f.CPU.User/time.Duration(f.Requests))), num(micros(f.CPU.System/time.Duration(f.Requests))), thousands(int64(f.Requests)), secs(f.Took),
 				z.Scenario.Shape.Rounds, z.Scenario.Shape.Requests(), z.Scenario.Shape.Rounds, z.Scenario.Shape.Rounds-1, rpt, num(per*rpt), num(micros(z.CPUPerTurn())), micros(z.CPUPerTurn())/(per*rpt))
 			ownFloor(w, f)

@@ -119,12 +119,12 @@ func TestTargetsAreRatiosToTheLimits(t *testing.T) {
 			t.Errorf("%s: not measured at full scale: %s", g.Name, g.Missing)
 		}
 	}
-	floorTurn := (576.0 / 20_000) * 1000 * 7 / 3 // µs
+	floorTurn := (576.0 / 20_000) * 1000 * 8 / 3 // µs: 8 requests in 3 turns
 	cpu := target(t, ts, "runner CPU per turn")
 	if want := 144 / floorTurn / FloorRatioMax; !near(cpu.Ratio, want) || cpu.Met {
 		t.Errorf("CPU per turn: ratio %g met %v, want %g not met", cpu.Ratio, cpu.Met, want)
 	}
-	if !strings.Contains(cpu.Measured, "144 µs = 2.14× the floor of 67.2 µs") {
+	if !strings.Contains(cpu.Measured, "144 µs = 1.88× the floor of 76.8 µs") {
 		t.Errorf("CPU per turn: %q", cpu.Measured)
 	}
 	at := target(t, ts, "memory per rollout in flight at concurrency 1024")
@@ -246,7 +246,7 @@ func TestOwnTransportFloorLine(t *testing.T) {
 			ratio = tg.Ratio
 		}
 	}
-	if want := 144 / (28.8 * 7 / 3) / FloorRatioMax; !near(ratio, want) {
+	if want := 144 / (28.8 * 8 / 3) / FloorRatioMax; !near(ratio, want) { // 8 requests in 3 turns
 		t.Errorf("CPU target ratio %g, want %g: net/http's floor", ratio, want)
 	}
 	floorOnly := &Suite{Options: SuiteOptions{Scale: 0.01, Phases: []string{"floor"}}, Floor: full.Floor}

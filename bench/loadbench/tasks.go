@@ -32,8 +32,9 @@ type TaskShape struct {
 }
 
 // Requests is the number of HTTP requests the runner makes for one rollout of the shape:
-// seed_session, Rounds model calls, Rounds-1 tool calls, verify.
-func (s TaskShape) Requests() int { return 1 + s.Rounds + s.Rounds - 1 + 1 }
+// seed_session, Rounds model calls, Rounds-1 tool calls, verify, and end_session (`rollout
+// serve` says it takes it).
+func (s TaskShape) Requests() int { return 1 + s.Rounds + s.Rounds - 1 + 1 + 1 }
 
 // RequestsPerTurn is Requests / Rounds.
 func (s TaskShape) RequestsPerTurn() float64 { return float64(s.Requests()) / float64(s.Rounds) }

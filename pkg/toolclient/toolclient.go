@@ -18,6 +18,7 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // DefaultMaxBodyBytes caps what is read of one resource-server answer.
@@ -49,8 +50,12 @@ type Server struct {
 	MaxToolResultBytes int64
 	// EndSession says the server takes POST /end_session (rollout's built-in servers do; it is
 	// not part of NeMo Gym's protocol), so a rollout drops its session state when it is done
-	// instead of leaving it to the server's TTL.
+	// instead of leaving it to the server's TTL. A server that says so itself
+	// (wire.EndSessionHeader on a seed_session or verify answer, as `rollout serve` does) gets
+	// it without this.
 	EndSession bool
+	// endAdvertised: an answer of the server carried wire.EndSessionHeader.
+	endAdvertised atomic.Bool
 
 	// urls caches the URL of each endpoint (tool name) called, at most maxCachedURLs.
 	urls     sync.Map // string -> string
@@ -182,6 +187,9 @@ func (s *Session) post(ctx context.Context, path string, body []byte, retried bo
 		return nil, callErr(err)
 	}
 	defer resp.Body.Close()
+	if retried && !s.srv.endAdvertised.Load() && resp.Header[wire.EndSessionHeader] != nil {
+		s.srv.endAdvertised.Store(true) // a seed_session or verify answer of rollout's own servers
+	}
 	b, err := retry.ReadBody(resp.Body, resp.ContentLength, limit+1) // the doer's buffer when it read the answer
 	a := &Answer{Status: resp.StatusCode, Body: b, Size: resp.ContentLength}
 	if int64(len(b)) > limit {
@@ -318,11 +326,11 @@ func checkToolName(name string) error {
 }
 
 // End tells the server the session is over (POST /end_session) when the server takes it
-// (Server.EndSession); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
+// (Server.EndSession, or the server said so with wire.EndSessionHeader); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
 // a few seconds, and run even when ctx is already cancelled, so that an interrupted rollout still
 // frees its state. Its error is for logs only; the rollout's result does not depend on it.
 func (s *Session) End(ctx context.Context) error {
-	if !s.srv.EndSession {
+	if !s.srv.EndSession && !s.srv.endAdvertised.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endSessionTimeout)

@@ -7,9 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/toolclient"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 func TestCallToolRefusesNames(t *testing.T) {
@@ -114,5 +116,59 @@ func TestSessionEnd(t *testing.T) {
 	}
 	if len(ended) != 1 || ended[0] != "abc" {
 		t.Fatalf("end_session posts: %v, want one with the session's cookie", ended)
+	}
+}
+
+// A server that says it takes POST /end_session (wire.EndSessionHeader on its seed_session or
+// verify answer, as rollout's own servers do) has its sessions ended without EndSession; the
+// header on a tool call's answer does not count, and a server that never sends it is never sent
+// /end_session.
+func TestSessionEndAdvertised(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		header string // the path whose answers carry the header ("": none)
+		want   int    // end_session posts for two sessions, each seeded, a tool call, verified
+	}{
+		{"seed_session", "/seed_session", 2},
+		{"verify", "/verify", 2}, // the first session learns it at its own verify, before its end
+		{"tool", "/add", 0},
+		{"none", "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ended atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == c.header {
+					w.Header().Set(wire.EndSessionHeader, "/end_session")
+				}
+				if r.URL.Path == "/end_session" {
+					ended.Add(1)
+				}
+				io.WriteString(w, `{}`)
+			}))
+			defer srv.Close()
+			ts, err := toolclient.New("s", srv.URL, srv.Client().Transport)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				sess := ts.NewSession()
+				ctx := context.Background()
+				if err := sess.Seed(ctx, []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				if res := sess.CallTool(ctx, "add", `{}`); res.Failed {
+					t.Fatalf("tool call: %s", res.Output)
+				}
+				if _, _, err := sess.PostVerify(ctx, []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				if err := sess.End(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := int(ended.Load()); got != c.want {
+				t.Errorf("%d end_session posts, want %d", got, c.want)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
+	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // maxBodyBytes bounds every request body. /verify carries whole trajectories, so it is generous.
@@ -130,6 +131,10 @@ func cookieSuffix(name string) string {
 	return strings.TrimPrefix(s, name+"="+v)
 }
 
+// endSessionPath is the value of wire.EndSessionHeader on seed_session and verify answers
+// (shared: never changed).
+var endSessionPath = []string{"/end_session"}
+
 // seededPrefix starts the id of a session that a stateful server seeded. The id is in the
 // signed cookie, so the mark cannot be forged: a seeded session whose state is missing was lost
 // (its TTL ran out, or the store restarted empty), not never seen.
@@ -167,6 +172,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
+		w.Header()[wire.EndSessionHeader] = endSessionPath
 		writeJSON(w, http.StatusOK, []byte(`{}`))
 		return
 	case "/verify":
@@ -188,6 +194,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			}
 			st = SessionState{Data: data, Found: found}
 		}
+		w.Header()[wire.EndSessionHeader] = endSessionPath
 		h.serveVerify(w, r.Context(), st, body)
 		return
 	case "/end_session":
