@@ -348,7 +348,8 @@ func TestSecurityLoopbackByDefault(t *testing.T) {
 
 // A model that calls tools named like paths, URLs or protocol endpoints, even ones the row
 // offers, gets an error for each; the resource server only ever sees seed_session, the one
-// legitimate tool and verify. (The unit tests are pkg/agent's TestCallToolRefusesNames and
+// legitimate tool, verify, and the end_session that ends the rollout (the server, rollout's
+// own, says it takes it), once, after verify. (The unit tests are pkg/agent's TestCallToolRefusesNames and
 // TestRunRefusesPathAndURLToolNames; this is the whole CLI over HTTP.)
 func TestSecurityToolNamesNeverReachTheServer(t *testing.T) {
 	hostile := []string{"../verify", "..", "a/b", "a?b=1", "http://evil.example/x", "//evil.example/x", "verify", "seed_session", "end_session", "%2e%2e", `a\b`, "x#y"}
@@ -386,9 +387,12 @@ func TestSecurityToolNamesNeverReachTheServer(t *testing.T) {
 		t.Fatalf("%d records", len(recs))
 	}
 	paths, _ := res.seen()
-	for _, p := range paths {
+	for i, p := range paths {
+		if p == "/end_session" && i == len(paths)-1 && i > 0 && paths[i-1] == "/verify" {
+			continue // the protocol's, not the model's
+		}
 		if p != "/" && p != "/seed_session" && p != "/get_weather" && p != "/verify" { // "/": the preflight
-			t.Errorf("the resource server saw %q", p)
+			t.Errorf("the resource server saw %q (all: %v)", p, paths)
 		}
 	}
 	if rec := recs[0]; rec.FailureClass == record.FailBadTask {
