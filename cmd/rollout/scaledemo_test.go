@@ -20,9 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/rundir"
@@ -198,21 +195,10 @@ func TestScaleDemo(t *testing.T) {
 	}
 	// Both resource servers served sessions: the Redis store is what let any of them answer.
 	for i, m := range metricsURLs {
-		resp, err := http.Get(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := p.TextToMetricFamilies(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := fams["rollout_server_sessions_seeded_total"]
-		if f == nil || f.Metric[0].Counter.GetValue() == 0 {
+		if seeded := serverCounter(t, m, "rollout_server_sessions_seeded_total"); seeded <= 0 {
 			t.Errorf("resource server %d seeded no session", i)
 		} else {
-			t.Logf("resource server %d: %v sessions seeded", i, f.Metric[0].Counter.GetValue())
+			t.Logf("resource server %d: %v sessions seeded", i, seeded)
 		}
 	}
 	if !t.Failed() {
