@@ -18,7 +18,6 @@ import (
 
 	"github.com/rollout-dev/rollout/pkg/record"
 	"github.com/rollout-dev/rollout/pkg/retry"
-	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // DefaultMaxBodyBytes caps what is read of one resource-server answer.
@@ -51,16 +50,22 @@ type Server struct {
 	// EndSession says the server takes POST /end_session (rollout's built-in servers do; it is
 	// not part of NeMo Gym's protocol), so a rollout drops its session state when it is done
 	// instead of leaving it to the server's TTL. A server that says so itself
-	// (wire.EndSessionHeader on a seed_session or verify answer, as `rollout serve` does) gets
+	// (EndSessionHeader on a seed_session or verify answer, as `rollout serve` does) gets
 	// it without this.
 	EndSession bool
-	// endAdvertised: an answer of the server carried wire.EndSessionHeader.
+	// endAdvertised: an answer of the server carried EndSessionHeader.
 	endAdvertised atomic.Bool
 
 	// urls caches the URL of each endpoint (tool name) called, at most maxCachedURLs.
 	urls     sync.Map // string -> string
 	urlCount atomic.Int32
 }
+
+// EndSessionHeader on a seed_session or verify answer says the server takes POST /end_session:
+// rollout's own servers send it (pkg/servers/gym's constant of the same name; the servers do
+// not link this client, nor this client the servers, and cmd/rollout's
+// TestServeSessionsEndedByURL holds the two to each other over HTTP).
+const EndSessionHeader = "X-Rollout-End-Session"
 
 // maxCachedURLs bounds Server.urls: names come from the model.
 const maxCachedURLs = 1024
@@ -187,7 +192,7 @@ func (s *Session) post(ctx context.Context, path string, body []byte, retried bo
 		return nil, callErr(err)
 	}
 	defer resp.Body.Close()
-	if retried && !s.srv.endAdvertised.Load() && resp.Header[wire.EndSessionHeader] != nil {
+	if retried && !s.srv.endAdvertised.Load() && resp.Header[EndSessionHeader] != nil {
 		s.srv.endAdvertised.Store(true) // a seed_session or verify answer of rollout's own servers
 	}
 	b, err := retry.ReadBody(resp.Body, resp.ContentLength, limit+1) // the doer's buffer when it read the answer
@@ -326,7 +331,7 @@ func checkToolName(name string) error {
 }
 
 // End tells the server the session is over (POST /end_session) when the server takes it
-// (Server.EndSession, or the server said so with wire.EndSessionHeader); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
+// (Server.EndSession, or the server said so with EndSessionHeader); a no-op otherwise. It is best-effort cleanup: not retried, bounded by
 // a few seconds, and run even when ctx is already cancelled, so that an interrupted rollout still
 // frees its state. Its error is for logs only; the rollout's result does not depend on it.
 func (s *Session) End(ctx context.Context) error {

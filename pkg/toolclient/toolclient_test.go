@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/rollout-dev/rollout/pkg/toolclient"
-	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 func TestCallToolRefusesNames(t *testing.T) {
@@ -119,7 +118,7 @@ func TestSessionEnd(t *testing.T) {
 	}
 }
 
-// A server that says it takes POST /end_session (wire.EndSessionHeader on its seed_session or
+// A server that says it takes POST /end_session (EndSessionHeader on its seed_session or
 // verify answer, as rollout's own servers do) has its sessions ended without EndSession; the
 // header on a tool call's answer does not count, and a server that never sends it is never sent
 // /end_session.
@@ -138,7 +137,7 @@ func TestSessionEndAdvertised(t *testing.T) {
 			var ended atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == c.header {
-					w.Header().Set(wire.EndSessionHeader, "/end_session")
+					w.Header().Set(toolclient.EndSessionHeader, "/end_session")
 				}
 				if r.URL.Path == "/end_session" {
 					ended.Add(1)

@@ -1,9 +1,7 @@
 // Package wire is what rollout's model client (pkg/agent) and its pool of model endpoints
 // (pkg/fleet) agree on about a Chat Completions exchange: the headers rollout adds to it (the
 // rollout of a request, the endpoint of an answer) and the token counts an answer's usage may
-// hold; and the one header by which rollout's resource servers (pkg/servers/gym) tell its tool
-// client (pkg/toolclient) that they take POST /end_session. It imports no other package of
-// rollout.
+// hold. It imports no other package of rollout.
 package wire
 
 import (
@@ -34,12 +32,6 @@ const (
 	ServerRootCall   = "call"
 	ServerRootHelper = "helper"
 )
-
-// EndSessionHeader is on the seed_session and verify answers of a resource server that takes
-// POST /end_session (rollout's own servers, `rollout serve`): the tool client then ends each
-// session there when its rollout is done, so that the server drops its state at once rather
-// than when its TTL runs out. NeMo Gym's servers do not send it.
-const EndSessionHeader = "X-Rollout-End-Session"
 
 // MaxUsageTokens bounds each token count of one answer's usage: 10^9, a thousand times the
 // longest context any model serves. A count outside [0, MaxUsageTokens] is not a count.

@@ -18,7 +18,6 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/jsonfast"
 	"github.com/rollout-dev/rollout/pkg/servers/store"
-	"github.com/rollout-dev/rollout/pkg/wire"
 )
 
 // maxBodyBytes bounds every request body. /verify carries whole trajectories, so it is generous.
@@ -131,8 +130,13 @@ func cookieSuffix(name string) string {
 	return strings.TrimPrefix(s, name+"="+v)
 }
 
-// endSessionPath is the value of wire.EndSessionHeader on seed_session and verify answers
-// (shared: never changed).
+// EndSessionHeader is on the seed_session and verify answers of rollout's servers: they take
+// POST /end_session (rollout's extension to the protocol), so a client may end each session
+// when its rollout is done and the state goes at once rather than when its TTL runs out.
+// NeMo Gym's servers do not send it. rollout's tool client reads it (pkg/toolclient).
+const EndSessionHeader = "X-Rollout-End-Session"
+
+// endSessionPath is the value of EndSessionHeader (shared: never changed).
 var endSessionPath = []string{"/end_session"}
 
 // seededPrefix starts the id of a session that a stateful server seeded. The id is in the
@@ -172,7 +176,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		w.Header()[wire.EndSessionHeader] = endSessionPath
+		w.Header()[EndSessionHeader] = endSessionPath
 		writeJSON(w, http.StatusOK, []byte(`{}`))
 		return
 	case "/verify":
@@ -194,7 +198,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			}
 			st = SessionState{Data: data, Found: found}
 		}
-		w.Header()[wire.EndSessionHeader] = endSessionPath
+		w.Header()[EndSessionHeader] = endSessionPath
 		h.serveVerify(w, r.Context(), st, body)
 		return
 	case "/end_session":
