@@ -174,7 +174,7 @@ func runFlagSet(f *runFlags, e env) (fs *flag.FlagSet, modelURLFlag *onceFlag, s
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "status line period `D` off a terminal")
 	fs.StringVar(&f.sessionStore, "session-store", "memory", "builtin: servers' `STORE`: memory or redis://HOST:PORT/DB")
 	fs.DurationVar(&f.sessionTTL, "session-ttl", store.DefaultTTL, "builtin: servers drop a session `D` after its last write")
-	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: servers)")
+	fs.BoolVar(&f.endSessions, "end-sessions", false, "POST /end_session after verify (always to builtin: and rollout serve)")
 	fs.BoolVar(&f.captureTokens, "capture-tokens", false, "keep each model call's token ids and log-probs in trajectories.jsonl")
 	fs.StringVar(&f.jsonlOut, "jsonl-out", "", "NeMo Gym-style records to `FILE` too (if it exists: only with --overwrite)")
 	fs.StringVar(&f.arms, "arms", "", "policy `ARMS` run on every task: single, multi, workflow, or a list")
