@@ -17,6 +17,7 @@ import (
 
 	"github.com/rollout-dev/rollout/internal/redistest"
 	"github.com/rollout-dev/rollout/pkg/servers"
+	"github.com/rollout-dev/rollout/pkg/servers/gym"
 )
 
 const extractionData = "../../data/extraction.jsonl"
@@ -431,10 +432,15 @@ func TestRunSessionStoreRedis(t *testing.T) {
 	}
 }
 
-// --end-sessions makes rollout end every rollout's session on a server given by URL (it always
-// does on builtin: servers); without it, a URL server never sees /end_session.
+// A server given by URL is sent /end_session for every rollout when it says it takes it (the
+// header rollout's own servers put on their seed_session and verify answers), or with
+// --end-sessions; a server that does not say so (NeMo Gym's) never sees /end_session without
+// the flag.
 func TestRunEndSessions(t *testing.T) {
-	for _, on := range []bool{false, true} {
+	for _, tc := range []struct {
+		says, flag bool
+		want       int64
+	}{{false, false, 0}, {false, true, 7}, {true, false, 7}} {
 		h, err := servers.New("example_single_tool_call", servers.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -444,11 +450,14 @@ func TestRunEndSessions(t *testing.T) {
 			if r.URL.Path == "/end_session" {
 				ended.Add(1)
 			}
+			if !tc.says {
+				w = withoutHeader{w, gym.EndSessionHeader}
+			}
 			h.ServeHTTP(w, r)
 		}))
 		m := newFakeModel(t, weatherModel)
 		args := []string{"run", "--input", weatherRows(t, 7, ""), "--out", t.TempDir(), "--model-url", m.URL + "/v1", "--model", "m", "--server", srv.URL, "--quiet"}
-		if on {
+		if tc.flag {
 			args = append(args, "--end-sessions")
 		}
 		r := runCLI(t, context.Background(), nil, args...)
@@ -457,10 +466,26 @@ func TestRunEndSessions(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		if want := map[bool]int64{false: 0, true: 7}[on]; ended.Load() != want {
-			t.Errorf("--end-sessions=%v: %d sessions ended, want %d", on, ended.Load(), want)
+		if ended.Load() != tc.want {
+			t.Errorf("the server says it takes /end_session: %v, --end-sessions: %v: %d sessions ended, want %d", tc.says, tc.flag, ended.Load(), tc.want)
 		}
 	}
+}
+
+// withoutHeader drops the header name from an answer, as a server that does not send it.
+type withoutHeader struct {
+	http.ResponseWriter
+	name string
+}
+
+func (w withoutHeader) WriteHeader(code int) {
+	w.Header().Del(w.name)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w withoutHeader) Write(b []byte) (int, error) {
+	w.Header().Del(w.name)
+	return w.ResponseWriter.Write(b)
 }
 
 // --retry-budget bounds the retries of a whole rollout, whatever --retries allows each call;
