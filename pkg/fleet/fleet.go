@@ -378,32 +378,36 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			if req.Body != nil {
 				req.Body.Close()
 			}
-			p.finish(e, id, outcome{class: record.FailCancelled, helper: helper}, false)
+			p.finish(e, id, outcome{class: record.FailCancelled}, false)
 			return nil, err
 		}
 	}
+	// end finishes the attempt as o; a helper request's is not counted, nor its latency taken
+	// as a sample.
+	end := func(o outcome) {
+		o.helper = helper
+		o.sampled = o.sampled && !helper
+		p.finish(e, id, o, admitted)
+	}
 	out, err := p.rewrite(req, ep)
 	if err != nil {
-		p.finish(e, id, outcome{class: record.FailModelError, detail: err.Error(), helper: helper}, admitted)
+		end(outcome{class: record.FailModelError, detail: err.Error()})
 		return nil, err
 	}
 	start := p.now()
 	resp, err := p.next.RoundTrip(out)
 	if err != nil {
-		o := failed(ctx, err, p.now().Sub(start))
-		o.helper = helper
-		p.finish(e, id, o, admitted)
+		end(failed(ctx, err, p.now().Sub(start)))
 		return nil, err
 	}
 	resp.Header.Set(wire.EndpointHeader, ep.Name)
 	o := statusOutcome(resp.StatusCode)
-	o.helper = helper
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		// A redirect is never followed: the endpoint failed, not the request. The client gets
 		// a 502 naming it, which it retries, so that the retry moves to another endpoint.
 		resp.Body.Close()
 		o.start, o.latency = start, p.now().Sub(start)
-		p.finish(e, id, o, admitted)
+		end(o)
 		msg := fmt.Sprintf("fleet: endpoint %s answered HTTP %d, a redirect (not followed)", ep.Name, resp.StatusCode)
 		body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": "bad_gateway"}})
 		return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
@@ -424,9 +428,8 @@ func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 		case readErr != nil && o.class == "":
 			o = failed(ctx, readErr, o.latency)
 		}
-		o.helper = helper // o may have been replaced
-		o.sampled = (o.class == "" || o.drop) && !helper
-		p.finish(e, id, o, admitted)
+		o.sampled = o.class == "" || o.drop
+		end(o)
 	}}
 	return resp, nil
 }
