@@ -186,7 +186,10 @@ func TestCaptureTokensContiguousLlamaPool(t *testing.T) {
 			t.Errorf("server %d (%s) was sent %d model calls; the rollouts it served have %d rounds", i, name, calls, rounds[name])
 		}
 	}
-	if tokenIn < 4 || len(rounds) != 2 {
+	// Which server a task lands on is affinity's hash of its key, which holds the input's path
+	// (a temporary directory): both tasks may land on one server, and the other is then checked
+	// to have been sent no model call. TestLlamaTokenInPool checks the split with fixed keys.
+	if tokenIn < 4 || len(rounds) == 0 {
 		t.Errorf("%d calls by token ids, rounds by endpoint %v: too few to check", tokenIn, rounds)
 	}
 	t.Logf("rounds by endpoint %v, %d of them by token ids", rounds, tokenIn)
