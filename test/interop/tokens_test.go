@@ -188,7 +188,8 @@ func TestCaptureTokensContiguousLlamaPool(t *testing.T) {
 	}
 	// Which server a task lands on is affinity's hash of its key, which holds the input's path
 	// (a temporary directory): both tasks may land on one server, and the other is then checked
-	// to have been sent no model call. TestLlamaTokenInPool checks the split with fixed keys.
+	// to have been sent no model call. TestLlamaTokenInPool checks, with a fixed key, that a
+	// rollout's calls all go to its own server and none to the other.
 	if tokenIn < 4 || len(rounds) == 0 {
 		t.Errorf("%d calls by token ids, rounds by endpoint %v: too few to check", tokenIn, rounds)
 	}
